@@ -1,1 +1,70 @@
-//! tokenmill bench: measures any OpenAI-compatible server.
+//! tokenmill bench: measures any OpenAI-compatible server (tokenmill, vLLM, llama-server) the
+//! way `vllm bench serve` does, and sweeps load levels into tables and charts.
+
+mod args;
+mod arrivals;
+mod benchmark_result;
+mod chart;
+mod client;
+mod cpu_time;
+mod dataset;
+mod distribution;
+mod goodput;
+mod load_plan;
+mod prepared_benchmark;
+mod progress;
+mod random_prompts;
+mod report;
+mod request_rate;
+mod server;
+mod spawn;
+mod sse;
+mod sweep;
+mod sweep_summary;
+mod token_counter;
+mod tokenizer;
+
+pub use args::{CommonArgs, DatasetKind, Endpoint, ServeArgs, SweepArgs};
+pub use arrivals::ArrivalSchedule;
+pub use benchmark_result::BenchmarkResult;
+pub use request_rate::RequestRate;
+pub use spawn::SpawnedServer;
+pub use sweep::sweep;
+
+use prepared_benchmark::{Load, PreparedBenchmark};
+
+/// `bench serve`: runs the benchmark, prints the table and saves JSON when asked.
+pub fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
+    runtime()?.block_on(serve(&args)).map(|_| ())
+}
+
+/// `bench sweep`: runs every level `--runs` times, then writes the summary, table and charts.
+pub fn run_sweep(args: SweepArgs) -> anyhow::Result<()> {
+    runtime()?.block_on(sweep(&args)).map(|_| ())
+}
+
+/// The async body of `bench serve`, returning the result for callers that want the numbers.
+pub async fn serve(args: &ServeArgs) -> anyhow::Result<BenchmarkResult> {
+    let common = &args.common;
+    spawn::while_serving(common, async {
+        let prepared = PreparedBenchmark::new(common).await?;
+        let load = Load {
+            max_concurrency: common.max_concurrency,
+            request_rate: common.request_rate,
+        };
+        let result = prepared.run(load, "benchmark").await?;
+        print!("{}", report::table(&result));
+        if let Some(path) = &args.save_result {
+            report::save_json(&report::to_json(&result), path)?;
+            eprintln!("saved {}", path.display());
+        }
+        Ok(result)
+    })
+    .await
+}
+
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?)
+}

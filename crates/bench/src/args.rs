@@ -1,0 +1,155 @@
+//! Command-line options of `bench serve` and `bench sweep`.
+
+use std::path::PathBuf;
+
+use clap::{Args, ValueEnum};
+
+use crate::goodput::Slo;
+use crate::request_rate::RequestRate;
+
+/// Which OpenAI endpoint carries the prompts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Endpoint {
+    /// `POST /v1/completions`, prompt as text (or token ids).
+    Completions,
+    /// `POST /v1/chat/completions`, prompt as one user message.
+    Chat,
+}
+
+/// Where the prompts come from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum DatasetKind {
+    /// Random token sequences of exact lengths (measured with the server's tokenizer).
+    Random,
+    /// A ShareGPT JSON file (`--dataset-path`).
+    Sharegpt,
+    /// One prompt per line: a JSON object with "prompt" or a plain string (`--dataset-path`).
+    Jsonl,
+}
+
+/// Options shared by `serve` and `sweep`: the server, the prompts and the load shape.
+#[derive(Args, Clone, Debug)]
+pub struct CommonArgs {
+    /// Server root, without `/v1`.
+    #[arg(long, default_value = "http://127.0.0.1:8000")]
+    pub base_url: String,
+
+    #[arg(long, value_enum, default_value_t = Endpoint::Completions)]
+    pub endpoint: Endpoint,
+
+    /// Model name sent in requests; default: the first model of `GET /v1/models`.
+    #[arg(long)]
+    pub model: Option<String>,
+
+    #[arg(long, value_enum, default_value_t = DatasetKind::Random)]
+    pub dataset: DatasetKind,
+
+    /// File for the `sharegpt` and `jsonl` datasets.
+    #[arg(long)]
+    pub dataset_path: Option<PathBuf>,
+
+    /// Random dataset: prompt tokens per request (after the shared prefix).
+    #[arg(long, default_value_t = 1024)]
+    pub input_len: usize,
+
+    /// Tokens to generate per request; default 128 for random and jsonl,
+    /// the reference reply's length for sharegpt.
+    #[arg(long)]
+    pub output_len: Option<usize>,
+
+    /// Random dataset: lengths are drawn uniformly in [len*(1-r), len*(1+r)].
+    #[arg(long, default_value_t = 0.0)]
+    pub range_ratio: f64,
+
+    /// Random dataset: tokens of a prefix shared by every prompt.
+    #[arg(long, default_value_t = 0)]
+    pub prefix_len: usize,
+
+    #[arg(long, default_value_t = 1000)]
+    pub num_prompts: usize,
+
+    /// Most requests in flight at once; unlimited when absent.
+    #[arg(long)]
+    pub max_concurrency: Option<usize>,
+
+    /// Requests per second ("inf" sends all at once).
+    #[arg(long, default_value = "inf")]
+    pub request_rate: RequestRate,
+
+    /// Gamma shape of the arrival gaps: 1 is Poisson, below 1 burstier, above 1 steadier.
+    #[arg(long, default_value_t = 1.0)]
+    pub burstiness: f64,
+
+    /// Requests sent and discarded before measuring.
+    #[arg(long, default_value_t = 0)]
+    pub num_warmups: usize,
+
+    /// Ask the server to keep generating past end-of-sequence.
+    #[arg(long)]
+    pub ignore_eos: bool,
+
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+
+    /// Percentiles reported for every latency metric.
+    #[arg(long, value_delimiter = ',', default_value = "99")]
+    pub percentiles: Vec<f64>,
+
+    /// Service-level objectives in ms, e.g. `--goodput ttft:500 tpot:50`.
+    #[arg(long, num_args = 1..)]
+    pub goodput: Vec<Slo>,
+
+    /// Seconds allowed per request before it counts as failed.
+    #[arg(long, default_value_t = 600.0)]
+    pub timeout: f64,
+
+    /// Start the server under test with `sh -c CMD`, wait for `GET /health`, stop it afterwards.
+    #[arg(long)]
+    pub spawn: Option<String>,
+
+    /// Seconds to wait for the spawned server to become healthy.
+    #[arg(long, default_value_t = 600)]
+    pub spawn_timeout: u64,
+
+    /// File receiving the spawned server's stdout and stderr (default: this terminal).
+    #[arg(long)]
+    pub spawn_log: Option<PathBuf>,
+
+    /// Print plain progress lines even on a terminal.
+    #[arg(long)]
+    pub no_progress_bar: bool,
+}
+
+/// `bench serve`: one benchmark run.
+#[derive(Args, Clone, Debug)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub common: CommonArgs,
+
+    /// Write the result as JSON (vllm bench serve's field names).
+    #[arg(long)]
+    pub save_result: Option<PathBuf>,
+}
+
+/// `bench sweep`: serve runs repeated over load levels.
+#[derive(Args, Clone, Debug)]
+pub struct SweepArgs {
+    #[command(flatten)]
+    pub common: CommonArgs,
+
+    /// Concurrency levels (users at the same time); each sets `--max-concurrency`.
+    #[arg(long, value_delimiter = ',', conflicts_with = "request_rates")]
+    pub concurrency: Vec<usize>,
+
+    /// Request rates (req/s); each sets `--request-rate`.
+    #[arg(long, value_delimiter = ',')]
+    pub request_rates: Vec<f64>,
+
+    /// Runs per level; the summary keeps their min, median and max.
+    #[arg(long, default_value_t = 3)]
+    pub runs: usize,
+
+    /// Receives summary.json, sweep.svg, sweep.png and runs/*.json.
+    #[arg(long, default_value = "bench-sweep")]
+    pub output_dir: PathBuf,
+}

@@ -1,0 +1,161 @@
+//! The result of one run, computed from its request records with vllm bench serve's definitions.
+
+use std::time::Duration;
+
+use crate::client::RequestRecord;
+use crate::distribution::Distribution;
+use crate::goodput::{self, RequestLatencies, Slo};
+use crate::load_plan::span_s;
+use crate::request_rate::RequestRate;
+
+/// Describes the run, for the report; not measured.
+#[derive(Clone, Debug)]
+pub struct RunSettings {
+    pub backend: String,
+    pub model_id: String,
+    pub num_prompts: usize,
+    pub request_rate: RequestRate,
+    pub burstiness: f64,
+    pub max_concurrency: Option<usize>,
+    pub percentiles: Vec<f64>,
+    pub goodput: Vec<Slo>,
+}
+
+/// Everything a run measured. Latencies are in milliseconds, throughputs per second.
+#[derive(Clone, Debug)]
+pub struct BenchmarkResult {
+    pub settings: RunSettings,
+    pub duration_s: f64,
+    pub completed: usize,
+    pub failed: usize,
+    pub total_input_tokens: usize,
+    pub total_output_tokens: usize,
+    pub request_throughput: f64,
+    /// Requests per second meeting every objective; `None` without `--goodput`.
+    pub request_goodput: Option<f64>,
+    pub output_throughput: f64,
+    pub total_token_throughput: f64,
+    pub max_concurrent_requests: usize,
+    /// Per request, in dataset order; failed requests have zeros and an error message.
+    pub input_lens: Vec<usize>,
+    pub output_lens: Vec<usize>,
+    pub ttfts_s: Vec<f64>,
+    pub itls_s: Vec<Vec<f64>>,
+    pub errors: Vec<String>,
+    pub ttft: Distribution,
+    pub tpot: Distribution,
+    pub itl: Distribution,
+    pub e2el: Distribution,
+    /// Successful requests whose server token count and content-chunk count differ by over 2%.
+    pub token_count_mismatches: usize,
+    pub client_cpu_s: Option<f64>,
+}
+
+fn ms(duration: Duration) -> f64 {
+    duration.as_secs_f64() * 1000.0
+}
+
+impl BenchmarkResult {
+    /// Computes the result. Failed requests count in `failed` and in the duration, but in no
+    /// latency and no token total.
+    pub fn from_records(
+        settings: RunSettings,
+        records: &[RequestRecord],
+        max_concurrent_requests: usize,
+    ) -> Self {
+        let duration_s = span_s(records);
+        let replies: Vec<_> = records
+            .iter()
+            .filter_map(|r| r.reply().map(|reply| (r, reply)))
+            .collect();
+        let total_input_tokens = replies.iter().map(|(r, _)| r.prompt_len).sum();
+        let total_output_tokens: usize =
+            replies.iter().map(|(_, reply)| reply.output_tokens()).sum();
+        let ttfts: Vec<f64> = replies.iter().map(|(_, reply)| ms(reply.ttft())).collect();
+        let tpots: Vec<f64> = replies
+            .iter()
+            .filter_map(|(_, reply)| reply.tpot().map(ms))
+            .collect();
+        let itls: Vec<f64> = replies
+            .iter()
+            .flat_map(|(_, reply)| reply.itls().map(ms))
+            .collect();
+        let e2els: Vec<f64> = replies.iter().map(|(_, reply)| ms(reply.e2el())).collect();
+        let per_second = |count: f64| {
+            if duration_s > 0.0 {
+                count / duration_s
+            } else {
+                0.0
+            }
+        };
+        let good = replies
+            .iter()
+            .filter(|(_, reply)| goodput::meets_all(&settings.goodput, &latencies(reply)))
+            .count();
+        let p = &settings.percentiles;
+        BenchmarkResult {
+            duration_s,
+            completed: replies.len(),
+            failed: records.len() - replies.len(),
+            total_input_tokens,
+            total_output_tokens,
+            request_throughput: per_second(replies.len() as f64),
+            request_goodput: (!settings.goodput.is_empty()).then(|| per_second(good as f64)),
+            output_throughput: per_second(total_output_tokens as f64),
+            total_token_throughput: per_second((total_input_tokens + total_output_tokens) as f64),
+            max_concurrent_requests,
+            input_lens: records
+                .iter()
+                .map(|r| if r.reply().is_some() { r.prompt_len } else { 0 })
+                .collect(),
+            output_lens: records
+                .iter()
+                .map(|r| r.reply().map_or(0, |reply| reply.output_tokens()))
+                .collect(),
+            ttfts_s: records
+                .iter()
+                .map(|r| r.reply().map_or(0.0, |reply| reply.ttft().as_secs_f64()))
+                .collect(),
+            itls_s: records
+                .iter()
+                .map(|r| {
+                    r.reply().map_or(vec![], |reply| {
+                        reply.itls().map(|d| d.as_secs_f64()).collect()
+                    })
+                })
+                .collect(),
+            errors: records
+                .iter()
+                .map(|r| r.outcome.as_ref().err().cloned().unwrap_or_default())
+                .collect(),
+            ttft: Distribution::of(&ttfts, p),
+            tpot: Distribution::of(&tpots, p),
+            itl: Distribution::of(&itls, p),
+            e2el: Distribution::of(&e2els, p),
+            token_count_mismatches: replies
+                .iter()
+                .filter(|(_, reply)| counts_disagree(reply))
+                .count(),
+            client_cpu_s: None,
+            settings,
+        }
+    }
+}
+
+fn latencies(reply: &crate::client::Reply) -> RequestLatencies {
+    RequestLatencies {
+        ttft_ms: ms(reply.ttft()),
+        tpot_ms: reply.tpot().map(ms),
+        e2el_ms: ms(reply.e2el()),
+    }
+}
+
+/// Servers may pack several tokens into one chunk; beyond 2% the ITLs no longer describe
+/// single tokens, which the report should say.
+fn counts_disagree(reply: &crate::client::Reply) -> bool {
+    let Some(server) = reply.usage_completion_tokens else {
+        return false;
+    };
+    let chunks = reply.content_offsets.len();
+    server.abs_diff(chunks) as f64 > 0.02 * server.max(chunks) as f64
+}

@@ -1,0 +1,235 @@
+//! The requests of a run: prompts with their token counts, loaded from one of the datasets.
+
+use std::path::Path;
+
+use anyhow::Context;
+use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
+use rand::SeedableRng;
+
+use crate::args::{CommonArgs, DatasetKind, Endpoint};
+use crate::random_prompts::{self, RandomShape};
+use crate::token_counter::TokenCounter;
+
+/// Default reply length when the dataset does not give one.
+const DEFAULT_OUTPUT_LEN: usize = 128;
+
+/// What goes into the request's `prompt` (or the user message for chat).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Prompt {
+    Text(String),
+    /// Raw token ids, accepted by `/v1/completions` when no tokenizer is reachable.
+    TokenIds(Vec<u32>),
+}
+
+/// One request to send: the prompt, its length in tokens and how many tokens to ask for.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BenchRequest {
+    pub prompt: Prompt,
+    pub prompt_len: usize,
+    pub output_len: usize,
+}
+
+/// A prompt read from a file, before its tokens are counted.
+#[derive(Clone)]
+struct FilePrompt {
+    prompt: String,
+    /// Reply length the file asks for, or the reference reply to measure it from.
+    output: FileOutput,
+}
+
+#[derive(Clone)]
+enum FileOutput {
+    Given(usize),
+    Reference(String),
+    Unspecified,
+}
+
+/// Builds `args.num_prompts` requests from the chosen dataset.
+pub async fn load(args: &CommonArgs, counter: &TokenCounter) -> anyhow::Result<Vec<BenchRequest>> {
+    if args.num_prompts == 0 {
+        anyhow::bail!("--num-prompts must be at least 1");
+    }
+    match args.dataset {
+        DatasetKind::Random => {
+            let shape = RandomShape::from_args(args)?;
+            let token_ids_allowed = args.endpoint == Endpoint::Completions;
+            random_prompts::build(&shape, counter, token_ids_allowed).await
+        }
+        DatasetKind::Sharegpt => {
+            let path = dataset_path(args)?;
+            let prompts = read_sharegpt(path, args.seed)?;
+            measure(
+                cycle(prompts, args.num_prompts, path),
+                args.output_len,
+                counter,
+            )
+            .await
+        }
+        DatasetKind::Jsonl => {
+            let path = dataset_path(args)?;
+            let prompts = read_jsonl(path)?;
+            measure(
+                cycle(prompts, args.num_prompts, path),
+                args.output_len,
+                counter,
+            )
+            .await
+        }
+    }
+}
+
+fn dataset_path(args: &CommonArgs) -> anyhow::Result<&Path> {
+    args.dataset_path
+        .as_deref()
+        .ok_or_else(|| anyhow::anyhow!("--dataset {:?} needs --dataset-path", args.dataset))
+}
+
+/// Repeats the file's prompts in order when it holds fewer than asked for.
+fn cycle(prompts: Vec<FilePrompt>, count: usize, path: &Path) -> Vec<FilePrompt> {
+    if prompts.len() < count {
+        eprintln!(
+            "note: {} holds {} usable prompts; reusing them to reach {count}",
+            path.display(),
+            prompts.len()
+        );
+    }
+    prompts.into_iter().cycle().take(count).collect()
+}
+
+async fn measure(
+    prompts: Vec<FilePrompt>,
+    output_override: Option<usize>,
+    counter: &TokenCounter,
+) -> anyhow::Result<Vec<BenchRequest>> {
+    let mut requests = Vec::with_capacity(prompts.len());
+    for file_prompt in prompts {
+        let prompt_len = counter.count(&file_prompt.prompt).await?;
+        let output_len = match (output_override, file_prompt.output) {
+            (Some(len), _) | (None, FileOutput::Given(len)) => len,
+            (None, FileOutput::Reference(reply)) => counter.count(&reply).await?.max(1),
+            (None, FileOutput::Unspecified) => DEFAULT_OUTPUT_LEN,
+        };
+        requests.push(BenchRequest {
+            prompt: Prompt::Text(file_prompt.prompt),
+            prompt_len,
+            output_len,
+        });
+    }
+    Ok(requests)
+}
+
+/// ShareGPT: a JSON list of `{"conversations": [{"from", "value"}, ...]}`; the first turn is
+/// the prompt and the second the reference reply. Entries are shuffled with the seed.
+fn read_sharegpt(path: &Path, seed: u64) -> anyhow::Result<Vec<FilePrompt>> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let entries: Vec<serde_json::Value> = serde_json::from_str(&text)
+        .with_context(|| format!("{} is not a JSON list of conversations", path.display()))?;
+    let mut prompts: Vec<FilePrompt> = entries.iter().filter_map(sharegpt_pair).collect();
+    if prompts.is_empty() {
+        anyhow::bail!(
+            "{} holds no conversation with a prompt and a reply",
+            path.display()
+        );
+    }
+    prompts.shuffle(&mut StdRng::seed_from_u64(seed));
+    Ok(prompts)
+}
+
+fn sharegpt_pair(entry: &serde_json::Value) -> Option<FilePrompt> {
+    let turns = entry.get("conversations")?.as_array()?;
+    let prompt = turns.first()?.get("value")?.as_str()?;
+    let reply = turns.get(1)?.get("value")?.as_str()?;
+    if prompt.trim().is_empty() || reply.trim().is_empty() {
+        return None;
+    }
+    Some(FilePrompt {
+        prompt: prompt.to_owned(),
+        output: FileOutput::Reference(reply.to_owned()),
+    })
+}
+
+/// JSONL: per line, `{"prompt": ..., "output_len"?: n}`, a JSON string, or plain text.
+fn read_jsonl(path: &Path) -> anyhow::Result<Vec<FilePrompt>> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let mut prompts = Vec::new();
+    for (index, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() {
+            continue;
+        }
+        let prompt = parse_jsonl_line(line)
+            .with_context(|| format!("{} line {}", path.display(), index + 1))?;
+        prompts.push(prompt);
+    }
+    if prompts.is_empty() {
+        anyhow::bail!("{} holds no prompt", path.display());
+    }
+    Ok(prompts)
+}
+
+fn parse_jsonl_line(line: &str) -> anyhow::Result<FilePrompt> {
+    if !(line.starts_with('{') || line.starts_with('"')) {
+        return Ok(FilePrompt {
+            prompt: line.to_owned(),
+            output: FileOutput::Unspecified,
+        });
+    }
+    let value: serde_json::Value = serde_json::from_str(line).context("invalid JSON")?;
+    if let Some(text) = value.as_str() {
+        return Ok(FilePrompt {
+            prompt: text.to_owned(),
+            output: FileOutput::Unspecified,
+        });
+    }
+    let prompt = value["prompt"]
+        .as_str()
+        .ok_or_else(|| anyhow::anyhow!("JSON object without a \"prompt\" string"))?;
+    let output = match value.get("output_len").or_else(|| value.get("max_tokens")) {
+        None => FileOutput::Unspecified,
+        Some(len) => FileOutput::Given(
+            len.as_u64()
+                .filter(|&n| n > 0)
+                .ok_or_else(|| anyhow::anyhow!("output_len must be a positive integer"))?
+                as usize,
+        ),
+    };
+    Ok(FilePrompt {
+        prompt: prompt.to_owned(),
+        output,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jsonl_accepts_objects_strings_and_plain_lines() {
+        let object = parse_jsonl_line(r#"{"prompt": "a b", "output_len": 7}"#).unwrap();
+        assert_eq!(object.prompt, "a b");
+        assert!(matches!(object.output, FileOutput::Given(7)));
+        assert_eq!(parse_jsonl_line(r#""quoted""#).unwrap().prompt, "quoted");
+        assert_eq!(parse_jsonl_line("just text").unwrap().prompt, "just text");
+    }
+
+    #[test]
+    fn jsonl_object_without_prompt_is_an_error() {
+        assert!(parse_jsonl_line(r#"{"text": "a"}"#).is_err());
+        assert!(parse_jsonl_line(r#"{"prompt": "a", "output_len": 0}"#).is_err());
+        assert!(parse_jsonl_line("{broken").is_err());
+    }
+
+    #[test]
+    fn sharegpt_takes_first_two_turns_and_skips_short_conversations() {
+        let entry = serde_json::json!({"conversations": [
+            {"from": "human", "value": "question"}, {"from": "gpt", "value": "answer"}]});
+        let pair = sharegpt_pair(&entry).unwrap();
+        assert_eq!(pair.prompt, "question");
+        assert!(matches!(pair.output, FileOutput::Reference(ref r) if r == "answer"));
+        let lone = serde_json::json!({"conversations": [{"from": "human", "value": "q"}]});
+        assert!(sharegpt_pair(&lone).is_none());
+    }
+}

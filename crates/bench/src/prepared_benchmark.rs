@@ -1,0 +1,147 @@
+//! A benchmark ready to run: the server resolved, the model chosen and the prompts built.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::args::{CommonArgs, Endpoint};
+use crate::arrivals::ArrivalSchedule;
+use crate::benchmark_result::{BenchmarkResult, RunSettings};
+use crate::client::RequestTarget;
+use crate::cpu_time::process_cpu_time;
+use crate::dataset::{self, BenchRequest};
+use crate::load_plan::{self, LoadPlan};
+use crate::progress::Progress;
+use crate::request_rate::RequestRate;
+use crate::server::Server;
+use crate::token_counter::TokenCounter;
+
+/// Load applied in one run; a sweep changes one of these per level.
+#[derive(Clone, Copy, Debug)]
+pub struct Load {
+    pub max_concurrency: Option<usize>,
+    pub request_rate: RequestRate,
+}
+
+/// Everything a run needs that does not change between runs.
+pub struct PreparedBenchmark {
+    args: CommonArgs,
+    target: Arc<RequestTarget>,
+    requests: Vec<BenchRequest>,
+}
+
+impl PreparedBenchmark {
+    pub async fn new(args: &CommonArgs) -> anyhow::Result<Self> {
+        validate(args)?;
+        let server = Server::new(&args.base_url)?;
+        let model = match &args.model {
+            Some(model) => model.clone(),
+            None => server.first_model().await?,
+        };
+        let counter = TokenCounter::for_server(&server, &model).await;
+        let requests = dataset::load(args, &counter).await?;
+        let target = RequestTarget {
+            server,
+            endpoint: args.endpoint,
+            model,
+            ignore_eos: args.ignore_eos,
+            timeout: Duration::from_secs_f64(args.timeout),
+        };
+        Ok(PreparedBenchmark {
+            args: args.clone(),
+            target: Arc::new(target),
+            requests,
+        })
+    }
+
+    /// Warms up, sends every request under `load` and computes the result.
+    pub async fn run(&self, load: Load, label: &str) -> anyhow::Result<BenchmarkResult> {
+        let args = &self.args;
+        load_plan::warm_up(
+            &self.target,
+            &self.requests,
+            args.num_warmups,
+            load.max_concurrency,
+        )
+        .await?;
+        let schedule = ArrivalSchedule::new(
+            self.requests.len(),
+            load.request_rate,
+            args.burstiness,
+            args.seed,
+        )?;
+        let plan = LoadPlan::new(schedule, load.max_concurrency)?;
+        let progress = Arc::new(Progress::new(
+            label,
+            self.requests.len(),
+            !args.no_progress_bar,
+        ));
+        let cpu_before = process_cpu_time();
+        let outcome = plan
+            .execute(&self.target, &self.requests, &progress)
+            .await?;
+        let cpu_used = process_cpu_time().saturating_sub(cpu_before);
+        progress.finish();
+        let mut result = BenchmarkResult::from_records(
+            self.settings(load),
+            &outcome.records,
+            outcome.peak_in_flight,
+        );
+        result.client_cpu_s = Some(cpu_used.as_secs_f64());
+        warn_about(&result);
+        Ok(result)
+    }
+
+    fn settings(&self, load: Load) -> RunSettings {
+        RunSettings {
+            backend: match self.args.endpoint {
+                Endpoint::Completions => "openai".to_owned(),
+                Endpoint::Chat => "openai-chat".to_owned(),
+            },
+            model_id: self.target.model.clone(),
+            num_prompts: self.requests.len(),
+            request_rate: load.request_rate,
+            burstiness: self.args.burstiness,
+            max_concurrency: load.max_concurrency,
+            percentiles: self.args.percentiles.clone(),
+            goodput: self.args.goodput.clone(),
+        }
+    }
+}
+
+fn validate(args: &CommonArgs) -> anyhow::Result<()> {
+    if !(args.timeout.is_finite() && args.timeout > 0.0) {
+        anyhow::bail!(
+            "--timeout must be a positive number of seconds, got {}",
+            args.timeout
+        );
+    }
+    if let Some(p) = args
+        .percentiles
+        .iter()
+        .find(|p| !(0.0..=100.0).contains(*p))
+    {
+        anyhow::bail!("--percentiles must lie in [0, 100], got {p}");
+    }
+    Ok(())
+}
+
+fn warn_about(result: &BenchmarkResult) {
+    if result.token_count_mismatches > 0 {
+        eprintln!(
+            "warning: in {} requests the server's completion_tokens and the content chunks received \
+             differ by more than 2%; ITL then spans several tokens",
+            result.token_count_mismatches
+        );
+    }
+    if result.failed > 0 {
+        let first = result
+            .errors
+            .iter()
+            .find(|e| !e.is_empty())
+            .map_or("", String::as_str);
+        eprintln!(
+            "warning: {} requests failed; first error: {first}",
+            result.failed
+        );
+    }
+}

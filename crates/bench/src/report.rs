@@ -1,0 +1,208 @@
+//! The printed result table and the saved JSON, both in vllm bench serve's layout and names.
+
+use std::fmt::Write as _;
+use std::path::Path;
+
+use anyhow::Context;
+use serde_json::{json, Map, Value};
+
+use crate::benchmark_result::BenchmarkResult;
+use crate::distribution::{percentile_label, Distribution};
+
+const WIDTH: usize = 50;
+
+/// The latency sections: JSON key, table abbreviation, section title, values.
+fn latency_sections(
+    result: &BenchmarkResult,
+) -> [(&'static str, &'static str, &'static str, &Distribution); 4] {
+    [
+        ("ttft", "TTFT", "Time to First Token", &result.ttft),
+        (
+            "tpot",
+            "TPOT",
+            "Time per Output Token (excl. 1st token)",
+            &result.tpot,
+        ),
+        ("itl", "ITL", "Inter-token Latency", &result.itl),
+        ("e2el", "E2EL", "End-to-end Latency", &result.e2el),
+    ]
+}
+
+fn line(out: &mut String, label: &str, value: impl std::fmt::Display) {
+    let _ = writeln!(out, "{label:<40}{value:<10}");
+}
+
+fn line_f(out: &mut String, label: &str, value: f64) {
+    let _ = writeln!(out, "{label:<40}{value:<10.2}");
+}
+
+/// The result table as printed at the end of `bench serve`.
+pub fn table(result: &BenchmarkResult) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "{:=^WIDTH$}", " Serving Benchmark Result ");
+    line(&mut out, "Successful requests:", result.completed);
+    line(&mut out, "Failed requests:", result.failed);
+    if let Some(limit) = result.settings.max_concurrency {
+        line(&mut out, "Maximum request concurrency:", limit);
+    }
+    line(
+        &mut out,
+        "Request rate configured (RPS):",
+        result.settings.request_rate,
+    );
+    line_f(&mut out, "Benchmark duration (s):", result.duration_s);
+    line(&mut out, "Total input tokens:", result.total_input_tokens);
+    line(
+        &mut out,
+        "Total generated tokens:",
+        result.total_output_tokens,
+    );
+    line_f(
+        &mut out,
+        "Request throughput (req/s):",
+        result.request_throughput,
+    );
+    if let Some(goodput) = result.request_goodput {
+        line_f(&mut out, "Request goodput (req/s):", goodput);
+    }
+    line_f(
+        &mut out,
+        "Output token throughput (tok/s):",
+        result.output_throughput,
+    );
+    line(
+        &mut out,
+        "Peak concurrent requests:",
+        result.max_concurrent_requests,
+    );
+    line_f(
+        &mut out,
+        "Total Token throughput (tok/s):",
+        result.total_token_throughput,
+    );
+    for (_, short, title, distribution) in latency_sections(result) {
+        let _ = writeln!(out, "{:-^WIDTH$}", title);
+        line_f(&mut out, &format!("Mean {short} (ms):"), distribution.mean);
+        line_f(
+            &mut out,
+            &format!("Median {short} (ms):"),
+            distribution.median,
+        );
+        for (p, value) in &distribution.percentiles {
+            line_f(
+                &mut out,
+                &format!("P{} {short} (ms):", percentile_label(*p)),
+                *value,
+            );
+        }
+    }
+    let _ = writeln!(out, "{:-^WIDTH$}", "Client");
+    if let Some(cpu) = result.client_cpu_s {
+        line_f(&mut out, "Client CPU time (s):", cpu);
+    }
+    let _ = writeln!(out, "{}", "=".repeat(WIDTH));
+    out
+}
+
+/// The result as JSON with vllm's field names (plus `client_cpu_time_s`).
+pub fn to_json(result: &BenchmarkResult) -> Value {
+    let settings = &result.settings;
+    let mut fields = json!({
+        "date": utc_timestamp(std::time::SystemTime::now()),
+        "backend": settings.backend,
+        "model_id": settings.model_id,
+        "num_prompts": settings.num_prompts,
+        "request_rate": settings.request_rate.to_json(),
+        "burstiness": settings.burstiness,
+        "max_concurrency": settings.max_concurrency,
+        "duration": result.duration_s,
+        "completed": result.completed,
+        "failed": result.failed,
+        "total_input_tokens": result.total_input_tokens,
+        "total_output_tokens": result.total_output_tokens,
+        "request_throughput": result.request_throughput,
+        "request_goodput": result.request_goodput,
+        "output_throughput": result.output_throughput,
+        "total_token_throughput": result.total_token_throughput,
+        "max_concurrent_requests": result.max_concurrent_requests,
+        "input_lens": result.input_lens,
+        "output_lens": result.output_lens,
+        "ttfts": result.ttfts_s,
+        "itls": result.itls_s,
+        "errors": result.errors,
+        "client_cpu_time_s": result.client_cpu_s,
+    });
+    let map = fields.as_object_mut().expect("built as an object");
+    for (key, _, _, distribution) in latency_sections(result) {
+        insert_distribution(map, key, distribution);
+    }
+    fields
+}
+
+fn insert_distribution(map: &mut Map<String, Value>, key: &str, distribution: &Distribution) {
+    map.insert(format!("mean_{key}_ms"), json!(distribution.mean));
+    map.insert(format!("median_{key}_ms"), json!(distribution.median));
+    map.insert(format!("std_{key}_ms"), json!(distribution.std));
+    for (p, value) in &distribution.percentiles {
+        map.insert(format!("p{}_{key}_ms", percentile_label(*p)), json!(value));
+    }
+}
+
+pub fn save_json(value: &Value, path: &Path) -> anyhow::Result<()> {
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent)
+            .with_context(|| format!("cannot create {}", parent.display()))?;
+    }
+    let text = serde_json::to_string_pretty(value)?;
+    std::fs::write(path, text).with_context(|| format!("cannot write {}", path.display()))
+}
+
+/// `YYYYMMDD-HHMMSS` in UTC, the shape vllm uses for its `date` field.
+fn utc_timestamp(now: std::time::SystemTime) -> String {
+    let secs = now
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let (days, rest) = (secs / 86_400, secs % 86_400);
+    let (year, month, day) = civil_date(days as i64);
+    format!(
+        "{year:04}{month:02}{day:02}-{:02}{:02}{:02}",
+        rest / 3600,
+        rest % 3600 / 60,
+        rest % 60
+    )
+}
+
+/// Gregorian date of a day count since 1970-01-01 (Howard Hinnant's days-to-civil method).
+fn civil_date(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let day_of_era = z.rem_euclid(146_097);
+    let year_of_era =
+        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let shifted_month = (5 * day_of_year + 2) / 153;
+    let day = (day_of_year - (153 * shifted_month + 2) / 5 + 1) as u32;
+    let month = if shifted_month < 10 {
+        shifted_month + 3
+    } else {
+        shifted_month - 9
+    } as u32;
+    let year = year_of_era + era * 400 + i64::from(month <= 2);
+    (year, month, day)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, UNIX_EPOCH};
+
+    #[test]
+    fn timestamps_are_utc_calendar_dates() {
+        assert_eq!(utc_timestamp(UNIX_EPOCH), "19700101-000000");
+        // 2024-02-29 12:34:56 UTC, a leap day.
+        assert_eq!(
+            utc_timestamp(UNIX_EPOCH + Duration::from_secs(1_709_210_096)),
+            "20240229-123456"
+        );
+    }
+}

@@ -1,0 +1,119 @@
+//! `--spawn`: the server under test as a child process, started before and stopped after a run.
+
+use std::future::Future;
+use std::path::Path;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use tokio::process::{Child, Command};
+
+use crate::args::CommonArgs;
+
+/// Time a server gets to exit after SIGTERM before it is killed.
+const GRACE: Duration = Duration::from_secs(10);
+const HEALTH_POLL: Duration = Duration::from_millis(250);
+
+/// A running `sh -c CMD` in its own process group, so stopping it reaches everything it started.
+pub struct SpawnedServer {
+    child: Child,
+    group: libc::pid_t,
+}
+
+impl SpawnedServer {
+    pub fn start(command: &str, log: Option<&Path>) -> anyhow::Result<Self> {
+        let mut shell = Command::new("sh");
+        shell
+            .arg("-c")
+            .arg(command)
+            .stdin(Stdio::null())
+            .process_group(0);
+        if let Some(path) = log {
+            let file = std::fs::File::create(path)
+                .with_context(|| format!("cannot create {}", path.display()))?;
+            shell.stdout(file.try_clone()?).stderr(file);
+        }
+        let child = shell
+            .spawn()
+            .with_context(|| format!("cannot start `sh -c {command}`"))?;
+        let group = child.id().context("the spawned server exited at once")? as libc::pid_t;
+        Ok(SpawnedServer { child, group })
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.group as u32
+    }
+
+    /// Polls `GET {base_url}/health` until it answers 200, the child exits, or `limit` passes.
+    pub async fn wait_healthy(&mut self, base_url: &str, limit: Duration) -> anyhow::Result<()> {
+        let url = format!("{}/health", base_url.trim_end_matches('/'));
+        let http = reqwest::Client::builder().no_proxy().build()?;
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(status) = self.child.try_wait()? {
+                anyhow::bail!("the spawned server exited ({status}) before {url} answered");
+            }
+            let answer = http.get(&url).timeout(Duration::from_secs(5)).send().await;
+            if answer.is_ok_and(|r| r.status().is_success()) {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                anyhow::bail!(
+                    "{url} did not answer 200 within {} s (--spawn-timeout)",
+                    limit.as_secs()
+                );
+            }
+            tokio::time::sleep(HEALTH_POLL).await;
+        }
+    }
+
+    /// SIGTERM to the group, then SIGKILL if it lingers past the grace period.
+    pub async fn stop(mut self) {
+        signal_group(self.group, libc::SIGTERM);
+        if tokio::time::timeout(GRACE, self.child.wait())
+            .await
+            .is_err()
+        {
+            signal_group(self.group, libc::SIGKILL);
+            let _ = self.child.wait().await;
+        }
+        // Children of the shell may outlive it; the group signal above reached them too.
+        signal_group(self.group, libc::SIGKILL);
+    }
+}
+
+impl Drop for SpawnedServer {
+    /// Last resort when a run unwinds without `stop`: never leave a server behind.
+    fn drop(&mut self) {
+        signal_group(self.group, libc::SIGKILL);
+    }
+}
+
+fn signal_group(group: libc::pid_t, signal: libc::c_int) {
+    // SAFETY: kill has no memory effects; a negative pid addresses the group we created.
+    unsafe {
+        libc::kill(-group, signal);
+    }
+}
+
+/// Runs `work` with the `--spawn` server up (when given) and stops the server afterwards,
+/// whether `work` succeeds, fails or is interrupted with Ctrl-C.
+pub async fn while_serving<T>(
+    args: &CommonArgs,
+    work: impl Future<Output = anyhow::Result<T>>,
+) -> anyhow::Result<T> {
+    let Some(command) = &args.spawn else {
+        return work.await;
+    };
+    let mut server = SpawnedServer::start(command, args.spawn_log.as_deref())?;
+    eprintln!("started server (pid {}): {command}", server.pid());
+    let result = tokio::select! {
+        result = async {
+            server.wait_healthy(&args.base_url, Duration::from_secs(args.spawn_timeout)).await?;
+            work.await
+        } => result,
+        _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),
+    };
+    server.stop().await;
+    result
+}
