@@ -1,1 +1,4 @@
-//! tokenmill server.
+//! tokenmill server: tokenization, chat templates and streaming detokenization around the engine.
+pub mod chat_template;
+pub mod detokenizer;
+pub mod tokenizer;

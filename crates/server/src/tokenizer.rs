@@ -1,0 +1,420 @@
+//! Text ↔ token ids: byte-level BPE built from GGUF metadata or loaded from a Hugging Face `tokenizer.json`.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io::BufReader;
+use std::path::{Path, PathBuf};
+
+use candle_core::quantized::gguf_file::{self, Value};
+use tokenizers::decoders::byte_level::ByteLevel;
+use tokenizers::models::bpe::{Vocab, BPE};
+use tokenizers::pre_tokenizers::digits::Digits;
+use tokenizers::pre_tokenizers::sequence::Sequence;
+use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
+use tokenizers::pre_tokenizers::PreTokenizerWrapper;
+use tokenizers::{
+    AddedToken, OffsetReferential, OffsetType, PreTokenizedString, PreTokenizer,
+    SplitDelimiterBehavior,
+};
+
+/// Llama 3's split pattern: letters may carry one leading non-letter, numbers come in runs of up to three digits.
+const LLAMA3_SPLIT: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
+/// Qwen2's split pattern: like Llama 3's but every digit stands alone.
+const QWEN2_SPLIT: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
+/// GGUF `tokenizer.ggml.token_type` values that mark tokens which must match as a whole in raw text.
+const TOKEN_TYPE_CONTROL: i64 = 3;
+const TOKEN_TYPE_USER_DEFINED: i64 = 4;
+
+/// Everything that can go wrong while loading or running a tokenizer.
+#[derive(Debug, thiserror::Error)]
+pub enum TokenizerError {
+    #[error("GGUF metadata has no `{0}` entry")]
+    MissingKey(&'static str),
+    #[error("GGUF metadata `{key}` should be {expected}, found {found}")]
+    WrongType {
+        key: String,
+        expected: &'static str,
+        found: String,
+    },
+    #[error("tokenizer model `{0}` (tokenizer.ggml.model) is not supported; only `gpt2` byte-level BPE is")]
+    UnsupportedModel(String),
+    #[error("pre-tokenizer `{0}` (tokenizer.ggml.pre) is not supported; known: default, gpt2, gpt-2, smollm, llama-bpe, qwen2")]
+    UnknownPreTokenizer(String),
+    #[error(
+        "merge #{index} `{merge}` in tokenizer.ggml.merges is not two tokens separated by a space"
+    )]
+    BadMerge { index: usize, merge: String },
+    #[error(
+        "tokenizer.ggml.token_type has {types} entries but tokenizer.ggml.tokens has {tokens}"
+    )]
+    TokenTypeCount { types: usize, tokens: usize },
+    #[error("cannot read {path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path} is not a readable GGUF file: {message}")]
+    Gguf { path: PathBuf, message: String },
+    #[error("{path} is not a valid tokenizer: {message}")]
+    Load { path: PathBuf, message: String },
+    #[error("{path} is not valid JSON: {source}")]
+    Json {
+        path: PathBuf,
+        source: serde_json::Error,
+    },
+    #[error("building the tokenizer failed: {0}")]
+    Build(String),
+    #[error("encoding failed: {0}")]
+    Encode(String),
+    #[error("decoding failed: {0}")]
+    Decode(String),
+}
+
+pub type Result<T> = std::result::Result<T, TokenizerError>;
+
+/// A tokenizer plus the BOS/EOS ids the model was trained with.
+pub struct Tokenizer {
+    inner: tokenizers::Tokenizer,
+    bos_token_id: Option<u32>,
+    eos_token_id: Option<u32>,
+    /// GGUF tokenizers have no post-processor, so BOS is added here when the metadata asks for it;
+    /// a `tokenizer.json` carries its own post-processor and leaves this false.
+    prepend_bos: bool,
+}
+
+impl std::fmt::Debug for Tokenizer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tokenizer")
+            .field("vocab_size", &self.vocab_size())
+            .field("bos_token_id", &self.bos_token_id)
+            .field("eos_token_id", &self.eos_token_id)
+            .finish()
+    }
+}
+
+impl Tokenizer {
+    /// Builds a byte-level BPE tokenizer from the `tokenizer.ggml.*` entries of a GGUF file.
+    ///
+    /// An unknown `tokenizer.ggml.pre` is an error rather than a silent GPT-2 fallback, because a wrong
+    /// split regex produces plausible but wrong ids. A missing `tokenizer.ggml.pre` means GPT-2.
+    pub fn from_gguf_metadata(metadata: &HashMap<String, Value>) -> Result<Self> {
+        let model = required_string(metadata, "tokenizer.ggml.model")?;
+        if model != "gpt2" {
+            return Err(TokenizerError::UnsupportedModel(model.to_owned()));
+        }
+        let pre = optional_string(metadata, "tokenizer.ggml.pre")?.unwrap_or("default");
+        let tokens = string_array(metadata, "tokenizer.ggml.tokens")?;
+        let merges = parse_merges(&string_array(metadata, "tokenizer.ggml.merges")?)?;
+        let vocab: Vocab = tokens
+            .iter()
+            .enumerate()
+            .map(|(id, token)| (token.to_string(), id as u32))
+            .collect();
+        let bpe = BPE::builder()
+            .vocab_and_merges(vocab, merges)
+            .ignore_merges(pre == "llama-bpe")
+            .build()
+            .map_err(|e| TokenizerError::Build(e.to_string()))?;
+
+        let mut inner = tokenizers::Tokenizer::new(bpe);
+        inner.with_pre_tokenizer(Some(pre_tokenizer_for(pre)?));
+        inner.with_decoder(Some(ByteLevel::default()));
+        add_whole_match_tokens(&mut inner, metadata, &tokens)?;
+
+        Ok(Self {
+            inner,
+            bos_token_id: optional_u32(metadata, "tokenizer.ggml.bos_token_id")?,
+            eos_token_id: optional_u32(metadata, "tokenizer.ggml.eos_token_id")?,
+            prepend_bos: optional_bool(metadata, "tokenizer.ggml.add_bos_token")?.unwrap_or(false),
+        })
+    }
+
+    /// Loads a Hugging Face `tokenizer.json`; BOS/EOS stay unknown (see [`Tokenizer::from_hf_dir`]).
+    pub fn from_file(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref();
+        let inner = tokenizers::Tokenizer::from_file(path).map_err(|e| TokenizerError::Load {
+            path: path.to_owned(),
+            message: e.to_string(),
+        })?;
+        Ok(Self {
+            inner,
+            bos_token_id: None,
+            eos_token_id: None,
+            prepend_bos: false,
+        })
+    }
+
+    /// Loads `dir/tokenizer.json`, taking BOS/EOS from `dir/tokenizer_config.json` when that file exists.
+    pub fn from_hf_dir(dir: impl AsRef<Path>) -> Result<Self> {
+        let dir = dir.as_ref();
+        let mut tokenizer = Self::from_file(dir.join("tokenizer.json"))?;
+        if let Some(config) = read_hf_config(dir)? {
+            tokenizer.bos_token_id = config_token_id(&tokenizer, &config, "bos_token");
+            tokenizer.eos_token_id = config_token_id(&tokenizer, &config, "eos_token");
+        }
+        Ok(tokenizer)
+    }
+
+    pub fn encode(&self, text: &str, add_special_tokens: bool) -> Result<Vec<u32>> {
+        let encoding = self
+            .inner
+            .encode_fast(text, add_special_tokens)
+            .map_err(|e| TokenizerError::Encode(e.to_string()))?;
+        let mut ids = Vec::with_capacity(encoding.len() + 1);
+        if add_special_tokens && self.prepend_bos {
+            ids.extend(self.bos_token_id);
+        }
+        ids.extend_from_slice(encoding.get_ids());
+        Ok(ids)
+    }
+
+    /// Decodes ids to text; bytes that do not form complete UTF-8 come out as U+FFFD.
+    pub fn decode(&self, ids: &[u32], skip_special_tokens: bool) -> Result<String> {
+        self.inner
+            .decode(ids, skip_special_tokens)
+            .map_err(|e| TokenizerError::Decode(e.to_string()))
+    }
+
+    /// Splits text the way the pre-tokenizer does before BPE runs, returning slices of the original text.
+    pub fn pre_tokenize(&self, text: &str) -> Result<Vec<String>> {
+        let mut pieces = PreTokenizedString::from(text);
+        if let Some(pre) = self.inner.get_pre_tokenizer() {
+            pre.pre_tokenize(&mut pieces)
+                .map_err(|e| TokenizerError::Encode(e.to_string()))?;
+        }
+        Ok(pieces
+            .get_splits(OffsetReferential::Original, OffsetType::Byte)
+            .into_iter()
+            .map(|(_, (start, end), _)| text[start..end].to_owned())
+            .collect())
+    }
+
+    pub fn bos_token_id(&self) -> Option<u32> {
+        self.bos_token_id
+    }
+
+    pub fn eos_token_id(&self) -> Option<u32> {
+        self.eos_token_id
+    }
+
+    /// Number of ids, counting added tokens that lie outside the base vocabulary.
+    pub fn vocab_size(&self) -> usize {
+        self.inner.get_vocab_size(true)
+    }
+
+    pub fn id_to_token(&self, id: u32) -> Option<String> {
+        self.inner.id_to_token(id)
+    }
+
+    pub fn token_to_id(&self, token: &str) -> Option<u32> {
+        self.inner.token_to_id(token)
+    }
+}
+
+/// Reads a GGUF file's header and returns its tokenizer and chat template (if it has one).
+pub fn from_gguf_file(path: &Path) -> Result<(Tokenizer, Option<String>)> {
+    let file = File::open(path).map_err(|source| TokenizerError::Io {
+        path: path.to_owned(),
+        source,
+    })?;
+    let content =
+        gguf_file::Content::read(&mut BufReader::new(file)).map_err(|e| TokenizerError::Gguf {
+            path: path.to_owned(),
+            message: e.to_string(),
+        })?;
+    let tokenizer = Tokenizer::from_gguf_metadata(&content.metadata)?;
+    Ok((tokenizer, gguf_chat_template(&content.metadata)?))
+}
+
+/// The Jinja chat template stored under `tokenizer.chat_template`, if any.
+pub fn gguf_chat_template(metadata: &HashMap<String, Value>) -> Result<Option<String>> {
+    Ok(optional_string(metadata, "tokenizer.chat_template")?.map(str::to_owned))
+}
+
+/// The `chat_template` of `dir/tokenizer_config.json`; when it lists several named templates, the `default` one.
+pub fn hf_chat_template(dir: impl AsRef<Path>) -> Result<Option<String>> {
+    let Some(config) = read_hf_config(dir.as_ref())? else {
+        return Ok(None);
+    };
+    Ok(match config.get("chat_template") {
+        Some(serde_json::Value::String(template)) => Some(template.clone()),
+        Some(serde_json::Value::Array(named)) => named
+            .iter()
+            .find(|entry| entry.get("name").and_then(|n| n.as_str()) == Some("default"))
+            .and_then(|entry| entry.get("template")?.as_str().map(str::to_owned)),
+        _ => None,
+    })
+}
+
+fn pre_tokenizer_for(name: &str) -> Result<PreTokenizerWrapper> {
+    let gpt2_byte_level = || ByteLevel::new(false, true, true).into();
+    let split_then_bytes = |pattern: &str| -> Result<PreTokenizerWrapper> {
+        let split = Split::new(
+            SplitPattern::Regex(pattern.to_owned()),
+            SplitDelimiterBehavior::Isolated,
+            false,
+        )
+        .map_err(|e| TokenizerError::Build(format!("split regex for `{name}`: {e}")))?;
+        // The split above already did GPT-2's job, so byte-level must not apply its own regex on top.
+        let bytes = ByteLevel::new(false, true, false);
+        Ok(Sequence::new(vec![split.into(), bytes.into()]).into())
+    };
+    match name {
+        "default" | "gpt2" | "gpt-2" => Ok(gpt2_byte_level()),
+        "smollm" => Ok(Sequence::new(vec![Digits::new(true).into(), gpt2_byte_level()]).into()),
+        "llama-bpe" => split_then_bytes(LLAMA3_SPLIT),
+        "qwen2" => split_then_bytes(QWEN2_SPLIT),
+        other => Err(TokenizerError::UnknownPreTokenizer(other.to_owned())),
+    }
+}
+
+/// Registers control and user-defined tokens so their text encodes to the single id instead of being split by BPE.
+/// Control tokens are special (dropped by `skip_special_tokens`); user-defined ones are kept in decoded text.
+fn add_whole_match_tokens(
+    inner: &mut tokenizers::Tokenizer,
+    metadata: &HashMap<String, Value>,
+    tokens: &[&str],
+) -> Result<()> {
+    let Some(types) = metadata.get("tokenizer.ggml.token_type") else {
+        return Ok(());
+    };
+    let types = as_array(types, "tokenizer.ggml.token_type")?;
+    if types.len() != tokens.len() {
+        return Err(TokenizerError::TokenTypeCount {
+            types: types.len(),
+            tokens: tokens.len(),
+        });
+    }
+    let mut special = Vec::new();
+    let mut user_defined = Vec::new();
+    for (value, token) in types.iter().zip(tokens) {
+        match as_integer(value, "tokenizer.ggml.token_type")? {
+            TOKEN_TYPE_CONTROL => special.push(AddedToken::from(*token, true)),
+            TOKEN_TYPE_USER_DEFINED => {
+                user_defined.push(AddedToken::from(*token, false).normalized(false))
+            }
+            _ => {}
+        }
+    }
+    inner.add_special_tokens(&special);
+    inner.add_tokens(&user_defined);
+    Ok(())
+}
+
+fn parse_merges(merges: &[&str]) -> Result<Vec<(String, String)>> {
+    merges
+        .iter()
+        .enumerate()
+        .map(|(index, merge)| {
+            merge
+                .split_once(' ')
+                .filter(|(left, right)| !left.is_empty() && !right.is_empty())
+                .map(|(left, right)| (left.to_owned(), right.to_owned()))
+                .ok_or_else(|| TokenizerError::BadMerge {
+                    index,
+                    merge: (*merge).to_owned(),
+                })
+        })
+        .collect()
+}
+
+fn read_hf_config(dir: &Path) -> Result<Option<serde_json::Value>> {
+    let path = dir.join("tokenizer_config.json");
+    let text = match std::fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(source) => return Err(TokenizerError::Io { path, source }),
+    };
+    serde_json::from_str(&text)
+        .map(Some)
+        .map_err(|source| TokenizerError::Json { path, source })
+}
+
+/// `tokenizer_config.json` writes a token either as a bare string or as `{"content": "..."}`.
+fn config_token_id(tokenizer: &Tokenizer, config: &serde_json::Value, key: &str) -> Option<u32> {
+    let entry = config.get(key)?;
+    let text = entry.as_str().or_else(|| entry.get("content")?.as_str())?;
+    tokenizer.token_to_id(text)
+}
+
+fn type_name(value: &Value) -> String {
+    format!("{:?}", value.value_type())
+}
+
+fn as_array<'a>(value: &'a Value, key: &str) -> Result<&'a [Value]> {
+    match value {
+        Value::Array(items) => Ok(items),
+        other => Err(wrong_type(key, "an array", other)),
+    }
+}
+
+fn as_integer(value: &Value, key: &str) -> Result<i64> {
+    Ok(match value {
+        Value::U8(v) => i64::from(*v),
+        Value::I8(v) => i64::from(*v),
+        Value::U16(v) => i64::from(*v),
+        Value::I16(v) => i64::from(*v),
+        Value::U32(v) => i64::from(*v),
+        Value::I32(v) => i64::from(*v),
+        Value::I64(v) => *v,
+        Value::U64(v) => i64::try_from(*v).map_err(|_| wrong_type(key, "an integer", value))?,
+        other => return Err(wrong_type(key, "an integer", other)),
+    })
+}
+
+fn wrong_type(key: &str, expected: &'static str, found: &Value) -> TokenizerError {
+    TokenizerError::WrongType {
+        key: key.to_owned(),
+        expected,
+        found: type_name(found),
+    }
+}
+
+fn required_string<'a>(metadata: &'a HashMap<String, Value>, key: &'static str) -> Result<&'a str> {
+    optional_string(metadata, key)?.ok_or(TokenizerError::MissingKey(key))
+}
+
+fn optional_string<'a>(metadata: &'a HashMap<String, Value>, key: &str) -> Result<Option<&'a str>> {
+    match metadata.get(key) {
+        None => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s)),
+        Some(other) => Err(wrong_type(key, "a string", other)),
+    }
+}
+
+fn optional_bool(metadata: &HashMap<String, Value>, key: &str) -> Result<Option<bool>> {
+    match metadata.get(key) {
+        None => Ok(None),
+        Some(Value::Bool(b)) => Ok(Some(*b)),
+        Some(other) => Err(wrong_type(key, "a boolean", other)),
+    }
+}
+
+fn optional_u32(metadata: &HashMap<String, Value>, key: &str) -> Result<Option<u32>> {
+    let Some(value) = metadata.get(key) else {
+        return Ok(None);
+    };
+    let id = as_integer(value, key)?;
+    u32::try_from(id)
+        .map(Some)
+        .map_err(|_| wrong_type(key, "a token id", value))
+}
+
+fn string_array<'a>(
+    metadata: &'a HashMap<String, Value>,
+    key: &'static str,
+) -> Result<Vec<&'a str>> {
+    let items = as_array(
+        metadata.get(key).ok_or(TokenizerError::MissingKey(key))?,
+        key,
+    )?;
+    items
+        .iter()
+        .map(|item| match item {
+            Value::String(s) => Ok(s.as_str()),
+            other => Err(wrong_type(key, "an array of strings", other)),
+        })
+        .collect()
+}
