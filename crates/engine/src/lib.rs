@@ -1,1 +1,26 @@
-//! tokenmill engine.
+//! tokenmill engine: schedules requests over one token budget, runs batched forward passes
+//! over a paged KV cache, and samples. Token ids in, token ids out: never text.
+
+pub mod block_manager;
+pub mod checkpoint;
+pub mod error;
+pub mod forward_batch;
+pub mod kv_cache;
+pub mod model_config;
+pub mod models;
+pub mod paged_attention;
+
+pub use error::{EngineError, Result};
+pub mod engine;
+pub mod engine_handle;
+pub mod model_runner;
+pub mod request;
+pub mod sampler;
+pub mod sampling_params;
+pub mod scheduler;
+pub mod sequence;
+
+pub use engine::{Completion, Engine, EngineConfig, EngineLimits};
+pub use engine_handle::EngineHandle;
+pub use request::{FinishReason, Request, RequestEvent, SeqId};
+pub use sampling_params::SamplingParams;

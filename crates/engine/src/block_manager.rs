@@ -1,0 +1,216 @@
+//! `BlockManager`: the mechanism behind the paged KV cache — which blocks are free, who
+//! holds each one, and which full blocks can be reused by content (prefix caching).
+//!
+//! It never decides anything: allocation returns `None` when the pool is short, and the
+//! scheduler chooses what to preempt.
+
+use std::collections::{BTreeMap, HashMap};
+use std::hash::{Hash, Hasher};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct BlockId(u32);
+
+impl BlockId {
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+/// Content hash of a full block, chained with its predecessor's so equal hashes mean
+/// equal prefixes, not just equal blocks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct BlockHash(u64);
+
+impl BlockHash {
+    pub fn chain(parent: Option<BlockHash>, tokens: &[u32]) -> Self {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        parent.map(|p| p.0).hash(&mut h);
+        tokens.hash(&mut h);
+        Self(h.finish())
+    }
+
+    /// Hashes of every full block of `tokens`.
+    pub fn of_full_blocks(tokens: &[u32], block_size: usize) -> Vec<BlockHash> {
+        let mut parent = None;
+        tokens
+            .chunks_exact(block_size)
+            .map(|chunk| {
+                let h = BlockHash::chain(parent, chunk);
+                parent = Some(h);
+                h
+            })
+            .collect()
+    }
+}
+
+#[derive(Debug, Default, Clone)]
+struct Block {
+    ref_count: u32,
+    /// Set once the block is full and computed; cleared when it is reused for new content.
+    cached: Option<CachedContent>,
+    /// Position in the free LRU while `ref_count == 0`.
+    free_since: Option<u64>,
+}
+
+#[derive(Debug, Clone)]
+struct CachedContent {
+    hash: BlockHash,
+    /// Kept to rule out hash collisions: a hit must match token for token.
+    tokens: Vec<u32>,
+}
+
+pub struct BlockManager {
+    block_size: usize,
+    blocks: Vec<Block>,
+    /// Free blocks, least recently freed first. Cached free blocks stay reusable by content
+    /// until they are handed out for something else.
+    free: BTreeMap<u64, BlockId>,
+    next_tick: u64,
+    by_hash: HashMap<BlockHash, BlockId>,
+    prefix_caching: bool,
+}
+
+impl BlockManager {
+    pub fn new(num_blocks: usize, block_size: usize, prefix_caching: bool) -> Self {
+        let mut manager = Self {
+            block_size,
+            blocks: vec![Block::default(); num_blocks],
+            free: BTreeMap::new(),
+            next_tick: 0,
+            by_hash: HashMap::new(),
+            prefix_caching,
+        };
+        for i in 0..num_blocks {
+            manager.push_free(BlockId(i as u32));
+        }
+        manager
+    }
+
+    pub fn block_size(&self) -> usize {
+        self.block_size
+    }
+
+    pub fn num_blocks(&self) -> usize {
+        self.blocks.len()
+    }
+
+    pub fn num_free(&self) -> usize {
+        self.free.len()
+    }
+
+    pub fn prefix_caching(&self) -> bool {
+        self.prefix_caching
+    }
+
+    /// Fraction of blocks held by some sequence (cached free blocks count as free).
+    pub fn usage(&self) -> f64 {
+        if self.blocks.is_empty() {
+            return 0.0;
+        }
+        1.0 - self.num_free() as f64 / self.blocks.len() as f64
+    }
+
+    pub fn ref_count(&self, id: BlockId) -> u32 {
+        self.blocks[id.index()].ref_count
+    }
+
+    /// The longest run of leading full blocks of `tokens` already in the cache.
+    pub fn lookup_prefix(&self, tokens: &[u32], hashes: &[BlockHash]) -> Vec<BlockId> {
+        if !self.prefix_caching {
+            return Vec::new();
+        }
+        let mut hits = Vec::new();
+        for (i, hash) in hashes.iter().enumerate() {
+            let want = &tokens[i * self.block_size..(i + 1) * self.block_size];
+            match self.by_hash.get(hash) {
+                Some(&id) if self.blocks[id.index()].cached.as_ref().is_some_and(|c| c.tokens == want) => {
+                    hits.push(id)
+                }
+                _ => break,
+            }
+        }
+        hits
+    }
+
+    /// How many of `ids` sit in the free pool (taking them shrinks what `allocate` can give).
+    pub fn count_free(&self, ids: &[BlockId]) -> usize {
+        ids.iter().filter(|id| self.blocks[id.index()].ref_count == 0).count()
+    }
+
+    /// Takes another reference to a block (a prefix-cache hit).
+    pub fn acquire(&mut self, id: BlockId) {
+        let block = &mut self.blocks[id.index()];
+        if let Some(tick) = block.free_since.take() {
+            self.free.remove(&tick);
+        }
+        block.ref_count += 1;
+    }
+
+    /// `n` fresh blocks, or `None` (and no change) if the pool has fewer free.
+    pub fn allocate(&mut self, n: usize) -> Option<Vec<BlockId>> {
+        if n > self.free.len() {
+            return None;
+        }
+        let mut out = Vec::with_capacity(n);
+        for _ in 0..n {
+            let (_, id) = self.free.pop_first()?;
+            let block = &mut self.blocks[id.index()];
+            block.free_since = None;
+            block.ref_count = 1;
+            if let Some(old) = block.cached.take() {
+                // Evicted: its content is about to be overwritten.
+                if self.by_hash.get(&old.hash) == Some(&id) {
+                    self.by_hash.remove(&old.hash);
+                }
+            }
+            out.push(id);
+        }
+        Some(out)
+    }
+
+    /// Drops one reference; at zero the block joins the free LRU, keeping its cached content.
+    pub fn release(&mut self, id: BlockId) {
+        let block = &mut self.blocks[id.index()];
+        assert!(block.ref_count > 0, "release of free block {id:?}");
+        block.ref_count -= 1;
+        if block.ref_count == 0 {
+            self.push_free(id);
+        }
+    }
+
+    /// Records that a held block is full with `tokens` (whose chained hash is `hash`), so
+    /// later prompts with the same prefix can share it.
+    pub fn register_full(&mut self, id: BlockId, hash: BlockHash, tokens: &[u32]) {
+        if !self.prefix_caching || self.by_hash.contains_key(&hash) {
+            return;
+        }
+        self.blocks[id.index()].cached = Some(CachedContent {
+            hash,
+            tokens: tokens.to_vec(),
+        });
+        self.by_hash.insert(hash, id);
+    }
+
+    fn push_free(&mut self, id: BlockId) {
+        let tick = self.next_tick;
+        self.next_tick += 1;
+        self.blocks[id.index()].free_since = Some(tick);
+        self.free.insert(tick, id);
+    }
+
+    /// Checks internal consistency; `Err` describes the first violation. Used by tests.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        for (i, b) in self.blocks.iter().enumerate() {
+            let in_free = b.free_since.is_some_and(|t| self.free.get(&t) == Some(&BlockId(i as u32)));
+            if (b.ref_count == 0) != in_free {
+                return Err(format!("block {i}: ref_count {} but in free list: {in_free}", b.ref_count));
+            }
+        }
+        for (hash, id) in &self.by_hash {
+            if self.blocks[id.index()].cached.as_ref().map(|c| c.hash) != Some(*hash) {
+                return Err(format!("hash index points at block {id:?} with other content"));
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,139 @@
+//! Random weights of a real architecture's shape (like vLLM's `--load-format dummy`):
+//! the same speed as the real model, no download.
+
+use super::Checkpoint;
+use crate::error::{EngineError, Result};
+use crate::model_config::ModelConfig;
+use candle_core::quantized::{GgmlDType, QTensor};
+use candle_core::{Device, Tensor};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DummyDType {
+    Q8_0,
+    /// Values rounded to BF16, computed in f32 (candle has no fast BF16 CPU matmul).
+    BF16,
+    F32,
+}
+
+impl std::str::FromStr for DummyDType {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "q8_0" => Ok(Self::Q8_0),
+            "bf16" => Ok(Self::BF16),
+            "f32" => Ok(Self::F32),
+            other => Err(format!("unknown dummy dtype {other:?} (q8_0, bf16, f32)")),
+        }
+    }
+}
+
+pub struct DummyCheckpoint {
+    origin: PathBuf,
+    config: ModelConfig,
+    dtype: DummyDType,
+    seed: u64,
+}
+
+impl DummyCheckpoint {
+    /// `shape` names a published architecture: `qwen3-0.6b` or `smollm2-135m`.
+    pub fn new(shape: &str, dtype: DummyDType, seed: u64) -> Result<Self> {
+        let config = match shape.to_ascii_lowercase().as_str() {
+            "qwen3-0.6b" => ModelConfig::qwen3_0_6b(),
+            "smollm2-135m" => ModelConfig::smollm2_135m(),
+            other => {
+                return Err(EngineError::Unsupported(format!(
+                    "unknown dummy shape {other:?} (qwen3-0.6b, smollm2-135m)"
+                )))
+            }
+        };
+        Ok(Self::from_config(config, dtype, seed, shape))
+    }
+
+    pub fn from_config(config: ModelConfig, dtype: DummyDType, seed: u64, name: &str) -> Self {
+        Self {
+            origin: PathBuf::from(format!("dummy:{name}")),
+            config,
+            dtype,
+            seed,
+        }
+    }
+
+    fn shape_of(&self, name: &str) -> Option<Vec<usize>> {
+        let c = &self.config;
+        let (q, kv) = (c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim);
+        let shape = match name {
+            "token_embd.weight" | "output.weight" => vec![c.vocab_size, c.hidden_size],
+            "output_norm.weight" => vec![c.hidden_size],
+            _ => {
+                let leaf = name.strip_prefix("blk.")?.split_once('.')?.1;
+                match leaf {
+                    "attn_norm.weight" | "ffn_norm.weight" => vec![c.hidden_size],
+                    "attn_q_norm.weight" | "attn_k_norm.weight" if c.has_qk_norm() => {
+                        vec![c.head_dim]
+                    }
+                    "attn_q.weight" => vec![q, c.hidden_size],
+                    "attn_k.weight" | "attn_v.weight" => vec![kv, c.hidden_size],
+                    "attn_output.weight" => vec![c.hidden_size, q],
+                    "ffn_gate.weight" | "ffn_up.weight" => vec![c.intermediate_size, c.hidden_size],
+                    "ffn_down.weight" => vec![c.hidden_size, c.intermediate_size],
+                    _ => return None,
+                }
+            }
+        };
+        Some(shape)
+    }
+}
+
+impl Checkpoint for DummyCheckpoint {
+    fn config(&self) -> &ModelConfig {
+        &self.config
+    }
+
+    fn origin(&self) -> &Path {
+        &self.origin
+    }
+
+    fn has_tensor(&self, name: &str) -> bool {
+        if name == "output.weight" && self.config.tie_word_embeddings {
+            return false;
+        }
+        self.shape_of(name).is_some()
+    }
+
+    fn read_tensor(&mut self, name: &str) -> Result<QTensor> {
+        let shape = self
+            .shape_of(name)
+            .ok_or_else(|| EngineError::bad_file(&self.origin, format!("missing tensor {name}")))?;
+        let n: usize = shape.iter().product();
+        let values: Vec<f32> = if shape.len() == 1 {
+            vec![1.0; n]
+        } else {
+            // Seeded per tensor so every run builds the same model.
+            let mut rng = SmallRng::seed_from_u64(self.seed ^ fxhash(name));
+            let scale = 0.5 / (shape[1] as f32).sqrt();
+            (0..n).map(|_| rng.random_range(-scale..scale)).collect()
+        };
+        let values = match self.dtype {
+            DummyDType::BF16 => values
+                .into_iter()
+                .map(|v| half::bf16::from_f32(v).to_f32())
+                .collect(),
+            _ => values,
+        };
+        let tensor = Tensor::from_vec(values, shape.as_slice(), &Device::Cpu)?;
+        let dtype = match self.dtype {
+            DummyDType::Q8_0 if shape.len() == 2 => GgmlDType::Q8_0,
+            _ => GgmlDType::F32,
+        };
+        Ok(QTensor::quantize(&tensor, dtype)?)
+    }
+}
+
+fn fxhash(s: &str) -> u64 {
+    s.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
+    })
+}

@@ -1,0 +1,94 @@
+//! Checkpoints: a model's config plus its tensors, fetched by their GGUF names.
+//!
+//! Every format (GGUF, Hugging Face safetensors, random "dummy" weights) answers the same
+//! two questions, so the model code is written once against GGUF's tensor names.
+
+mod dummy_checkpoint;
+mod gguf_checkpoint;
+mod hf_checkpoint;
+
+pub use dummy_checkpoint::{DummyCheckpoint, DummyDType};
+pub use gguf_checkpoint::GgufCheckpoint;
+pub use hf_checkpoint::HfCheckpoint;
+
+use crate::error::{EngineError, Result};
+use crate::model_config::ModelConfig;
+use candle_core::quantized::{GgmlDType, QTensor};
+use std::path::Path;
+
+pub trait Checkpoint {
+    fn config(&self) -> &ModelConfig;
+    /// Where the weights come from, for error messages.
+    fn origin(&self) -> &Path;
+    fn has_tensor(&self, name: &str) -> bool;
+    /// Reads one tensor (shape `[out, in]` for matrices, as PyTorch orders them).
+    fn read_tensor(&mut self, name: &str) -> Result<QTensor>;
+
+    /// Reads a tensor and checks its shape, so a malformed file fails with its name.
+    fn tensor(&mut self, name: &str, shape: &[usize]) -> Result<QTensor> {
+        if !self.has_tensor(name) {
+            return Err(EngineError::bad_file(
+                self.origin(),
+                format!("missing tensor {name}"),
+            ));
+        }
+        let t = self.read_tensor(name)?;
+        if t.shape().dims() != shape {
+            return Err(EngineError::bad_file(
+                self.origin(),
+                format!(
+                    "tensor {name} has shape {:?}, expected {shape:?}",
+                    t.shape().dims()
+                ),
+            ));
+        }
+        Ok(t)
+    }
+}
+
+/// Opens a `.gguf` file or a Hugging Face model directory.
+pub fn open(path: &Path) -> Result<Box<dyn Checkpoint>> {
+    if path.is_dir() {
+        Ok(Box::new(HfCheckpoint::open(path)?))
+    } else if path.exists() {
+        Ok(Box::new(GgufCheckpoint::open(path)?))
+    } else {
+        Err(EngineError::bad_file(path, "no such file or directory"))
+    }
+}
+
+/// The tensor types we load; anything else is rejected by name rather than misread.
+pub(crate) fn is_supported_dtype(dtype: GgmlDType) -> bool {
+    use GgmlDType::*;
+    matches!(dtype, F32 | F16 | BF16 | Q8_0 | Q4_0 | Q4_1 | Q4K | Q5K | Q6K)
+}
+
+/// Maps a GGUF tensor name to its Hugging Face name.
+pub(crate) fn hf_name(gguf_name: &str) -> Option<String> {
+    let fixed = match gguf_name {
+        "token_embd.weight" => Some("model.embed_tokens.weight"),
+        "output_norm.weight" => Some("model.norm.weight"),
+        "output.weight" => Some("lm_head.weight"),
+        _ => None,
+    };
+    if let Some(name) = fixed {
+        return Some(name.to_string());
+    }
+    let rest = gguf_name.strip_prefix("blk.")?;
+    let (layer, leaf) = rest.split_once('.')?;
+    let hf_leaf = match leaf {
+        "attn_norm.weight" => "input_layernorm.weight",
+        "attn_q.weight" => "self_attn.q_proj.weight",
+        "attn_k.weight" => "self_attn.k_proj.weight",
+        "attn_v.weight" => "self_attn.v_proj.weight",
+        "attn_output.weight" => "self_attn.o_proj.weight",
+        "attn_q_norm.weight" => "self_attn.q_norm.weight",
+        "attn_k_norm.weight" => "self_attn.k_norm.weight",
+        "ffn_norm.weight" => "post_attention_layernorm.weight",
+        "ffn_gate.weight" => "mlp.gate_proj.weight",
+        "ffn_up.weight" => "mlp.up_proj.weight",
+        "ffn_down.weight" => "mlp.down_proj.weight",
+        _ => return None,
+    };
+    Some(format!("model.layers.{layer}.{hf_leaf}"))
+}

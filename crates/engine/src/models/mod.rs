@@ -1,0 +1,7 @@
+//! Model implementations. Each file mirrors one checkpoint family.
+
+pub mod layers;
+pub mod llama;
+
+pub use layers::WeightMode;
+pub use llama::Llama;

@@ -1,0 +1,163 @@
+//! `Sampler`: turns one row of logits into a token, applying penalties, temperature and
+//! truncation (top-k, top-p, min-p), and reports logprobs.
+
+use crate::sampling_params::SamplingParams;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use std::collections::HashMap;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct SampledToken {
+    pub token_id: u32,
+    /// Log-probability of the chosen token under the model's raw distribution.
+    pub logprob: f32,
+    /// The most likely tokens and their logprobs, when the request asked for them.
+    pub top_logprobs: Vec<(u32, f32)>,
+}
+
+/// What the sampler needs to know about a sequence's history.
+pub struct SamplingContext<'a> {
+    pub params: &'a SamplingParams,
+    pub prompt: &'a [u32],
+    pub output: &'a [u32],
+    /// The request's seed (drawn at admission when the user gave none).
+    pub seed: u64,
+    /// Tokens that must not be produced yet (EOS while `min_tokens` is unmet).
+    pub banned: &'a [u32],
+}
+
+pub struct Sampler;
+
+impl Sampler {
+    pub fn sample(logits: &[f32], ctx: &SamplingContext) -> SampledToken {
+        let mut work = logits.to_vec();
+        apply_penalties(&mut work, ctx);
+        for &id in ctx.banned {
+            if let Some(l) = work.get_mut(id as usize) {
+                *l = f32::NEG_INFINITY;
+            }
+        }
+        let token_id = if ctx.params.is_greedy() {
+            argmax(&work)
+        } else {
+            sample_random(&work, ctx)
+        };
+        // Logprobs describe the model's raw distribution, before penalties and temperature.
+        let lse = logsumexp(logits);
+        SampledToken {
+            token_id,
+            logprob: logits[token_id as usize] - lse,
+            top_logprobs: ctx
+                .params
+                .logprobs
+                .map(|k| top_k_indices(logits, k).into_iter().map(|i| (i as u32, logits[i] - lse)).collect())
+                .unwrap_or_default(),
+        }
+    }
+}
+
+fn apply_penalties(logits: &mut [f32], ctx: &SamplingContext) {
+    let p = ctx.params;
+    if p.repetition_penalty == 1.0 && p.frequency_penalty == 0.0 && p.presence_penalty == 0.0 {
+        return;
+    }
+    let mut counts: HashMap<u32, u32> = HashMap::new();
+    for &t in ctx.output {
+        *counts.entry(t).or_default() += 1;
+    }
+    let mut seen: Vec<u32> = ctx.prompt.iter().chain(ctx.output).copied().collect();
+    seen.sort_unstable();
+    seen.dedup();
+    // Repetition penalty (CTRL-style) covers prompt and output; the OpenAI penalties
+    // count only generated tokens.
+    for &t in &seen {
+        let Some(l) = logits.get_mut(t as usize) else { continue };
+        if p.repetition_penalty != 1.0 {
+            *l = if *l > 0.0 { *l / p.repetition_penalty } else { *l * p.repetition_penalty };
+        }
+        if let Some(&c) = counts.get(&t) {
+            *l -= p.frequency_penalty * c as f32 + p.presence_penalty;
+        }
+    }
+}
+
+/// Lowest index wins ties, so greedy decoding is deterministic.
+pub fn argmax(logits: &[f32]) -> u32 {
+    let mut best = 0;
+    for (i, &l) in logits.iter().enumerate() {
+        if l > logits[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+fn logsumexp(logits: &[f32]) -> f32 {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let sum: f32 = logits.iter().map(|l| (l - max).exp()).sum();
+    max + sum.ln()
+}
+
+/// Indices of the `k` largest values, largest first (ties: lower index first).
+fn top_k_indices(values: &[f32], k: usize) -> Vec<usize> {
+    let k = k.min(values.len());
+    let mut idx: Vec<usize> = (0..values.len()).collect();
+    let cmp = |a: &usize, b: &usize| values[*b].total_cmp(&values[*a]).then(a.cmp(b));
+    if k < idx.len() && k > 0 {
+        idx.select_nth_unstable_by(k - 1, cmp);
+        idx.truncate(k);
+    }
+    idx.sort_by(cmp);
+    idx
+}
+
+fn sample_random(logits: &[f32], ctx: &SamplingContext) -> u32 {
+    let p = ctx.params;
+    let scaled: Vec<f32> = logits.iter().map(|l| l / p.temperature).collect();
+    // Candidates, most likely first: top-k (or everything), grown until top-p is covered.
+    let limit = p.top_k.unwrap_or(scaled.len()).min(scaled.len());
+    let max = scaled.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let total: f32 = scaled.iter().map(|l| (l - max).exp()).sum();
+    let mut take = limit.min(64);
+    let candidates = loop {
+        let c = top_k_indices(&scaled, take);
+        let mass: f32 = c.iter().map(|&i| (scaled[i] - max).exp()).sum::<f32>() / total;
+        if take >= limit || mass >= p.top_p {
+            break c;
+        }
+        take = (take * 4).min(limit);
+    };
+    let mut kept = Vec::with_capacity(candidates.len());
+    let mut cumulative = 0.0;
+    for &i in &candidates {
+        let prob = (scaled[i] - max).exp() / total;
+        kept.push((i, prob));
+        cumulative += prob;
+        if cumulative >= p.top_p {
+            break;
+        }
+    }
+    apply_min_p(&mut kept, p.min_p);
+    let mass: f32 = kept.iter().map(|(_, q)| q).sum();
+    let mut u = step_rng(ctx.seed, ctx.output.len()).random::<f32>() * mass;
+    for &(i, q) in &kept {
+        if u < q {
+            return i as u32;
+        }
+        u -= q;
+    }
+    kept.last().map(|(i, _)| *i as u32).unwrap_or_else(|| argmax(logits))
+}
+
+/// Keeps tokens whose probability is at least `min_p` times the top token's.
+fn apply_min_p(kept: &mut Vec<(usize, f32)>, min_p: f32) {
+    if let Some(&(_, top)) = kept.first() {
+        kept.retain(|&(_, q)| q >= min_p * top);
+    }
+}
+
+/// A fresh generator per (request seed, output index): the draw for token `n` never
+/// depends on batching, chunking or preemption history.
+fn step_rng(seed: u64, step: usize) -> StdRng {
+    StdRng::seed_from_u64(seed ^ (step as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15))
+}

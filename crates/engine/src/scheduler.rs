@@ -1,0 +1,379 @@
+//! `Scheduler`: the policy. Each step has one token budget; running sequences close their
+//! gap first (in admission order — a decode is just a gap of one), then waiting prompts
+//! are admitted in chunks with what is left. When blocks run out, the most recently
+//! admitted (or least important) running sequence is preempted and recomputed later.
+
+use crate::block_manager::{BlockHash, BlockManager};
+use crate::forward_batch::ForwardBatch;
+use crate::request::{FinishReason, SeqId};
+use crate::sampler::SampledToken;
+use crate::sequence::Sequence;
+use std::collections::VecDeque;
+use std::time::Instant;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SchedulingPolicy {
+    #[default]
+    Fcfs,
+    /// Lowest `priority` value first, then arrival order; preempts the highest value first.
+    Priority,
+}
+
+impl std::str::FromStr for SchedulingPolicy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "fcfs" => Ok(Self::Fcfs),
+            "priority" => Ok(Self::Priority),
+            other => Err(format!("unknown scheduling policy {other:?} (fcfs, priority)")),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct SchedulerConfig {
+    pub max_num_batched_tokens: usize,
+    pub max_num_seqs: usize,
+    /// Caps any one sequence's share of a step, so a long prompt cannot starve others.
+    pub long_prefill_token_threshold: Option<usize>,
+    pub policy: SchedulingPolicy,
+    pub max_model_len: usize,
+    pub eos_token_ids: Vec<u32>,
+}
+
+/// One sequence's share of a step: tokens `start..start + len` are computed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScheduledChunk {
+    pub seq_id: SeqId,
+    pub start: usize,
+    pub len: usize,
+    /// The chunk reaches the end of the known tokens, so its last row yields a new token.
+    pub sample: bool,
+}
+
+#[derive(Debug, Default)]
+pub struct SchedulerOutput {
+    pub chunks: Vec<ScheduledChunk>,
+    pub preempted: Vec<SeqId>,
+    pub batch: ForwardBatch,
+}
+
+impl SchedulerOutput {
+    pub fn is_empty(&self) -> bool {
+        self.chunks.is_empty()
+    }
+
+    pub fn num_tokens(&self) -> usize {
+        self.chunks.iter().map(|c| c.len).sum()
+    }
+}
+
+/// What happened to a sequence in `update`.
+#[derive(Debug)]
+pub struct SeqUpdate {
+    pub seq_id: SeqId,
+    pub token: SampledToken,
+    pub time: Instant,
+    /// Set when this token ended the sequence; the sequence itself is returned with it.
+    pub finished: Option<Sequence>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct SchedulerStats {
+    pub num_running: usize,
+    pub num_waiting: usize,
+    pub kv_cache_usage: f64,
+    /// Prompt tokens looked up in the prefix cache, and how many were found.
+    pub prefix_cache_queries: u64,
+    pub prefix_cache_hits: u64,
+    pub num_preemptions: u64,
+}
+
+pub struct Scheduler {
+    config: SchedulerConfig,
+    blocks: BlockManager,
+    waiting: VecDeque<Sequence>,
+    running: Vec<Sequence>,
+    stats: SchedulerStats,
+}
+
+impl Scheduler {
+    pub fn new(config: SchedulerConfig, blocks: BlockManager) -> Self {
+        Self {
+            config,
+            blocks,
+            waiting: VecDeque::new(),
+            running: Vec::new(),
+            stats: SchedulerStats::default(),
+        }
+    }
+
+    pub fn config(&self) -> &SchedulerConfig {
+        &self.config
+    }
+
+    pub fn block_manager(&self) -> &BlockManager {
+        &self.blocks
+    }
+
+    pub fn add(&mut self, seq: Sequence) {
+        self.waiting.push_back(seq);
+    }
+
+    pub fn has_unfinished(&self) -> bool {
+        !self.waiting.is_empty() || !self.running.is_empty()
+    }
+
+    pub fn num_waiting(&self) -> usize {
+        self.waiting.len()
+    }
+
+    pub fn running(&self) -> &[Sequence] {
+        &self.running
+    }
+
+    pub fn get(&self, id: SeqId) -> Option<&Sequence> {
+        self.running.iter().chain(self.waiting.iter()).find(|s| s.id == id)
+    }
+
+    pub fn stats(&self) -> SchedulerStats {
+        SchedulerStats {
+            num_running: self.running.len(),
+            num_waiting: self.waiting.len(),
+            kv_cache_usage: self.blocks.usage(),
+            ..self.stats.clone()
+        }
+    }
+
+    /// Plans one step within the token budget and lays out its `ForwardBatch`.
+    pub fn schedule(&mut self) -> SchedulerOutput {
+        let mut out = SchedulerOutput::default();
+        let mut budget = self.config.max_num_batched_tokens;
+        self.schedule_running(&mut budget, &mut out);
+        // A step that had to preempt is short of blocks: admitting newcomers would only
+        // preempt them again.
+        if out.preempted.is_empty() {
+            self.schedule_waiting(&mut budget, &mut out);
+        }
+        self.build_batch(&mut out);
+        out
+    }
+
+    fn chunk_len(&self, gap: usize, budget: usize) -> usize {
+        let cap = self.config.long_prefill_token_threshold.unwrap_or(usize::MAX);
+        gap.min(budget).min(cap)
+    }
+
+    fn schedule_running(&mut self, budget: &mut usize, out: &mut SchedulerOutput) {
+        let bs = self.blocks.block_size();
+        let mut i = 0;
+        while i < self.running.len() && *budget > 0 {
+            let n = self.chunk_len(self.running[i].gap(), *budget);
+            let need = self.running[i].blocks_needed(self.running[i].num_computed + n, bs);
+            let new_blocks = loop {
+                if let Some(blocks) = self.blocks.allocate(need) {
+                    break Some(blocks);
+                }
+                let victim = self.pick_victim(i);
+                self.preempt(victim, out);
+                if victim == i {
+                    break None;
+                }
+            };
+            let Some(new_blocks) = new_blocks else { break };
+            let seq = &mut self.running[i];
+            seq.block_table.extend(new_blocks);
+            out.chunks.push(ScheduledChunk {
+                seq_id: seq.id,
+                start: seq.num_computed,
+                len: n,
+                sample: seq.num_computed + n == seq.tokens.len(),
+            });
+            *budget -= n;
+            i += 1;
+        }
+    }
+
+    /// Index (≥ `from`, among sequences not yet scheduled this step) of the one to preempt.
+    fn pick_victim(&self, from: usize) -> usize {
+        match self.config.policy {
+            SchedulingPolicy::Fcfs => self.running.len() - 1,
+            SchedulingPolicy::Priority => (from..self.running.len())
+                .max_by_key(|&j| (self.running[j].priority, self.running[j].arrival_seq))
+                .unwrap_or(from),
+        }
+    }
+
+    /// Preemption by recompute: drop the KV, keep the tokens, queue it first.
+    fn preempt(&mut self, index: usize, out: &mut SchedulerOutput) {
+        let mut seq = self.running.remove(index);
+        self.free_blocks(&mut seq);
+        seq.num_computed = 0;
+        seq.num_preemptions += 1;
+        self.stats.num_preemptions += 1;
+        out.preempted.push(seq.id);
+        self.waiting.push_front(seq);
+    }
+
+    fn free_blocks(&mut self, seq: &mut Sequence) {
+        // Tail blocks first, so the LRU evicts a prompt's end before its shareable start.
+        for &id in seq.block_table.iter().rev() {
+            self.blocks.release(id);
+        }
+        seq.block_table.clear();
+        seq.block_hashes.clear();
+    }
+
+    fn next_waiting(&self) -> Option<usize> {
+        match self.config.policy {
+            SchedulingPolicy::Fcfs => (!self.waiting.is_empty()).then_some(0),
+            SchedulingPolicy::Priority => (0..self.waiting.len())
+                .min_by_key(|&j| (self.waiting[j].priority, self.waiting[j].arrival_seq)),
+        }
+    }
+
+    fn schedule_waiting(&mut self, budget: &mut usize, out: &mut SchedulerOutput) {
+        let bs = self.blocks.block_size();
+        while *budget > 0 && self.running.len() < self.config.max_num_seqs {
+            let Some(index) = self.next_waiting() else { break };
+            let seq = &self.waiting[index];
+            let hashes = if self.blocks.prefix_caching() {
+                BlockHash::of_full_blocks(&seq.tokens, bs)
+            } else {
+                Vec::new()
+            };
+            let mut hits = self.blocks.lookup_prefix(&seq.tokens, &hashes);
+            // At least one token must be computed to produce logits; recomputing a whole
+            // block (never writing into a shared one) keeps cached blocks read-only.
+            if hits.len() * bs >= seq.tokens.len() {
+                hits.pop();
+            }
+            let cached = hits.len() * bs;
+            let n = self.chunk_len(seq.tokens.len() - cached, *budget);
+            let new = (cached + n).div_ceil(bs) - hits.len();
+            if new + self.blocks.count_free(&hits) > self.blocks.num_free() {
+                break; // Wait for blocks; newcomers never preempt.
+            }
+            let mut seq = self.waiting.remove(index).expect("index from next_waiting");
+            for &id in &hits {
+                self.blocks.acquire(id);
+            }
+            let fresh = self.blocks.allocate(new).expect("checked free count above");
+            seq.block_hashes = hashes[..hits.len()].to_vec();
+            seq.block_table = hits;
+            seq.block_table.extend(fresh);
+            seq.num_computed = cached;
+            if seq.timings.first_scheduled.is_none() {
+                seq.timings.first_scheduled = Some(Instant::now());
+                seq.cached_prompt_tokens = cached;
+                self.stats.prefix_cache_queries += seq.prompt_len as u64;
+                self.stats.prefix_cache_hits += cached as u64;
+            }
+            out.chunks.push(ScheduledChunk {
+                seq_id: seq.id,
+                start: cached,
+                len: n,
+                sample: cached + n == seq.tokens.len(),
+            });
+            *budget -= n;
+            self.running.push(seq);
+        }
+    }
+
+    fn build_batch(&self, out: &mut SchedulerOutput) {
+        let bs = self.blocks.block_size();
+        for chunk in &out.chunks {
+            let seq = self.running.iter().find(|s| s.id == chunk.seq_id).expect("scheduled seq is running");
+            let tokens = &seq.tokens[chunk.start..chunk.start + chunk.len];
+            out.batch.push_seq(tokens, chunk.start, &seq.block_table, bs, chunk.sample);
+        }
+    }
+
+    /// Records a step's results: computed counts advance, full blocks enter the prefix
+    /// cache, sampled tokens are appended, and finished sequences leave with their blocks
+    /// freed.
+    pub fn update(&mut self, out: &SchedulerOutput, sampled: Vec<(SeqId, SampledToken)>) -> Vec<SeqUpdate> {
+        let now = Instant::now();
+        for chunk in &out.chunks {
+            if let Some(i) = self.running_index(chunk.seq_id) {
+                self.running[i].num_computed += chunk.len;
+                self.register_full_blocks(i);
+            }
+        }
+        let mut updates = Vec::with_capacity(sampled.len());
+        for (seq_id, token) in sampled {
+            let Some(i) = self.running_index(seq_id) else { continue };
+            let seq = &mut self.running[i];
+            seq.tokens.push(token.token_id);
+            if seq.timings.first_token.is_none() {
+                seq.timings.first_token = Some(now);
+            }
+            seq.timings.token_times.push(now);
+            let finished = self.stop_reason(&self.running[i]).map(|reason| {
+                let mut seq = self.running.remove(i);
+                seq.finish = Some(reason);
+                seq.timings.finished = Some(now);
+                self.free_blocks(&mut seq);
+                seq
+            });
+            updates.push(SeqUpdate { seq_id, token, time: now, finished });
+        }
+        updates
+    }
+
+    fn running_index(&self, id: SeqId) -> Option<usize> {
+        self.running.iter().position(|s| s.id == id)
+    }
+
+    fn register_full_blocks(&mut self, i: usize) {
+        let bs = self.blocks.block_size();
+        let seq = &mut self.running[i];
+        while (seq.block_hashes.len() + 1) * bs <= seq.num_computed {
+            let b = seq.block_hashes.len();
+            let tokens = &seq.tokens[b * bs..(b + 1) * bs];
+            let hash = BlockHash::chain(seq.block_hashes.last().copied(), tokens);
+            self.blocks.register_full(seq.block_table[b], hash, tokens);
+            seq.block_hashes.push(hash);
+        }
+    }
+
+    /// Tokens the sequence may not produce yet (EOS and stop ids before `min_tokens`).
+    pub fn banned_tokens(&self, seq: &Sequence) -> Vec<u32> {
+        if seq.output().len() >= seq.params.min_tokens {
+            return Vec::new();
+        }
+        let mut banned = seq.params.stop_token_ids.clone();
+        if !seq.params.ignore_eos {
+            banned.extend(&self.config.eos_token_ids);
+        }
+        banned
+    }
+
+    fn stop_reason(&self, seq: &Sequence) -> Option<FinishReason> {
+        let last = *seq.tokens.last()?;
+        let n = seq.output().len();
+        let p = &seq.params;
+        let eos = !p.ignore_eos && self.config.eos_token_ids.contains(&last);
+        if n >= p.min_tokens && (eos || p.stop_token_ids.contains(&last)) {
+            return Some(FinishReason::Stop);
+        }
+        if n >= p.max_tokens || seq.tokens.len() >= self.config.max_model_len {
+            return Some(FinishReason::Length);
+        }
+        None
+    }
+
+    /// Removes a request wherever it is, freeing its blocks at once.
+    pub fn abort(&mut self, id: SeqId) -> Option<Sequence> {
+        let mut seq = if let Some(i) = self.running_index(id) {
+            self.running.remove(i)
+        } else {
+            let i = self.waiting.iter().position(|s| s.id == id)?;
+            self.waiting.remove(i)?
+        };
+        self.free_blocks(&mut seq);
+        seq.finish = Some(FinishReason::Abort);
+        seq.timings.finished = Some(Instant::now());
+        Some(seq)
+    }
+}

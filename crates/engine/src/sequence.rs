@@ -1,0 +1,49 @@
+//! `Sequence`: the engine's state for one request — its tokens, how many of them have
+//! their keys/values computed, and the blocks holding them.
+
+use crate::block_manager::{BlockHash, BlockId};
+use crate::request::{FinishReason, RequestTimings, SeqId};
+use crate::sampling_params::SamplingParams;
+
+#[derive(Debug, Clone)]
+pub struct Sequence {
+    pub id: SeqId,
+    /// Prompt followed by generated tokens.
+    pub tokens: Vec<u32>,
+    pub prompt_len: usize,
+    /// Leading tokens whose keys/values are in the cache. The gap to `tokens.len()` is
+    /// what the scheduler closes: a whole prompt, a chunk of it, or one decode token.
+    pub num_computed: usize,
+    pub block_table: Vec<BlockId>,
+    /// Hashes of the full blocks already offered to the prefix cache.
+    pub block_hashes: Vec<BlockHash>,
+    pub params: SamplingParams,
+    pub seed: u64,
+    pub priority: i32,
+    /// Admission order, for FCFS and for choosing whom to preempt.
+    pub arrival_seq: u64,
+    /// Prompt tokens served from the prefix cache at first admission.
+    pub cached_prompt_tokens: usize,
+    pub num_preemptions: usize,
+    pub finish: Option<FinishReason>,
+    pub timings: RequestTimings,
+}
+
+impl Sequence {
+    pub fn output(&self) -> &[u32] {
+        &self.tokens[self.prompt_len..]
+    }
+
+    pub fn prompt(&self) -> &[u32] {
+        &self.tokens[..self.prompt_len]
+    }
+
+    /// Tokens known but not yet computed.
+    pub fn gap(&self) -> usize {
+        self.tokens.len() - self.num_computed
+    }
+
+    pub fn blocks_needed(&self, num_tokens: usize, block_size: usize) -> usize {
+        num_tokens.div_ceil(block_size).saturating_sub(self.block_table.len())
+    }
+}
