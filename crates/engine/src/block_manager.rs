@@ -123,7 +123,12 @@ impl BlockManager {
         for (i, hash) in hashes.iter().enumerate() {
             let want = &tokens[i * self.block_size..(i + 1) * self.block_size];
             match self.by_hash.get(hash) {
-                Some(&id) if self.blocks[id.index()].cached.as_ref().is_some_and(|c| c.tokens == want) => {
+                Some(&id)
+                    if self.blocks[id.index()]
+                        .cached
+                        .as_ref()
+                        .is_some_and(|c| c.tokens == want) =>
+                {
                     hits.push(id)
                 }
                 _ => break,
@@ -134,7 +139,9 @@ impl BlockManager {
 
     /// How many of `ids` sit in the free pool (taking them shrinks what `allocate` can give).
     pub fn count_free(&self, ids: &[BlockId]) -> usize {
-        ids.iter().filter(|id| self.blocks[id.index()].ref_count == 0).count()
+        ids.iter()
+            .filter(|id| self.blocks[id.index()].ref_count == 0)
+            .count()
     }
 
     /// Takes another reference to a block (a prefix-cache hit).
@@ -201,14 +208,21 @@ impl BlockManager {
     /// Checks internal consistency; `Err` describes the first violation. Used by tests.
     pub fn check_invariants(&self) -> Result<(), String> {
         for (i, b) in self.blocks.iter().enumerate() {
-            let in_free = b.free_since.is_some_and(|t| self.free.get(&t) == Some(&BlockId(i as u32)));
+            let in_free = b
+                .free_since
+                .is_some_and(|t| self.free.get(&t) == Some(&BlockId(i as u32)));
             if (b.ref_count == 0) != in_free {
-                return Err(format!("block {i}: ref_count {} but in free list: {in_free}", b.ref_count));
+                return Err(format!(
+                    "block {i}: ref_count {} but in free list: {in_free}",
+                    b.ref_count
+                ));
             }
         }
         for (hash, id) in &self.by_hash {
             if self.blocks[id.index()].cached.as_ref().map(|c| c.hash) != Some(*hash) {
-                return Err(format!("hash index points at block {id:?} with other content"));
+                return Err(format!(
+                    "hash index points at block {id:?} with other content"
+                ));
             }
         }
         Ok(())

@@ -10,7 +10,9 @@ use crate::model_runner::{Logits, ModelRunner};
 use crate::models::{Llama, WeightMode};
 use crate::request::{FinishReason, Request, RequestEvent, RequestTimings, SeqId};
 use crate::sampler::{SampledToken, Sampler, SamplingContext};
-use crate::scheduler::{Scheduler, SchedulerConfig, SchedulerOutput, SchedulerStats, SchedulingPolicy, SeqUpdate};
+use crate::scheduler::{
+    Scheduler, SchedulerConfig, SchedulerOutput, SchedulerStats, SchedulingPolicy, SeqUpdate,
+};
 use crate::sequence::Sequence;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -75,7 +77,10 @@ impl EngineLimits {
             return bad("the prompt is empty".into());
         }
         if let Some(&t) = req.prompt.iter().find(|&&t| t as usize >= self.vocab_size) {
-            return bad(format!("token id {t} is outside the vocabulary (size {})", self.vocab_size));
+            return bad(format!(
+                "token id {t} is outside the vocabulary (size {})",
+                self.vocab_size
+            ));
         }
         if req.prompt.len() >= self.max_model_len {
             return bad(format!(
@@ -126,10 +131,15 @@ impl Engine {
         let model_config = ckpt.config().clone();
         let num_blocks = match config.num_kv_blocks {
             Some(n) => n,
-            None => config.kv_cache_memory_bytes / (model_config.kv_bytes_per_token() * config.block_size),
+            None => {
+                config.kv_cache_memory_bytes
+                    / (model_config.kv_bytes_per_token() * config.block_size)
+            }
         };
         if num_blocks == 0 || config.block_size == 0 {
-            return Err(EngineError::InvalidConfig("the KV cache has no blocks".into()));
+            return Err(EngineError::InvalidConfig(
+                "the KV cache has no blocks".into(),
+            ));
         }
         let pool_tokens = num_blocks * config.block_size;
         let max_model_len = match config.max_model_len {
@@ -198,14 +208,22 @@ impl Engine {
     }
 
     /// Queues a request; its events arrive on the returned receiver.
-    pub fn add_request(&mut self, req: Request) -> Result<(SeqId, UnboundedReceiver<RequestEvent>)> {
+    pub fn add_request(
+        &mut self,
+        req: Request,
+    ) -> Result<(SeqId, UnboundedReceiver<RequestEvent>)> {
         let (tx, rx) = unbounded_channel();
         let id = self.enqueue(req, tx, Instant::now())?;
         Ok((id, rx))
     }
 
     /// Queues a request whose channel and arrival time the caller made.
-    pub fn enqueue(&mut self, req: Request, events: UnboundedSender<RequestEvent>, arrival: Instant) -> Result<SeqId> {
+    pub fn enqueue(
+        &mut self,
+        req: Request,
+        events: UnboundedSender<RequestEvent>,
+        arrival: Instant,
+    ) -> Result<SeqId> {
         self.limits.validate(&req)?;
         if self.scheduler.num_waiting() >= self.limits.max_waiting {
             return Err(EngineError::Overloaded(self.limits.max_waiting));
@@ -255,12 +273,20 @@ impl Engine {
     }
 
     fn sample(&self, out: &SchedulerOutput, logits: &Logits) -> Vec<(SeqId, SampledToken)> {
-        let sampling: Vec<_> = out.chunks.iter().filter(|c| c.sample).map(|c| c.seq_id).collect();
+        let sampling: Vec<_> = out
+            .chunks
+            .iter()
+            .filter(|c| c.sample)
+            .map(|c| c.seq_id)
+            .collect();
         sampling
             .par_iter()
             .enumerate()
             .map(|(row, &id)| {
-                let seq = self.scheduler.get(id).expect("scheduled sequences are running");
+                let seq = self
+                    .scheduler
+                    .get(id)
+                    .expect("scheduled sequences are running");
                 let banned = self.scheduler.banned_tokens(seq);
                 let ctx = SamplingContext {
                     params: &seq.params,
@@ -303,7 +329,12 @@ impl Engine {
 
     /// Requests whose receiver is gone (a client that disconnected) stop consuming blocks.
     fn abort_abandoned(&mut self) {
-        let gone: Vec<SeqId> = self.streams.iter().filter(|(_, tx)| tx.is_closed()).map(|(id, _)| *id).collect();
+        let gone: Vec<SeqId> = self
+            .streams
+            .iter()
+            .filter(|(_, tx)| tx.is_closed())
+            .map(|(id, _)| *id)
+            .collect();
         for id in gone {
             self.abort(id);
         }
@@ -332,7 +363,13 @@ pub fn collect_completion(mut rx: UnboundedReceiver<RequestEvent>) -> Option<Com
     while let Ok(event) = rx.try_recv() {
         match event {
             RequestEvent::Token { token, .. } => tokens.push(token),
-            RequestEvent::Finished { reason, prompt_tokens, cached_prompt_tokens, timings, .. } => {
+            RequestEvent::Finished {
+                reason,
+                prompt_tokens,
+                cached_prompt_tokens,
+                timings,
+                ..
+            } => {
                 return Some(Completion {
                     prompt_tokens,
                     tokens,

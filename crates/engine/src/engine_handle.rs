@@ -78,7 +78,12 @@ impl EngineHandle {
         let (events, rx) = unbounded_channel();
         let (reply, answer) = channel();
         self.commands
-            .send(Command::Add { request, events, arrival: Instant::now(), reply })
+            .send(Command::Add {
+                request,
+                events,
+                arrival: Instant::now(),
+                reply,
+            })
             .map_err(|_| EngineError::EngineStopped)?;
         let id = answer.recv().map_err(|_| EngineError::EngineStopped)??;
         Ok(RequestStream { id, events: rx })
@@ -130,7 +135,12 @@ fn run(mut engine: Engine, commands: Receiver<Command>, stats: Arc<Mutex<Schedul
 /// Applies one command; `false` means stop.
 fn apply(engine: &mut Engine, cmd: Command) -> bool {
     match cmd {
-        Command::Add { request, events, arrival, reply } => {
+        Command::Add {
+            request,
+            events,
+            arrival,
+            reply,
+        } => {
             let _ = reply.send(engine.enqueue(request, events, arrival));
         }
         Command::Abort(id) => engine.abort(id),

@@ -43,7 +43,14 @@ impl ForwardBatch {
     }
 
     /// Appends one sequence's chunk `tokens` starting at position `start`.
-    pub fn push_seq(&mut self, tokens: &[u32], start: usize, block_table: &[BlockId], block_size: usize, sample: bool) {
+    pub fn push_seq(
+        &mut self,
+        tokens: &[u32],
+        start: usize,
+        block_table: &[BlockId],
+        block_size: usize,
+        sample: bool,
+    ) {
         let first = self.token_ids.len();
         let index = self.seqs.len();
         for (i, &tok) in tokens.iter().enumerate() {

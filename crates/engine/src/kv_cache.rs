@@ -50,8 +50,7 @@ impl KvCache {
         let layer = &mut self.layers[layer];
         for (row, &slot) in slots.iter().enumerate() {
             layer.keys[slot * w..(slot + 1) * w].copy_from_slice(&keys[row * w..(row + 1) * w]);
-            layer.values[slot * w..(slot + 1) * w]
-                .copy_from_slice(&values[row * w..(row + 1) * w]);
+            layer.values[slot * w..(slot + 1) * w].copy_from_slice(&values[row * w..(row + 1) * w]);
         }
     }
 }

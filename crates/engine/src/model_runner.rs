@@ -26,7 +26,12 @@ impl Logits {
 impl ModelRunner {
     pub fn new(model: Llama, num_blocks: usize, block_size: usize) -> Self {
         let c = model.config();
-        let kv_cache = KvCache::new(c.num_layers, num_blocks, block_size, c.num_kv_heads * c.head_dim);
+        let kv_cache = KvCache::new(
+            c.num_layers,
+            num_blocks,
+            block_size,
+            c.num_kv_heads * c.head_dim,
+        );
         Self { model, kv_cache }
     }
 

@@ -19,7 +19,12 @@ pub struct AttentionShape {
 }
 
 /// `q`: `[T, num_heads * head_dim]` (already rotated) → `[T, num_heads * head_dim]`.
-pub fn paged_attention(q: &[f32], kv: &KvLayer, batch: &ForwardBatch, shape: AttentionShape) -> Vec<f32> {
+pub fn paged_attention(
+    q: &[f32],
+    kv: &KvLayer,
+    batch: &ForwardBatch,
+    shape: AttentionShape,
+) -> Vec<f32> {
     let group = shape.num_heads / shape.num_kv_heads;
     let chunk = group * shape.head_dim;
     let mut out = vec![0.0f32; q.len()];
@@ -54,7 +59,8 @@ struct Task<'a> {
 impl Task<'_> {
     fn run(&self, out: &mut [f32]) {
         #[cfg(target_arch = "x86_64")]
-        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
+        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+        {
             // SAFETY: the CPU supports the features the function is compiled for.
             return unsafe { self.run_avx2(out) };
         }
@@ -69,7 +75,12 @@ impl Task<'_> {
 
     #[inline(always)]
     fn run_portable(&self, out: &mut [f32]) {
-        let AttentionShape { head_dim, block_size, num_kv_heads, .. } = self.shape;
+        let AttentionShape {
+            head_dim,
+            block_size,
+            num_kv_heads,
+            ..
+        } = self.shape;
         let group = self.q.len() / head_dim;
         let width = num_kv_heads * head_dim;
         let scale = 1.0 / (head_dim as f32).sqrt();
@@ -98,7 +109,11 @@ impl Task<'_> {
         for j in 0..n {
             let v = self.row(&self.kv.values, j, width, block_size);
             for g in 0..group {
-                axpy(&mut out[g * head_dim..(g + 1) * head_dim], scores[g * n + j], v);
+                axpy(
+                    &mut out[g * head_dim..(g + 1) * head_dim],
+                    scores[g * n + j],
+                    v,
+                );
             }
         }
     }

@@ -50,7 +50,12 @@ impl Sampler {
             top_logprobs: ctx
                 .params
                 .logprobs
-                .map(|k| top_k_indices(logits, k).into_iter().map(|i| (i as u32, logits[i] - lse)).collect())
+                .map(|k| {
+                    top_k_indices(logits, k)
+                        .into_iter()
+                        .map(|i| (i as u32, logits[i] - lse))
+                        .collect()
+                })
                 .unwrap_or_default(),
         }
     }
@@ -71,9 +76,15 @@ fn apply_penalties(logits: &mut [f32], ctx: &SamplingContext) {
     // Repetition penalty (CTRL-style) covers prompt and output; the OpenAI penalties
     // count only generated tokens.
     for &t in &seen {
-        let Some(l) = logits.get_mut(t as usize) else { continue };
+        let Some(l) = logits.get_mut(t as usize) else {
+            continue;
+        };
         if p.repetition_penalty != 1.0 {
-            *l = if *l > 0.0 { *l / p.repetition_penalty } else { *l * p.repetition_penalty };
+            *l = if *l > 0.0 {
+                *l / p.repetition_penalty
+            } else {
+                *l * p.repetition_penalty
+            };
         }
         if let Some(&c) = counts.get(&t) {
             *l -= p.frequency_penalty * c as f32 + p.presence_penalty;
@@ -146,7 +157,9 @@ fn sample_random(logits: &[f32], ctx: &SamplingContext) -> u32 {
         }
         u -= q;
     }
-    kept.last().map(|(i, _)| *i as u32).unwrap_or_else(|| argmax(logits))
+    kept.last()
+        .map(|(i, _)| *i as u32)
+        .unwrap_or_else(|| argmax(logits))
 }
 
 /// Keeps tokens whose probability is at least `min_p` times the top token's.

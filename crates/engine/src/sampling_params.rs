@@ -61,7 +61,10 @@ impl SamplingParams {
     pub fn validate(&self) -> Result<()> {
         let bad = |m: String| Err(EngineError::InvalidRequest(m));
         if !(self.temperature >= 0.0 && self.temperature.is_finite()) {
-            return bad(format!("temperature must be >= 0, got {}", self.temperature));
+            return bad(format!(
+                "temperature must be >= 0, got {}",
+                self.temperature
+            ));
         }
         if !(self.top_p > 0.0 && self.top_p <= 1.0) {
             return bad(format!("top_p must be in (0, 1], got {}", self.top_p));
@@ -73,9 +76,15 @@ impl SamplingParams {
             return bad("top_k must be at least 1 (omit it to disable)".into());
         }
         if !(self.repetition_penalty > 0.0 && self.repetition_penalty.is_finite()) {
-            return bad(format!("repetition_penalty must be > 0, got {}", self.repetition_penalty));
+            return bad(format!(
+                "repetition_penalty must be > 0, got {}",
+                self.repetition_penalty
+            ));
         }
-        for (name, v) in [("frequency_penalty", self.frequency_penalty), ("presence_penalty", self.presence_penalty)] {
+        for (name, v) in [
+            ("frequency_penalty", self.frequency_penalty),
+            ("presence_penalty", self.presence_penalty),
+        ] {
             if !(-2.0..=2.0).contains(&v) {
                 return bad(format!("{name} must be in [-2, 2], got {v}"));
             }
@@ -84,10 +93,15 @@ impl SamplingParams {
             return bad("max_tokens must be at least 1".into());
         }
         if self.min_tokens > self.max_tokens {
-            return bad(format!("min_tokens ({}) exceeds max_tokens ({})", self.min_tokens, self.max_tokens));
+            return bad(format!(
+                "min_tokens ({}) exceeds max_tokens ({})",
+                self.min_tokens, self.max_tokens
+            ));
         }
         if self.logprobs.is_some_and(|k| k > MAX_LOGPROBS) {
-            return bad(format!("logprobs may ask for at most {MAX_LOGPROBS} alternatives"));
+            return bad(format!(
+                "logprobs may ask for at most {MAX_LOGPROBS} alternatives"
+            ));
         }
         Ok(())
     }

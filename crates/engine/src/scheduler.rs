@@ -25,7 +25,9 @@ impl std::str::FromStr for SchedulingPolicy {
         match s {
             "fcfs" => Ok(Self::Fcfs),
             "priority" => Ok(Self::Priority),
-            other => Err(format!("unknown scheduling policy {other:?} (fcfs, priority)")),
+            other => Err(format!(
+                "unknown scheduling policy {other:?} (fcfs, priority)"
+            )),
         }
     }
 }
@@ -133,7 +135,10 @@ impl Scheduler {
     }
 
     pub fn get(&self, id: SeqId) -> Option<&Sequence> {
-        self.running.iter().chain(self.waiting.iter()).find(|s| s.id == id)
+        self.running
+            .iter()
+            .chain(self.waiting.iter())
+            .find(|s| s.id == id)
     }
 
     pub fn stats(&self) -> SchedulerStats {
@@ -160,7 +165,10 @@ impl Scheduler {
     }
 
     fn chunk_len(&self, gap: usize, budget: usize) -> usize {
-        let cap = self.config.long_prefill_token_threshold.unwrap_or(usize::MAX);
+        let cap = self
+            .config
+            .long_prefill_token_threshold
+            .unwrap_or(usize::MAX);
         gap.min(budget).min(cap)
     }
 
@@ -235,7 +243,9 @@ impl Scheduler {
     fn schedule_waiting(&mut self, budget: &mut usize, out: &mut SchedulerOutput) {
         let bs = self.blocks.block_size();
         while *budget > 0 && self.running.len() < self.config.max_num_seqs {
-            let Some(index) = self.next_waiting() else { break };
+            let Some(index) = self.next_waiting() else {
+                break;
+            };
             let seq = &self.waiting[index];
             let hashes = if self.blocks.prefix_caching() {
                 BlockHash::of_full_blocks(&seq.tokens, bs)
@@ -283,16 +293,25 @@ impl Scheduler {
     fn build_batch(&self, out: &mut SchedulerOutput) {
         let bs = self.blocks.block_size();
         for chunk in &out.chunks {
-            let seq = self.running.iter().find(|s| s.id == chunk.seq_id).expect("scheduled seq is running");
+            let seq = self
+                .running
+                .iter()
+                .find(|s| s.id == chunk.seq_id)
+                .expect("scheduled seq is running");
             let tokens = &seq.tokens[chunk.start..chunk.start + chunk.len];
-            out.batch.push_seq(tokens, chunk.start, &seq.block_table, bs, chunk.sample);
+            out.batch
+                .push_seq(tokens, chunk.start, &seq.block_table, bs, chunk.sample);
         }
     }
 
     /// Records a step's results: computed counts advance, full blocks enter the prefix
     /// cache, sampled tokens are appended, and finished sequences leave with their blocks
     /// freed.
-    pub fn update(&mut self, out: &SchedulerOutput, sampled: Vec<(SeqId, SampledToken)>) -> Vec<SeqUpdate> {
+    pub fn update(
+        &mut self,
+        out: &SchedulerOutput,
+        sampled: Vec<(SeqId, SampledToken)>,
+    ) -> Vec<SeqUpdate> {
         let now = Instant::now();
         for chunk in &out.chunks {
             if let Some(i) = self.running_index(chunk.seq_id) {
@@ -302,7 +321,9 @@ impl Scheduler {
         }
         let mut updates = Vec::with_capacity(sampled.len());
         for (seq_id, token) in sampled {
-            let Some(i) = self.running_index(seq_id) else { continue };
+            let Some(i) = self.running_index(seq_id) else {
+                continue;
+            };
             let seq = &mut self.running[i];
             seq.tokens.push(token.token_id);
             if seq.timings.first_token.is_none() {
@@ -316,7 +337,12 @@ impl Scheduler {
                 self.free_blocks(&mut seq);
                 seq
             });
-            updates.push(SeqUpdate { seq_id, token, time: now, finished });
+            updates.push(SeqUpdate {
+                seq_id,
+                token,
+                time: now,
+                finished,
+            });
         }
         updates
     }

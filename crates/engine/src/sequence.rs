@@ -44,6 +44,8 @@ impl Sequence {
     }
 
     pub fn blocks_needed(&self, num_tokens: usize, block_size: usize) -> usize {
-        num_tokens.div_ceil(block_size).saturating_sub(self.block_table.len())
+        num_tokens
+            .div_ceil(block_size)
+            .saturating_sub(self.block_table.len())
     }
 }

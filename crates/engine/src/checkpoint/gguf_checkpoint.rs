@@ -74,9 +74,8 @@ fn config_from_metadata(content: &Content) -> std::result::Result<ModelConfig, S
         .get("general.architecture")
         .and_then(|v| v.to_string().ok())
         .ok_or("missing general.architecture")?;
-    let architecture = Architecture::from_name(arch_name).ok_or_else(|| {
-        format!("unknown architecture {arch_name:?} (supported: llama, qwen3)")
-    })?;
+    let architecture = Architecture::from_name(arch_name)
+        .ok_or_else(|| format!("unknown architecture {arch_name:?} (supported: llama, qwen3)"))?;
     let key = |k: &str| format!("{arch_name}.{k}");
     let get_u = |k: &str| -> std::result::Result<usize, String> {
         md.get(&key(k))

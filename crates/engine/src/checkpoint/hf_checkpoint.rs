@@ -22,8 +22,8 @@ impl HfCheckpoint {
         let config_path = dir.join("config.json");
         let text = std::fs::read_to_string(&config_path)
             .map_err(|e| EngineError::bad_file(&config_path, e))?;
-        let hf: HfConfig = serde_json::from_str(&text)
-            .map_err(|e| EngineError::bad_file(&config_path, e))?;
+        let hf: HfConfig =
+            serde_json::from_str(&text).map_err(|e| EngineError::bad_file(&config_path, e))?;
         let config = hf
             .into_model_config()
             .map_err(|m| EngineError::bad_file(&config_path, m))?;
@@ -84,10 +84,7 @@ fn read_safetensors_names(path: &Path) -> Result<Vec<String>> {
         .map_err(|_| EngineError::bad_file(path, "truncated safetensors header"))?;
     let parsed: HashMap<String, serde_json::Value> = serde_json::from_slice(&header)
         .map_err(|e| EngineError::bad_file(path, format!("bad safetensors header: {e}")))?;
-    Ok(parsed
-        .into_keys()
-        .filter(|k| k != "__metadata__")
-        .collect())
+    Ok(parsed.into_keys().filter(|k| k != "__metadata__").collect())
 }
 
 impl Checkpoint for HfCheckpoint {
@@ -112,8 +109,9 @@ impl Checkpoint for HfCheckpoint {
             .ok_or_else(|| EngineError::bad_file(&self.dir, format!("missing tensor {hf}")))?
             .clone();
         if !self.loaded.contains_key(&file) {
-            let tensors = candle_core::safetensors::load(&file, &Device::Cpu)
-                .map_err(|e| EngineError::bad_file(&file, format!("unreadable safetensors: {e}")))?;
+            let tensors = candle_core::safetensors::load(&file, &Device::Cpu).map_err(|e| {
+                EngineError::bad_file(&file, format!("unreadable safetensors: {e}"))
+            })?;
             self.loaded.insert(file.clone(), tensors);
         }
         let tensor = self.loaded[&file]

@@ -60,7 +60,10 @@ pub fn open(path: &Path) -> Result<Box<dyn Checkpoint>> {
 /// The tensor types we load; anything else is rejected by name rather than misread.
 pub(crate) fn is_supported_dtype(dtype: GgmlDType) -> bool {
     use GgmlDType::*;
-    matches!(dtype, F32 | F16 | BF16 | Q8_0 | Q4_0 | Q4_1 | Q4K | Q5K | Q6K)
+    matches!(
+        dtype,
+        F32 | F16 | BF16 | Q8_0 | Q4_0 | Q4_1 | Q4K | Q5K | Q6K
+    )
 }
 
 /// Maps a GGUF tensor name to its Hugging Face name.

@@ -39,18 +39,28 @@ struct Block {
 impl Llama {
     pub fn load(ckpt: &mut dyn Checkpoint, mode: WeightMode, max_positions: usize) -> Result<Self> {
         let c = ckpt.config().clone();
-        let (h, q_width, kv_width) = (c.hidden_size, c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim);
+        let (h, q_width, kv_width) = (
+            c.hidden_size,
+            c.num_heads * c.head_dim,
+            c.num_kv_heads * c.head_dim,
+        );
         let embd = ckpt.tensor("token_embd.weight", &[c.vocab_size, h])?;
         let output = if ckpt.has_tensor("output.weight") {
             Linear::new(ckpt.tensor("output.weight", &[c.vocab_size, h])?, mode)?
         } else {
             Linear::new(embd.clone_for_tie()?, mode)?
         };
-        let token_embd = embd.dequantize(&Device::Cpu)?.flatten_all()?.to_vec1::<f32>()?;
+        let token_embd = embd
+            .dequantize(&Device::Cpu)?
+            .flatten_all()?
+            .to_vec1::<f32>()?;
         let mut blocks = Vec::with_capacity(c.num_layers);
         for i in 0..c.num_layers {
             let mut lin = |leaf: &str, shape: [usize; 2]| -> Result<Linear> {
-                Linear::new(ckpt.tensor(&format!("blk.{i}.{leaf}.weight"), &shape)?, mode)
+                Linear::new(
+                    ckpt.tensor(&format!("blk.{i}.{leaf}.weight"), &shape)?,
+                    mode,
+                )
             };
             let attn_q = lin("attn_q", [q_width, h])?;
             let attn_k = lin("attn_k", [kv_width, h])?;
@@ -60,10 +70,16 @@ impl Llama {
             let ffn_up = lin("ffn_up", [c.intermediate_size, h])?;
             let ffn_down = lin("ffn_down", [h, c.intermediate_size])?;
             let mut norm = |leaf: &str, width: usize| -> Result<RmsNorm> {
-                RmsNorm::new(ckpt.tensor(&format!("blk.{i}.{leaf}.weight"), &[width])?, c.rms_norm_eps)
+                RmsNorm::new(
+                    ckpt.tensor(&format!("blk.{i}.{leaf}.weight"), &[width])?,
+                    c.rms_norm_eps,
+                )
             };
             let (attn_q_norm, attn_k_norm) = if c.has_qk_norm() {
-                (Some(norm("attn_q_norm", c.head_dim)?), Some(norm("attn_k_norm", c.head_dim)?))
+                (
+                    Some(norm("attn_q_norm", c.head_dim)?),
+                    Some(norm("attn_k_norm", c.head_dim)?),
+                )
             } else {
                 (None, None)
             };
@@ -83,7 +99,14 @@ impl Llama {
         }
         let output_norm = RmsNorm::new(ckpt.tensor("output_norm.weight", &[h])?, c.rms_norm_eps)?;
         let rope = Rope::new(&c, max_positions);
-        Ok(Self { config: c, token_embd, blocks, output_norm, output, rope })
+        Ok(Self {
+            config: c,
+            token_embd,
+            blocks,
+            output_norm,
+            output,
+            rope,
+        })
     }
 
     pub fn config(&self) -> &ModelConfig {
@@ -123,7 +146,14 @@ impl Llama {
         self.output.forward(&last, rows.len())
     }
 
-    fn attention(&self, b: &Block, layer: usize, x: &[f32], batch: &ForwardBatch, kv: &mut KvCache) -> Result<Vec<f32>> {
+    fn attention(
+        &self,
+        b: &Block,
+        layer: usize,
+        x: &[f32],
+        batch: &ForwardBatch,
+        kv: &mut KvCache,
+    ) -> Result<Vec<f32>> {
         let c = &self.config;
         let t = batch.num_tokens();
         // 1. h = norm(x); q [T, heads*d], k/v [T, kv_heads*d]
@@ -170,7 +200,11 @@ impl CloneForTie for candle_core::quantized::QTensor {
     /// Tied embeddings: the output layer reuses the embedding's bytes.
     fn clone_for_tie(&self) -> Result<candle_core::quantized::QTensor> {
         let data = self.data()?;
-        let storage = candle_core::quantized::QStorage::from_data(data, &Device::Cpu, self.dtype())?;
-        Ok(candle_core::quantized::QTensor::new(storage, self.shape().clone())?)
+        let storage =
+            candle_core::quantized::QStorage::from_data(data, &Device::Cpu, self.dtype())?;
+        Ok(candle_core::quantized::QTensor::new(
+            storage,
+            self.shape().clone(),
+        )?)
     }
 }
