@@ -1,0 +1,294 @@
+//! A scripted OpenAI-compatible streaming server on 127.0.0.1 for tests and client-cost checks.
+//!
+//! The prompt is the script: words `ttft=MS itl=MS n=CHUNKS usage=TOKENS status=CODE hang=S
+//! empty` set what the reply does. Its tokenizer is one token per word, and ids divisible
+//! by 5 detokenize to nothing, so re-tokenized random text can come out shorter.
+
+use std::collections::HashMap;
+use std::net::TcpListener as StdListener;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Instant;
+
+use serde_json::{json, Value};
+
+pub struct MockOptions {
+    /// Whether `/tokenize` and `/detokenize` exist.
+    pub tokenizer: bool,
+}
+
+pub struct MockServer {
+    pub base_url: String,
+    bodies: Arc<Mutex<Vec<Value>>>,
+}
+
+impl MockServer {
+    /// Starts the server on its own threads, each serving one connection at a time: blocking
+    /// sleeps wake within tens of microseconds, where an async timer rounds up to the next
+    /// millisecond.
+    pub fn start(options: MockOptions) -> MockServer {
+        Self::start_on("127.0.0.1:0", options)
+    }
+
+    pub fn start_on(address: &str, options: MockOptions) -> MockServer {
+        let listener = StdListener::bind(address).expect("bind the mock server");
+        let base_url = format!("http://{}", listener.local_addr().unwrap());
+        let bodies = Arc::new(Mutex::new(Vec::new()));
+        let state = Arc::new(State {
+            tokenizer: options.tokenizer,
+            bodies: bodies.clone(),
+        });
+        // Every worker waits in accept before the first request, so none arrives to an empty house.
+        let ready = Arc::new(std::sync::Barrier::new(WORKERS + 1));
+        for _ in 0..WORKERS {
+            let (listener, state, ready) =
+                (listener.try_clone().unwrap(), state.clone(), ready.clone());
+            std::thread::spawn(move || {
+                ready.wait();
+                accept_loop(listener, state)
+            });
+        }
+        ready.wait();
+        MockServer { base_url, bodies }
+    }
+
+    /// Bodies of the generation requests received since the last call.
+    pub fn take_generation_bodies(&self) -> Vec<Value> {
+        std::mem::take(&mut *self.bodies.lock().unwrap())
+    }
+}
+
+struct State {
+    tokenizer: bool,
+    bodies: Arc<Mutex<Vec<Value>>>,
+}
+
+/// Connections served at once. Threads wait in `accept` beforehand, because spawning one per
+/// connection delays a burst of fifty requests by milliseconds on a busy machine.
+const WORKERS: usize = 96;
+
+fn accept_loop(listener: StdListener, state: Arc<State>) {
+    for stream in listener.incoming().flatten() {
+        let _ = handle(stream, state.clone());
+    }
+}
+
+/// Serves requests on one kept-alive connection until the client closes it.
+fn handle(mut stream: TcpStream, state: Arc<State>) -> std::io::Result<()> {
+    stream.set_nodelay(true)?;
+    while let Some((method, path, body)) = read_request(&mut stream)? {
+        answer(&mut stream, &state, &method, &path, &body)?;
+    }
+    Ok(())
+}
+
+fn answer(
+    stream: &mut TcpStream,
+    state: &State,
+    method: &str,
+    path: &str,
+    body: &Value,
+) -> std::io::Result<()> {
+    let stream = &mut *stream;
+    let received = Instant::now();
+    match (method, path) {
+        ("GET", "/health") => respond_json(stream, 200, &json!({})),
+        ("GET", "/v1/models") => {
+            respond_json(stream, 200, &json!({"data": [{"id": "mock-model"}]}))
+        }
+        ("POST", "/tokenize") if state.tokenizer => {
+            let tokens = tokenize(body["prompt"].as_str().unwrap_or(""));
+            respond_json(
+                stream,
+                200,
+                &json!({"count": tokens.len(), "tokens": tokens, "max_model_len": 100000}),
+            )
+        }
+        ("POST", "/detokenize") if state.tokenizer => {
+            let ids: Vec<u32> = serde_json::from_value(body["tokens"].clone()).unwrap_or_default();
+            respond_json(stream, 200, &json!({"prompt": detokenize(&ids)}))
+        }
+        ("POST", "/v1/completions") | ("POST", "/v1/chat/completions") => {
+            state.bodies.lock().unwrap().push(body.clone());
+            stream_reply(stream, body, path.contains("chat"), received)
+        }
+        _ => respond_json(stream, 404, &json!({"error": "not found"})),
+    }
+}
+
+fn read_request(stream: &mut TcpStream) -> std::io::Result<Option<(String, String, Value)>> {
+    let mut buffer = Vec::new();
+    let mut chunk = [0u8; 8192];
+    let header_end = loop {
+        if let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
+            break end + 4;
+        }
+        let read = stream.read(&mut chunk)?;
+        if read == 0 {
+            return Ok(None);
+        }
+        buffer.extend_from_slice(&chunk[..read]);
+    };
+    let head = String::from_utf8_lossy(&buffer[..header_end]).to_string();
+    let mut words = head.split_whitespace();
+    let (method, path) = (
+        words.next().unwrap_or("").to_owned(),
+        words.next().unwrap_or("").to_owned(),
+    );
+    let length = head
+        .lines()
+        .filter_map(|l| l.split_once(':'))
+        .find(|(name, _)| name.eq_ignore_ascii_case("content-length"))
+        .and_then(|(_, v)| v.trim().parse::<usize>().ok())
+        .unwrap_or(0);
+    while buffer.len() < header_end + length {
+        let read = stream.read(&mut chunk)?;
+        if read == 0 {
+            break;
+        }
+        buffer.extend_from_slice(&chunk[..read]);
+    }
+    let body = serde_json::from_slice(&buffer[header_end..]).unwrap_or(Value::Null);
+    Ok(Some((method, path, body)))
+}
+
+fn respond_json(stream: &mut TcpStream, status: u16, body: &Value) -> std::io::Result<()> {
+    let text = body.to_string();
+    let head = format!(
+        "HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        text.len()
+    );
+    stream.write_all(head.as_bytes())?;
+    stream.write_all(text.as_bytes())
+}
+
+/// The reply a prompt asks for.
+struct Script {
+    ttft: Duration,
+    itl: Duration,
+    chunks: usize,
+    usage_tokens: usize,
+    status: u16,
+    hang: Option<Duration>,
+    empty: bool,
+}
+
+fn script(body: &Value) -> Script {
+    let prompt = match (&body["prompt"], &body["messages"][0]["content"]) {
+        (Value::String(text), _) | (_, Value::String(text)) => text.clone(),
+        _ => String::new(),
+    };
+    let keys: HashMap<&str, &str> = prompt
+        .split_whitespace()
+        .filter_map(|w| w.split_once('='))
+        .collect();
+    let number = |key: &str| keys.get(key).and_then(|v| v.parse::<u64>().ok());
+    let max_tokens = body["max_tokens"].as_u64().unwrap_or(16) as usize;
+    let chunks = number("n").map_or(max_tokens, |n| n as usize);
+    Script {
+        ttft: Duration::from_millis(number("ttft").unwrap_or(5)),
+        itl: Duration::from_millis(number("itl").unwrap_or(2)),
+        chunks,
+        usage_tokens: number("usage").map_or(chunks, |n| n as usize),
+        status: number("status").map_or(200, |s| s as u16),
+        hang: number("hang").map(Duration::from_secs),
+        empty: prompt.split_whitespace().any(|w| w == "empty"),
+    }
+}
+
+fn prompt_tokens(body: &Value) -> usize {
+    match (&body["prompt"], &body["messages"][0]["content"]) {
+        (Value::Array(ids), _) => ids.len(),
+        (Value::String(text), _) | (_, Value::String(text)) => tokenize(text).len(),
+        _ => 0,
+    }
+}
+
+fn stream_reply(
+    stream: &mut TcpStream,
+    body: &Value,
+    chat: bool,
+    received: Instant,
+) -> std::io::Result<()> {
+    let script = script(body);
+    if script.status != 200 {
+        return respond_json(
+            stream,
+            script.status,
+            &json!({"error": {"message": "scripted failure"}}),
+        );
+    }
+    let head =
+        "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n";
+    stream.write_all(head.as_bytes())?;
+    if let Some(hang) = script.hang {
+        std::thread::sleep(hang);
+    }
+    if chat {
+        send_event(
+            stream,
+            &json!({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}),
+        )?;
+    }
+    let chunks = if script.empty { 0 } else { script.chunks };
+    for index in 0..chunks {
+        // Deadlines from the request's arrival, so sleep overshoot does not accumulate.
+        sleep_until(received + script.ttft + script.itl * index as u32);
+        let choice = if chat {
+            json!({"index": 0, "delta": {"content": "tok "}})
+        } else {
+            json!({"index": 0, "text": "tok "})
+        };
+        send_event(stream, &json!({"choices": [choice]}))?;
+    }
+    let prompt = prompt_tokens(body);
+    let usage = json!({"prompt_tokens": prompt, "completion_tokens": script.usage_tokens,
+                       "total_tokens": prompt + script.usage_tokens});
+    send_event(stream, &json!({"choices": [], "usage": usage}))?;
+    write_chunk(stream, b"data: [DONE]\n\n")?;
+    write_chunk(stream, b"")
+}
+
+fn sleep_until(deadline: Instant) {
+    std::thread::sleep(deadline.saturating_duration_since(Instant::now()));
+}
+
+fn send_event(stream: &mut TcpStream, event: &Value) -> std::io::Result<()> {
+    write_chunk(stream, format!("data: {event}\n\n").as_bytes())
+}
+
+/// One piece of a chunked body; the empty piece ends the body and frees the connection.
+fn write_chunk(stream: &mut TcpStream, bytes: &[u8]) -> std::io::Result<()> {
+    let mut frame = format!("{:x}\r\n", bytes.len()).into_bytes();
+    frame.extend_from_slice(bytes);
+    frame.extend_from_slice(b"\r\n");
+    stream.write_all(&frame)
+}
+
+/// One token per word: `t17` is id 17; any other word gets an id from its bytes.
+pub fn tokenize(text: &str) -> Vec<u32> {
+    text.split_whitespace()
+        .map(|word| {
+            word.strip_prefix('t')
+                .and_then(|n| n.parse().ok())
+                .unwrap_or_else(|| {
+                    word.bytes()
+                        .fold(7u32, |h, b| h.wrapping_mul(31).wrapping_add(b as u32))
+                        % 5000
+                        + 1
+                })
+        })
+        .collect()
+}
+
+/// Ids divisible by 5 vanish, like special tokens dropped on decoding.
+pub fn detokenize(ids: &[u32]) -> String {
+    ids.iter()
+        .filter(|id| *id % 5 != 0)
+        .map(|id| format!("t{id}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
