@@ -168,7 +168,7 @@ async fn fit_all(
     rng: &mut StdRng,
 ) -> anyhow::Result<Vec<BenchRequest>> {
     let pool = Arc::new(token_pool(tokenizer, rng).await?);
-    let prefix: Vec<u32> = (0..shape.prefix_len).map(|_| pick(&pool, rng)).collect();
+    let prefix = shared_prefix(shape.prefix_len, tokenizer, &pool, rng).await?;
     let semaphore = Arc::new(tokio::sync::Semaphore::new(PARALLEL_FITS));
     let mut tasks = JoinSet::new();
     for (index, &(input, output)) in lengths.iter().enumerate() {
@@ -207,6 +207,28 @@ async fn collect_fits(
         });
     }
     Ok(slots.into_iter().flatten().collect())
+}
+
+/// The prefix is fitted on its own first, so every prompt starts with the same ids that
+/// survive a detokenize/tokenize round trip.
+async fn shared_prefix(
+    len: usize,
+    tokenizer: &ServerTokenizer,
+    pool: &Arc<Vec<u32>>,
+    rng: &mut StdRng,
+) -> anyhow::Result<Vec<u32>> {
+    if len == 0 {
+        return Ok(Vec::new());
+    }
+    let job = FitJob {
+        tokenizer: tokenizer.clone(),
+        pool: pool.clone(),
+        start: (0..len).map(|_| pick(pool, rng)).collect(),
+        target: len,
+        rng: StdRng::seed_from_u64(rng.random()),
+    };
+    let (text, _) = job.run().await?;
+    tokenizer.tokenize(&text).await
 }
 
 fn pick(pool: &[u32], rng: &mut StdRng) -> u32 {
