@@ -30,6 +30,7 @@ pub use benchmark_result::BenchmarkResult;
 pub use request_rate::RequestRate;
 pub use spawn::SpawnedServer;
 pub use sweep::sweep;
+pub use sweep_summary::SweepSummary;
 
 use prepared_benchmark::{Load, PreparedBenchmark};
 
@@ -40,7 +41,7 @@ pub fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
 
 /// `bench sweep`: runs every level `--runs` times, then writes the summary, table and charts.
 pub fn run_sweep(args: SweepArgs) -> anyhow::Result<()> {
-    runtime()?.block_on(sweep(&args)).map(|_| ())
+    runtime()?.block_on(sweep::sweep(&args)).map(|_| ())
 }
 
 /// The async body of `bench serve`, returning the result for callers that want the numbers.
@@ -51,6 +52,7 @@ pub async fn serve(args: &ServeArgs) -> anyhow::Result<BenchmarkResult> {
         let load = Load {
             max_concurrency: common.max_concurrency,
             request_rate: common.request_rate,
+            arrival_seed: common.seed,
         };
         let result = prepared.run(load, "benchmark").await?;
         print!("{}", report::table(&result));

@@ -20,6 +20,8 @@ use crate::token_counter::TokenCounter;
 pub struct Load {
     pub max_concurrency: Option<usize>,
     pub request_rate: RequestRate,
+    /// Seeds the arrival gaps; sweeps vary it between runs so repeats sample new arrivals.
+    pub arrival_seed: u64,
 }
 
 /// Everything a run needs that does not change between runs.
@@ -67,7 +69,7 @@ impl PreparedBenchmark {
             self.requests.len(),
             load.request_rate,
             args.burstiness,
-            args.seed,
+            load.arrival_seed,
         )?;
         let plan = LoadPlan::new(schedule, load.max_concurrency)?;
         let progress = Arc::new(Progress::new(
@@ -91,12 +93,20 @@ impl PreparedBenchmark {
         Ok(result)
     }
 
+    pub fn model(&self) -> &str {
+        &self.target.model
+    }
+
+    pub fn backend(&self) -> &'static str {
+        match self.args.endpoint {
+            Endpoint::Completions => "openai",
+            Endpoint::Chat => "openai-chat",
+        }
+    }
+
     fn settings(&self, load: Load) -> RunSettings {
         RunSettings {
-            backend: match self.args.endpoint {
-                Endpoint::Completions => "openai".to_owned(),
-                Endpoint::Chat => "openai-chat".to_owned(),
-            },
+            backend: self.backend().to_owned(),
             model_id: self.target.model.clone(),
             num_prompts: self.requests.len(),
             request_rate: load.request_rate,
