@@ -2,3 +2,4 @@
 pub mod chat_template;
 pub mod detokenizer;
 pub mod tokenizer;
+pub mod model_loader;

@@ -1,1 +1,50 @@
-fn main() {}
+//! The `tokenmill` binary: one entry point for serving, offline generation and benchmarks.
+
+mod engine_bench;
+mod generate;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "tokenmill", version, about = "An LLM serving engine and the benchmark that measures it")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Generate completions for prompts, batched through the engine.
+    Generate(generate::GenerateArgs),
+    /// Benchmarks: engine-only (latency, throughput) and over HTTP (serve, sweep).
+    #[command(subcommand)]
+    Bench(BenchCommand),
+}
+
+#[derive(Subcommand)]
+enum BenchCommand {
+    /// One batch through the engine: prefill tok/s and per-token decode time.
+    Latency(engine_bench::LatencyArgs),
+    /// Many random requests through the engine: total and output tok/s.
+    Throughput(engine_bench::ThroughputArgs),
+    /// Load an OpenAI-compatible server and report TTFT, TPOT, ITL and throughput.
+    Serve(tokenmill_bench::ServeArgs),
+    /// Run `serve` at several load levels, several times each; write a table and charts.
+    Sweep(tokenmill_bench::SweepArgs),
+}
+
+fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match Cli::parse().command {
+        Command::Generate(args) => generate::run(args),
+        Command::Bench(BenchCommand::Latency(args)) => engine_bench::latency(args),
+        Command::Bench(BenchCommand::Throughput(args)) => engine_bench::throughput(args),
+        Command::Bench(BenchCommand::Serve(args)) => tokenmill_bench::run_serve(args),
+        Command::Bench(BenchCommand::Sweep(args)) => tokenmill_bench::run_sweep(args),
+    }
+}

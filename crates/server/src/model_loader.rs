@@ -1,0 +1,158 @@
+//! Command-line engine flags (named as vLLM names them) and loading a model with its
+//! tokenizer and chat template.
+
+use crate::chat_template::ChatTemplate;
+use crate::tokenizer::{self, Tokenizer};
+use anyhow::{bail, Context};
+use clap::Args;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use tokenmill_engine::checkpoint::{self, Checkpoint, DummyCheckpoint, DummyDType};
+use tokenmill_engine::models::WeightMode;
+use tokenmill_engine::scheduler::SchedulingPolicy;
+use tokenmill_engine::{Engine, EngineConfig};
+
+pub const DEFAULT_MODEL_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
+
+#[derive(Args, Debug, Clone)]
+pub struct EngineArgs {
+    /// A .gguf file or a Hugging Face directory; with --load-format dummy, a shape name
+    /// (qwen3-0.6b, smollm2-135m). Default: the cached SmolLM2-135M-Instruct Q4_1.
+    #[arg(long)]
+    pub model: Option<String>,
+    /// `auto` reads the checkpoint; `dummy` makes random weights of the named shape.
+    #[arg(long, default_value = "auto")]
+    pub load_format: String,
+    /// Weight type for --load-format dummy: q8_0, bf16 or f32.
+    #[arg(long, default_value = "q8_0")]
+    pub dummy_dtype: DummyDType,
+    /// `quantized` keeps quantized weights quantized; `f32` dequantizes everything (exact, slower).
+    #[arg(long, default_value = "quantized")]
+    pub weight_mode: WeightMode,
+    /// Tokens per KV-cache block.
+    #[arg(long, default_value_t = 16)]
+    pub block_size: usize,
+    /// Memory for the KV cache, in GiB.
+    #[arg(long, default_value_t = 2.0)]
+    pub kv_cache_memory_gib: f64,
+    /// Exact number of KV blocks (overrides --kv-cache-memory-gib).
+    #[arg(long)]
+    pub num_kv_blocks: Option<usize>,
+    /// The token budget of one step, shared by decodes and prefill chunks.
+    #[arg(long, default_value_t = 512)]
+    pub max_num_batched_tokens: usize,
+    /// Most sequences running at once.
+    #[arg(long, default_value_t = 128)]
+    pub max_num_seqs: usize,
+    /// Longest prompt + output (default: the model's context, capped by the KV pool).
+    #[arg(long)]
+    pub max_model_len: Option<usize>,
+    /// Most tokens one sequence may take from a step's budget.
+    #[arg(long)]
+    pub long_prefill_token_threshold: Option<usize>,
+    /// Reuse KV blocks of shared prompt prefixes (on by default).
+    #[arg(long, overrides_with = "no_enable_prefix_caching")]
+    pub enable_prefix_caching: bool,
+    #[arg(long)]
+    pub no_enable_prefix_caching: bool,
+    /// fcfs or priority.
+    #[arg(long, default_value = "fcfs")]
+    pub scheduling_policy: SchedulingPolicy,
+    /// Requests allowed to wait before new ones are refused.
+    #[arg(long, default_value_t = 1024)]
+    pub max_waiting: usize,
+    /// Compute threads (default: all cores).
+    #[arg(long)]
+    pub threads: Option<usize>,
+}
+
+impl EngineArgs {
+    pub fn engine_config(&self) -> EngineConfig {
+        EngineConfig {
+            block_size: self.block_size,
+            num_kv_blocks: self.num_kv_blocks,
+            kv_cache_memory_bytes: (self.kv_cache_memory_gib * (1u64 << 30) as f64) as usize,
+            max_num_batched_tokens: self.max_num_batched_tokens,
+            max_num_seqs: self.max_num_seqs,
+            max_model_len: self.max_model_len,
+            long_prefill_token_threshold: self.long_prefill_token_threshold,
+            enable_prefix_caching: !self.no_enable_prefix_caching,
+            policy: self.scheduling_policy,
+            weight_mode: self.weight_mode,
+            max_waiting: self.max_waiting,
+        }
+    }
+}
+
+/// An engine with what the server needs around it.
+pub struct LoadedModel {
+    pub engine: Engine,
+    /// `None` for dummy weights, which have no vocabulary text.
+    pub tokenizer: Option<Arc<Tokenizer>>,
+    pub chat_template: Option<ChatTemplate>,
+    /// The name clients use (file stem or shape).
+    pub name: String,
+}
+
+/// Where `scripts/fetch-model.sh` caches the default model.
+pub fn default_model_path() -> PathBuf {
+    if let Some(p) = std::env::var_os("TOKENMILL_MODEL") {
+        return PathBuf::from(p);
+    }
+    let dir = std::env::var_os("TOKENMILL_MODEL_DIR").map(PathBuf::from).unwrap_or_else(|| {
+        let cache = std::env::var_os("XDG_CACHE_HOME")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache"));
+        cache.join("tokenmill/models")
+    });
+    dir.join(DEFAULT_MODEL_FILE)
+}
+
+/// Sizes the compute pools before any model code runs.
+pub fn init_threads(threads: Option<usize>) {
+    let n = threads.unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
+    // candle's quantized matmuls read this once, on first use.
+    std::env::set_var("CANDLE_NUM_THREADS", n.to_string());
+    let _ = rayon::ThreadPoolBuilder::new().num_threads(n).build_global();
+}
+
+pub fn load(args: &EngineArgs) -> anyhow::Result<LoadedModel> {
+    init_threads(args.threads);
+    let config = args.engine_config();
+    match args.load_format.as_str() {
+        "dummy" => {
+            let shape = args.model.clone().unwrap_or_else(|| "qwen3-0.6b".into());
+            let mut ckpt = DummyCheckpoint::new(&shape, args.dummy_dtype, 0)?;
+            let engine = Engine::load(&mut ckpt, config)?;
+            Ok(LoadedModel { engine, tokenizer: None, chat_template: None, name: shape })
+        }
+        "auto" => {
+            let path = args.model.as_ref().map(PathBuf::from).unwrap_or_else(default_model_path);
+            if args.model.is_none() && !path.exists() {
+                bail!("default model not found at {}: run scripts/fetch-model.sh", path.display());
+            }
+            load_checkpoint(&path, config)
+        }
+        other => bail!("unknown --load-format {other:?} (auto, dummy)"),
+    }
+}
+
+fn load_checkpoint(path: &Path, config: EngineConfig) -> anyhow::Result<LoadedModel> {
+    let mut ckpt: Box<dyn Checkpoint> = checkpoint::open(path)?;
+    let engine = Engine::load(ckpt.as_mut(), config)?;
+    let (tokenizer, template) = if path.is_dir() {
+        let tok = Tokenizer::from_hf_dir(path)?;
+        (tok, tokenizer::hf_chat_template(path)?)
+    } else {
+        tokenizer::from_gguf_file(path)?
+    };
+    let chat_template = template
+        .map(|t| ChatTemplate::for_tokenizer(t, &tokenizer))
+        .transpose()
+        .with_context(|| format!("{}: bad chat template", path.display()))?;
+    let name = path
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| path.display().to_string());
+    Ok(LoadedModel { engine, tokenizer: Some(Arc::new(tokenizer)), chat_template, name })
+}

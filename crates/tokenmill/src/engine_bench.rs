@@ -1,0 +1,123 @@
+//! Engine-only benchmarks (no HTTP): `bench latency` and `bench throughput`, our answers
+//! to llama-bench and `vllm bench throughput`.
+
+use clap::Args;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use std::time::Instant;
+use tokenmill_engine::{Completion, Engine, Request, SamplingParams};
+use tokenmill_server::model_loader::{self, EngineArgs};
+
+#[derive(Args, Debug)]
+pub struct LatencyArgs {
+    #[command(flatten)]
+    pub engine: EngineArgs,
+    #[arg(long, default_value_t = 128)]
+    pub input_len: usize,
+    #[arg(long, default_value_t = 32)]
+    pub output_len: usize,
+    #[arg(long, default_value_t = 1)]
+    pub batch_size: usize,
+    /// Measured repetitions (after one warm-up).
+    #[arg(long, default_value_t = 3)]
+    pub num_iters: usize,
+}
+
+#[derive(Args, Debug)]
+pub struct ThroughputArgs {
+    #[command(flatten)]
+    pub engine: EngineArgs,
+    #[arg(long, default_value_t = 64)]
+    pub num_prompts: usize,
+    #[arg(long, default_value_t = 256)]
+    pub input_len: usize,
+    #[arg(long, default_value_t = 128)]
+    pub output_len: usize,
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+}
+
+/// Random prompts of exact lengths; EOS is ignored so every request makes `output_len` tokens.
+fn random_requests(engine: &Engine, n: usize, input_len: usize, output_len: usize, rng: &mut StdRng) -> Vec<Request> {
+    let vocab = engine.limits().vocab_size as u32;
+    (0..n)
+        .map(|_| Request {
+            prompt: (0..input_len).map(|_| rng.random_range(0..vocab)).collect(),
+            params: SamplingParams { ignore_eos: true, ..SamplingParams::greedy(output_len) },
+            priority: 0,
+        })
+        .collect()
+}
+
+pub fn latency(args: LatencyArgs) -> anyhow::Result<()> {
+    let mut engine_args = args.engine.clone();
+    // The whole batch's prompts in one step, so "prefill" is one forward pass.
+    engine_args.max_num_batched_tokens = engine_args.max_num_batched_tokens.max(args.batch_size * args.input_len);
+    engine_args.no_enable_prefix_caching = true;
+    let mut model = model_loader::load(&engine_args)?;
+    let mut rng = StdRng::seed_from_u64(0);
+    let mut rows = Vec::new();
+    for iter in 0..=args.num_iters {
+        let requests = random_requests(&model.engine, args.batch_size, args.input_len, args.output_len, &mut rng);
+        let start = Instant::now();
+        let done = model.engine.generate(requests)?;
+        let (prefill_s, decode_s) = phases(start, &done);
+        if iter == 0 {
+            continue; // warm-up
+        }
+        let prefill_tps = (args.batch_size * args.input_len) as f64 / prefill_s;
+        let step_ms = decode_s * 1e3 / (args.output_len.saturating_sub(1).max(1)) as f64;
+        println!(
+            "iter {iter}: prefill {:.1} ms ({prefill_tps:.1} tok/s), decode {step_ms:.2} ms/step ({:.1} tok/s)",
+            prefill_s * 1e3,
+            args.batch_size as f64 * 1e3 / step_ms
+        );
+        rows.push((prefill_tps, step_ms));
+    }
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let prefill = median(rows.iter().map(|r| r.0).collect());
+    let step = median(rows.iter().map(|r| r.1).collect());
+    println!(
+        "model {} batch {} input {} output {}: median prefill {prefill:.1} tok/s, decode {step:.2} ms/step = {:.1} tok/s",
+        model.name,
+        args.batch_size,
+        args.input_len,
+        args.output_len,
+        args.batch_size as f64 * 1e3 / step
+    );
+    Ok(())
+}
+
+/// Seconds until the last first token (prefill) and from then to the last token (decode).
+fn phases(start: Instant, done: &[Completion]) -> (f64, f64) {
+    let first = done.iter().filter_map(|c| c.timings.first_token).max().unwrap_or(start);
+    let last = done.iter().filter_map(|c| c.timings.finished).max().unwrap_or(first);
+    ((first - start).as_secs_f64(), (last - first).as_secs_f64())
+}
+
+pub fn throughput(args: ThroughputArgs) -> anyhow::Result<()> {
+    let mut model = model_loader::load(&args.engine)?;
+    let mut rng = StdRng::seed_from_u64(args.seed);
+    let requests = random_requests(&model.engine, args.num_prompts, args.input_len, args.output_len, &mut rng);
+    let start = Instant::now();
+    let done = model.engine.generate(requests)?;
+    let elapsed = start.elapsed().as_secs_f64();
+    let output: usize = done.iter().map(|c| c.tokens.len()).sum();
+    let input: usize = done.iter().map(|c| c.prompt_tokens).sum();
+    let stats = model.engine.stats();
+    println!(
+        "model {}: {} requests, {input} input + {output} output tokens in {elapsed:.2} s",
+        model.name, args.num_prompts
+    );
+    println!(
+        "throughput: {:.2} requests/s, {:.1} total tok/s, {:.1} output tok/s (preemptions: {})",
+        args.num_prompts as f64 / elapsed,
+        (input + output) as f64 / elapsed,
+        output as f64 / elapsed,
+        stats.num_preemptions
+    );
+    Ok(())
+}
