@@ -159,3 +159,104 @@ fn counts_disagree(reply: &crate::client::Reply) -> bool {
     let chunks = reply.content_offsets.len();
     server.abs_diff(chunks) as f64 > 0.02 * server.max(chunks) as f64
 }
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::client::Reply;
+    use std::time::Instant;
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    pub(crate) fn settings(goodput: &[&str]) -> RunSettings {
+        RunSettings {
+            backend: "openai".into(),
+            model_id: "m".into(),
+            num_prompts: 3,
+            request_rate: RequestRate::Infinite,
+            burstiness: 1.0,
+            max_concurrency: None,
+            percentiles: vec![50.0, 99.0],
+            goodput: goodput.iter().map(|s| s.parse().unwrap()).collect(),
+        }
+    }
+
+    fn record(
+        start: Instant,
+        sent_ms: u64,
+        offsets_ms: &[u64],
+        usage: Option<usize>,
+        end_ms: u64,
+    ) -> RequestRecord {
+        let reply = Reply {
+            content_offsets: offsets_ms.iter().map(|&o| ms(o)).collect(),
+            usage_completion_tokens: usage,
+        };
+        RequestRecord {
+            sent_at: start + ms(sent_ms),
+            finished_at: start + ms(end_ms),
+            prompt_len: 10,
+            outcome: Ok(reply),
+        }
+    }
+
+    /// Two successes and one failure, with hand-picked timings.
+    pub(crate) fn sample(goodput: &[&str]) -> BenchmarkResult {
+        let start = Instant::now();
+        let records = vec![
+            // TTFT 100, chunks every 50 ms, 3 tokens: TPOT 50, E2EL 200.
+            record(start, 0, &[100, 150, 200], Some(3), 210),
+            // TTFT 300, one token: no TPOT, no ITL.
+            record(start, 100, &[300], Some(1), 400),
+            RequestRecord {
+                sent_at: start + ms(50),
+                finished_at: start + ms(1000),
+                prompt_len: 10,
+                outcome: Err("timed out".into()),
+            },
+        ];
+        BenchmarkResult::from_records(settings(goodput), &records, 3)
+    }
+
+    #[test]
+    fn latencies_come_from_successes_only() {
+        let result = sample(&[]);
+        assert_eq!((result.completed, result.failed), (2, 1));
+        assert_eq!(result.ttft.mean, 200.0);
+        assert_eq!(result.tpot.percentiles, vec![(50.0, 50.0), (99.0, 50.0)]);
+        assert_eq!(result.itl.mean, 50.0);
+        assert_eq!(result.e2el.median, 250.0);
+        assert_eq!(result.errors, vec!["", "", "timed out"]);
+        assert_eq!(result.output_lens, vec![3, 1, 0]);
+    }
+
+    #[test]
+    fn throughput_divides_by_first_send_to_last_finish_including_failures() {
+        let result = sample(&[]);
+        assert_eq!(result.duration_s, 1.0);
+        assert_eq!(result.total_output_tokens, 4);
+        assert_eq!(result.total_input_tokens, 20);
+        assert_eq!(result.output_throughput, 4.0);
+        assert_eq!(result.total_token_throughput, 24.0);
+        assert_eq!(result.request_throughput, 2.0);
+        assert_eq!(result.request_goodput, None);
+    }
+
+    #[test]
+    fn goodput_counts_successes_meeting_every_objective() {
+        assert_eq!(sample(&["ttft:150"]).request_goodput, Some(1.0));
+        assert_eq!(sample(&["ttft:300", "tpot:49"]).request_goodput, Some(1.0));
+        assert_eq!(sample(&["e2el:300"]).request_goodput, Some(2.0));
+    }
+
+    #[test]
+    fn chunk_and_server_counts_differing_over_two_percent_are_flagged() {
+        let start = Instant::now();
+        let agree = record(start, 0, &[1, 2, 3], Some(3), 4);
+        let differ = record(start, 0, &[1, 2, 3], Some(6), 4);
+        let result = BenchmarkResult::from_records(settings(&[]), &[agree, differ], 1);
+        assert_eq!(result.token_count_mismatches, 1);
+    }
+}

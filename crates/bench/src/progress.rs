@@ -47,23 +47,31 @@ impl Progress {
         }
         let done = self.done.fetch_add(1, Ordering::Relaxed) + 1;
         match &self.bar {
-            Some(bar) => {
-                bar.set_position(done as u64);
-                self.refresh();
-            }
+            Some(_) => self.refresh(),
             None => self.maybe_print_line(done),
         }
     }
 
+    /// Clears the bar and leaves one plain line, so the result table starts on a line of its own.
     pub fn finish(&self) {
         if let Some(bar) = &self.bar {
-            bar.finish_with_message(self.counts());
+            bar.finish_and_clear();
+            eprintln!(
+                "{}: {} done, {} ({:.1} s)",
+                bar.prefix(),
+                self.done.load(Ordering::Relaxed),
+                self.counts(),
+                self.begun_at.elapsed().as_secs_f64()
+            );
         }
     }
 
+    /// Position and message come from one reading of the counters, so they agree.
     fn refresh(&self) {
         if let Some(bar) = &self.bar {
-            bar.set_message(self.counts());
+            let (done, message) = self.snapshot();
+            bar.set_position(done as u64);
+            bar.set_message(message);
         }
     }
 
@@ -80,13 +88,16 @@ impl Progress {
     }
 
     fn counts(&self) -> String {
-        let started = self.started.load(Ordering::Relaxed);
+        self.snapshot().1
+    }
+
+    /// Requests done, and the in-flight/failed text. `done` is read before `started` so a
+    /// request finishing in between can only overstate, never understate, what is in flight.
+    fn snapshot(&self) -> (usize, String) {
         let done = self.done.load(Ordering::Relaxed);
-        let in_flight = started.saturating_sub(done);
-        format!(
-            "{in_flight} in flight, {} failed",
-            self.failed.load(Ordering::Relaxed)
-        )
+        let failed = self.failed.load(Ordering::Relaxed);
+        let in_flight = self.started.load(Ordering::Relaxed).saturating_sub(done);
+        (done, format!("{in_flight} in flight, {failed} failed"))
     }
 }
 

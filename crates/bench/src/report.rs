@@ -206,3 +206,78 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+mod table_tests {
+    use super::*;
+    use crate::benchmark_result::tests::sample;
+
+    #[test]
+    fn table_has_vllm_layout_with_aligned_values() {
+        let mut result = sample(&["ttft:150"]);
+        result.client_cpu_s = Some(0.25);
+        let table = table(&result);
+        assert!(table.starts_with("============ Serving Benchmark Result ============\n"));
+        for expected in [
+            "Successful requests:                    2         \n",
+            "Benchmark duration (s):                 1.00      \n",
+            "Output token throughput (tok/s):        4.00      \n",
+            "Request goodput (req/s):                1.00      \n",
+            "Peak concurrent requests:               3         \n",
+            "Total Token throughput (tok/s):         24.00     \n",
+            "---------------Time to First Token----------------\n",
+            "-----Time per Output Token (excl. 1st token)------\n",
+            "---------------Inter-token Latency----------------\n",
+            "P99 ITL (ms):                           50.00     \n",
+            "Median TTFT (ms):                       200.00    \n",
+            "Client CPU time (s):                    0.25      \n",
+        ] {
+            assert!(table.contains(expected), "missing {expected:?} in\n{table}");
+        }
+    }
+
+    #[test]
+    fn json_uses_vllm_field_names_with_one_key_per_percentile() {
+        let json = to_json(&sample(&[]));
+        for key in [
+            "date",
+            "backend",
+            "model_id",
+            "num_prompts",
+            "request_rate",
+            "burstiness",
+            "max_concurrency",
+            "duration",
+            "completed",
+            "failed",
+            "total_input_tokens",
+            "total_output_tokens",
+            "request_throughput",
+            "request_goodput",
+            "output_throughput",
+            "total_token_throughput",
+            "max_concurrent_requests",
+            "input_lens",
+            "output_lens",
+            "ttfts",
+            "itls",
+            "errors",
+            "mean_ttft_ms",
+            "median_ttft_ms",
+            "std_ttft_ms",
+            "p50_ttft_ms",
+            "p99_ttft_ms",
+            "mean_tpot_ms",
+            "p99_tpot_ms",
+            "mean_itl_ms",
+            "p99_itl_ms",
+            "mean_e2el_ms",
+            "p99_e2el_ms",
+        ] {
+            assert!(json.get(key).is_some(), "missing {key}");
+        }
+        assert_eq!(json["request_rate"], "inf");
+        assert_eq!(json["ttfts"][0], 0.1);
+        assert_eq!(json["itls"][0], serde_json::json!([0.05, 0.05]));
+    }
+}
