@@ -1,5 +1,16 @@
 //! tokenmill server: tokenization, chat templates and streaming detokenization around the engine.
 pub mod chat_template;
 pub mod detokenizer;
-pub mod tokenizer;
 pub mod model_loader;
+pub mod tokenizer;
+
+pub mod api_error;
+pub mod api_server;
+pub mod app_state;
+pub mod choice_run;
+pub mod generation_request;
+pub mod json_body;
+pub mod metrics;
+pub mod reply_builder;
+pub mod request_plan;
+pub mod routes;

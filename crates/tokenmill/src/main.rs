@@ -6,7 +6,11 @@ mod generate;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "tokenmill", version, about = "An LLM serving engine and the benchmark that measures it")]
+#[command(
+    name = "tokenmill",
+    version,
+    about = "An LLM serving engine and the benchmark that measures it"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -14,6 +18,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Serve the model over an OpenAI-compatible HTTP API.
+    Serve(tokenmill_server::api_server::ServeArgs),
     /// Generate completions for prompts, batched through the engine.
     Generate(generate::GenerateArgs),
     /// Benchmarks: engine-only (latency, throughput) and over HTTP (serve, sweep).
@@ -41,6 +47,7 @@ fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
     match Cli::parse().command {
+        Command::Serve(args) => tokenmill_server::api_server::run(args),
         Command::Generate(args) => generate::run(args),
         Command::Bench(BenchCommand::Latency(args)) => engine_bench::latency(args),
         Command::Bench(BenchCommand::Throughput(args)) => engine_bench::throughput(args),

@@ -1,0 +1,262 @@
+//! `tokenmill serve`: the OpenAI-compatible HTTP server — its flags, startup, and graceful
+//! shutdown (stop accepting, let in-flight requests finish within a bound, stop the engine).
+
+use std::future::{Future, IntoFuture};
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use anyhow::Context;
+use axum::Router;
+use clap::Args;
+use tokenmill_engine::EngineHandle;
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+
+use crate::app_state::AppState;
+use crate::metrics::Metrics;
+use crate::model_loader::{self, EngineArgs, LoadedModel};
+use crate::routes;
+
+#[derive(Args, Debug, Clone)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub engine: EngineArgs,
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: String,
+    #[arg(long, default_value_t = 8000)]
+    pub port: u16,
+    /// The model name clients send and see (default: the model file's stem).
+    #[arg(long)]
+    pub served_model_name: Option<String>,
+    /// Require `Authorization: Bearer KEY` on every /v1 route.
+    #[arg(long)]
+    pub api_key: Option<String>,
+    /// Seconds in-flight requests may take to finish after SIGINT/SIGTERM.
+    #[arg(long, default_value_t = 30)]
+    pub shutdown_timeout: u64,
+}
+
+/// Server settings that are not about the engine.
+#[derive(Debug, Clone)]
+pub struct ServerOptions {
+    pub served_model_name: Option<String>,
+    pub api_key: Option<String>,
+    pub shutdown_timeout: Duration,
+}
+
+impl Default for ServerOptions {
+    fn default() -> Self {
+        Self {
+            served_model_name: None,
+            api_key: None,
+            shutdown_timeout: Duration::from_secs(30),
+        }
+    }
+}
+
+impl ServeArgs {
+    pub fn options(&self) -> ServerOptions {
+        ServerOptions {
+            served_model_name: self.served_model_name.clone(),
+            api_key: self.api_key.clone(),
+            shutdown_timeout: Duration::from_secs(self.shutdown_timeout),
+        }
+    }
+}
+
+/// Starts the engine thread and gathers what the handlers share.
+pub fn app_state(model: LoadedModel, options: &ServerOptions) -> Arc<AppState> {
+    let served = options
+        .served_model_name
+        .clone()
+        .unwrap_or_else(|| model.name.clone());
+    Arc::new(AppState {
+        handle: EngineHandle::spawn(model.engine),
+        tokenizer: model.tokenizer,
+        chat_template: model.chat_template,
+        metrics: Arc::new(Metrics::new(served.clone())),
+        served_model_name: served,
+        root: model.name,
+        api_key: options.api_key.clone(),
+        created: SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0),
+    })
+}
+
+pub fn build_app(state: Arc<AppState>) -> Router {
+    routes::router(state)
+}
+
+/// The `serve` command: load, listen, serve until SIGINT/SIGTERM, drain, exit.
+pub fn run(args: ServeArgs) -> anyhow::Result<()> {
+    let addr = (args.host.as_str(), args.port)
+        .to_socket_addrs()
+        .with_context(|| format!("cannot resolve --host {}", args.host))?
+        .next()
+        .with_context(|| format!("--host {} resolves to no address", args.host))?;
+    let model = model_loader::load(&args.engine)?;
+    let options = args.options();
+    let state = app_state(model, &options);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let served = runtime.block_on(async {
+        let listener = TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("cannot listen on {addr}"))?;
+        tracing::info!(
+            "serving {} on http://{addr} (max_model_len {})",
+            state.served_model_name,
+            state.handle.limits().max_model_len
+        );
+        serve(
+            listener,
+            state.clone(),
+            shutdown_signal(),
+            options.shutdown_timeout,
+        )
+        .await
+    });
+    drop(runtime);
+    state.handle.shutdown();
+    tracing::info!("stopped");
+    served
+}
+
+/// A server running on its own thread and runtime (for tests and embedding).
+pub struct ServerHandle {
+    pub addr: SocketAddr,
+    stop: Option<oneshot::Sender<()>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl ServerHandle {
+    pub fn base_url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// Graceful stop: in-flight requests finish (within the shutdown timeout), then the engine stops.
+    pub fn shutdown(mut self) {
+        self.stop_and_join();
+    }
+
+    fn stop_and_join(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for ServerHandle {
+    fn drop(&mut self) {
+        self.stop_and_join();
+    }
+}
+
+/// Binds `addr` (port 0 picks a free one) and serves `model` on a new thread.
+pub fn spawn_server(
+    model: LoadedModel,
+    options: ServerOptions,
+    addr: SocketAddr,
+) -> anyhow::Result<ServerHandle> {
+    let listener =
+        std::net::TcpListener::bind(addr).with_context(|| format!("cannot listen on {addr}"))?;
+    listener.set_nonblocking(true)?;
+    let addr = listener.local_addr()?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let state = app_state(model, &options);
+    let (stop, stopped) = oneshot::channel::<()>();
+    let thread = std::thread::Builder::new()
+        .name("tokenmill-http".into())
+        .spawn(move || {
+            let served = runtime.block_on(async {
+                let listener = TcpListener::from_std(listener)?;
+                let signal = async {
+                    let _ = stopped.await;
+                };
+                serve(listener, state.clone(), signal, options.shutdown_timeout).await
+            });
+            if let Err(error) = served {
+                tracing::error!("server failed: {error:#}");
+            }
+            drop(runtime);
+            state.handle.shutdown();
+        })?;
+    Ok(ServerHandle {
+        addr,
+        stop: Some(stop),
+        thread: Some(thread),
+    })
+}
+
+/// Serves until `signal`, then waits for in-flight requests at most `drain` before giving up on them.
+async fn serve(
+    listener: TcpListener,
+    state: Arc<AppState>,
+    signal: impl Future<Output = ()> + Send + 'static,
+    drain: Duration,
+) -> anyhow::Result<()> {
+    let (signalled_tx, signalled_rx) = oneshot::channel::<()>();
+    let graceful = async move {
+        signal.await;
+        tracing::info!("shutting down: no new connections; waiting for in-flight requests");
+        let _ = signalled_tx.send(());
+    };
+    let server = axum::serve(listener, build_app(state))
+        .with_graceful_shutdown(graceful)
+        .into_future();
+    let deadline = async move {
+        if signalled_rx.await.is_ok() {
+            tokio::time::sleep(drain).await;
+        } else {
+            std::future::pending::<()>().await;
+        }
+    };
+    tokio::select! {
+        served = server => served.context("the HTTP server failed"),
+        () = deadline => {
+            tracing::warn!("in-flight requests still running after {drain:?}; closing them");
+            Ok(())
+        }
+    }
+}
+
+async fn shutdown_signal() {
+    let interrupt = async {
+        if let Err(error) = tokio::signal::ctrl_c().await {
+            tracing::error!("cannot listen for SIGINT: {error}");
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                term.recv().await;
+            }
+            Err(error) => {
+                tracing::error!("cannot listen for SIGTERM: {error}");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = interrupt => {}
+        () = terminate => {}
+    }
+}

@@ -1,0 +1,44 @@
+//! `AppState`: what every request handler shares — the engine handle, tokenizer, chat
+//! template, names, the API key and the metrics.
+
+use std::sync::Arc;
+
+use tokenmill_engine::EngineHandle;
+
+use crate::api_error::ApiError;
+use crate::chat_template::ChatTemplate;
+use crate::metrics::Metrics;
+use crate::tokenizer::Tokenizer;
+
+pub struct AppState {
+    pub handle: EngineHandle,
+    pub tokenizer: Option<Arc<Tokenizer>>,
+    pub chat_template: Option<ChatTemplate>,
+    /// The name clients must use in `model` (and see in `/v1/models`).
+    pub served_model_name: String,
+    /// What the model was loaded from (`root` in `/v1/models`).
+    pub root: String,
+    pub api_key: Option<String>,
+    pub metrics: Arc<Metrics>,
+    /// Unix seconds when the server started.
+    pub created: u64,
+}
+
+impl AppState {
+    /// An absent `model` means the one model served; any other name is a 404.
+    pub fn check_model(&self, requested: Option<&str>) -> Result<(), ApiError> {
+        match requested {
+            None => Ok(()),
+            Some(name) if name == self.served_model_name => Ok(()),
+            Some(name) => Err(ApiError::model_not_found(name, &self.served_model_name)),
+        }
+    }
+
+    pub fn tokenizer(&self) -> Result<&Arc<Tokenizer>, ApiError> {
+        self.tokenizer.as_ref().ok_or_else(|| {
+            ApiError::bad_request(
+                "this model has no tokenizer (dummy weights): send token ids as `prompt` to /v1/completions",
+            )
+        })
+    }
+}

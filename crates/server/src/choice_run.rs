@@ -1,0 +1,189 @@
+//! `ChoiceRun`: one queued engine request seen as one choice of a reply — its tokens turned
+//! into text deltas, stop strings applied, and its end recorded in the metrics.
+//!
+//! Dropping an unfinished run (a client that went away) aborts its engine request.
+
+use std::sync::Arc;
+
+use tokenmill_engine::sampler::SampledToken;
+use tokenmill_engine::{EngineHandle, RequestEvent, SeqId};
+use tokio::sync::mpsc::UnboundedReceiver;
+
+use crate::detokenizer::IncrementalDetokenizer;
+use crate::metrics::{FinishedRequest, Metrics};
+use crate::tokenizer::Tokenizer;
+
+/// How many prompt tokens the detokenizer sees as context, so the first generated word
+/// decodes with the spacing it has after the prompt.
+const PROMPT_CONTEXT_TOKENS: usize = 4;
+
+/// What a run produced since it was last asked: text that is safe to show (never a partial
+/// character, never part of a stop string), the tokens behind it, and maybe the end.
+#[derive(Debug, Default)]
+pub struct ChoiceDelta {
+    pub text: String,
+    pub tokens: Vec<SampledToken>,
+    /// `stop`, `length` or `abort`, on the last delta only.
+    pub finish_reason: Option<&'static str>,
+}
+
+/// Turns token ids into text. Models without a tokenizer (dummy weights) show each id as text,
+/// so streams still carry visible content per token.
+enum TextDecoder {
+    Detokenizer(IncrementalDetokenizer),
+    Ids,
+}
+
+/// The pieces a run is made from, beyond its engine stream.
+pub struct ChoiceSetup {
+    pub handle: EngineHandle,
+    pub tokenizer: Option<Arc<Tokenizer>>,
+    pub metrics: Arc<Metrics>,
+    pub prompt: Vec<u32>,
+    pub stop: Vec<String>,
+    pub skip_special_tokens: bool,
+}
+
+pub struct ChoiceRun {
+    handle: EngineHandle,
+    id: SeqId,
+    events: UnboundedReceiver<RequestEvent>,
+    decoder: TextDecoder,
+    metrics: Arc<Metrics>,
+    prompt_tokens: usize,
+    completion_tokens: usize,
+    finished: bool,
+}
+
+impl ChoiceRun {
+    pub fn new(setup: ChoiceSetup, id: SeqId, events: UnboundedReceiver<RequestEvent>) -> Self {
+        let tail = &setup.prompt[setup.prompt.len().saturating_sub(PROMPT_CONTEXT_TOKENS)..];
+        let decoder = match setup.tokenizer {
+            Some(tokenizer) => TextDecoder::Detokenizer(IncrementalDetokenizer::new(
+                tokenizer,
+                tail,
+                setup.stop,
+                setup.skip_special_tokens,
+            )),
+            None => TextDecoder::Ids,
+        };
+        Self {
+            handle: setup.handle,
+            id,
+            events,
+            decoder,
+            metrics: setup.metrics,
+            prompt_tokens: setup.prompt.len(),
+            completion_tokens: 0,
+            finished: false,
+        }
+    }
+
+    pub fn prompt_tokens(&self) -> usize {
+        self.prompt_tokens
+    }
+
+    pub fn completion_tokens(&self) -> usize {
+        self.completion_tokens
+    }
+
+    /// Waits until there is text to show or the choice ends; `None` after the end.
+    pub async fn next_delta(&mut self) -> Option<ChoiceDelta> {
+        if self.finished {
+            return None;
+        }
+        let mut delta = ChoiceDelta::default();
+        loop {
+            match self.events.recv().await {
+                Some(RequestEvent::Token { token, .. }) => {
+                    self.completion_tokens += 1;
+                    let (text, hit_stop) = self.decode(token.token_id);
+                    delta.text.push_str(&text);
+                    delta.tokens.push(token);
+                    if hit_stop {
+                        self.end_at_stop_string().await;
+                        delta.finish_reason = Some("stop");
+                        return Some(delta);
+                    }
+                    if !delta.text.is_empty() {
+                        return Some(delta);
+                    }
+                }
+                Some(RequestEvent::Finished {
+                    reason, timings, ..
+                }) => {
+                    delta.text.push_str(&self.flush());
+                    let reason = reason.as_str();
+                    self.finish(reason, Some(&timings));
+                    delta.finish_reason = Some(reason);
+                    return Some(delta);
+                }
+                None => {
+                    // The engine stopped without reporting an end (shutdown).
+                    delta.text.push_str(&self.flush());
+                    self.finish("abort", None);
+                    delta.finish_reason = Some("abort");
+                    return Some(delta);
+                }
+            }
+        }
+    }
+
+    /// Text for one more token, and whether it completed a stop string.
+    fn decode(&mut self, token_id: u32) -> (String, bool) {
+        match &mut self.decoder {
+            TextDecoder::Detokenizer(detok) => match detok.push(token_id) {
+                Ok(step) => (step.text, step.stopped.is_some()),
+                Err(error) => {
+                    tracing::warn!("detokenizing token {token_id} failed: {error}");
+                    (String::new(), false)
+                }
+            },
+            TextDecoder::Ids => (format!("{token_id} "), false),
+        }
+    }
+
+    fn flush(&mut self) -> String {
+        match &mut self.decoder {
+            TextDecoder::Detokenizer(detok) => detok.finish(),
+            TextDecoder::Ids => String::new(),
+        }
+    }
+
+    /// The engine does not know about stop strings: cancel it, then wait (at most a step) for
+    /// its end report so the request's timings still reach the metrics.
+    async fn end_at_stop_string(&mut self) {
+        self.handle.abort(self.id);
+        let mut timings = None;
+        while let Some(event) = self.events.recv().await {
+            if let RequestEvent::Finished { timings: t, .. } = event {
+                timings = Some(t);
+                break;
+            }
+        }
+        self.finish("stop", timings.as_deref());
+    }
+
+    fn finish(
+        &mut self,
+        reason: &str,
+        timings: Option<&tokenmill_engine::request::RequestTimings>,
+    ) {
+        self.finished = true;
+        self.metrics.record(FinishedRequest {
+            reason,
+            prompt_tokens: self.prompt_tokens,
+            completion_tokens: self.completion_tokens,
+            timings,
+        });
+    }
+}
+
+impl Drop for ChoiceRun {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.handle.abort(self.id);
+            self.finish("abort", None);
+        }
+    }
+}

@@ -1,0 +1,248 @@
+//! `GenerationRequest`: the body of `/v1/completions` and `/v1/chat/completions` as sent.
+//!
+//! Both endpoints share one struct because they share nearly every field; each endpoint reads
+//! the fields that are its own (`prompt` or `messages`) and ignores the rest, as it ignores
+//! unknown fields. Fields whose JSON shape varies (`prompt`, `stop`, `logprobs`, message
+//! content) stay `serde_json::Value` here and are checked with messages a user can act on.
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::api_error::ApiError;
+use crate::chat_template::ChatMessage;
+
+#[derive(Debug, Default, Deserialize)]
+pub struct GenerationRequest {
+    pub model: Option<String>,
+    pub prompt: Option<Value>,
+    pub messages: Option<Vec<MessageIn>>,
+    pub add_generation_prompt: Option<bool>,
+    pub max_tokens: Option<i64>,
+    pub max_completion_tokens: Option<i64>,
+    pub n: Option<i64>,
+    pub temperature: Option<f32>,
+    pub top_p: Option<f32>,
+    pub top_k: Option<i64>,
+    pub min_p: Option<f32>,
+    pub seed: Option<i64>,
+    pub stop: Option<Value>,
+    pub stop_token_ids: Option<Vec<u32>>,
+    pub presence_penalty: Option<f32>,
+    pub frequency_penalty: Option<f32>,
+    pub repetition_penalty: Option<f32>,
+    /// Completions: a count of alternatives. Chat: a flag, with the count in `top_logprobs`.
+    pub logprobs: Option<Value>,
+    pub top_logprobs: Option<i64>,
+    pub ignore_eos: Option<bool>,
+    pub min_tokens: Option<i64>,
+    pub priority: Option<i32>,
+    pub skip_special_tokens: Option<bool>,
+    pub stream: Option<bool>,
+    pub stream_options: Option<StreamOptions>,
+    pub echo: Option<bool>,
+    pub suffix: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct StreamOptions {
+    pub include_usage: Option<bool>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct MessageIn {
+    pub role: String,
+    #[serde(default)]
+    pub content: Value,
+}
+
+/// What a completion request's `prompt` holds, before tokenization.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PromptInput {
+    Text(String),
+    Tokens(Vec<u32>),
+}
+
+const PROMPT_SHAPES: &str =
+    "`prompt` must be a string, a list of strings, a list of token ids or a list of token-id lists";
+
+/// Splits `prompt` into the prompts it holds (one completion choice set per prompt).
+pub fn prompt_inputs(prompt: Option<&Value>) -> Result<Vec<PromptInput>, ApiError> {
+    let bad = || ApiError::bad_param("prompt", PROMPT_SHAPES);
+    let prompt = prompt.ok_or_else(|| ApiError::bad_param("prompt", "`prompt` is required"))?;
+    let inputs = match prompt {
+        Value::String(text) => vec![PromptInput::Text(text.clone())],
+        Value::Array(items) if items.iter().all(Value::is_string) => items
+            .iter()
+            .map(|v| PromptInput::Text(v.as_str().unwrap_or_default().to_owned()))
+            .collect(),
+        Value::Array(items) if items.iter().all(Value::is_number) => {
+            vec![PromptInput::Tokens(token_ids(items).ok_or_else(bad)?)]
+        }
+        Value::Array(items) if items.iter().all(Value::is_array) => items
+            .iter()
+            .map(|list| token_ids(list.as_array()?).map(PromptInput::Tokens))
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(bad)?,
+        _ => return Err(bad()),
+    };
+    if inputs.is_empty() {
+        return Err(ApiError::bad_param("prompt", "`prompt` is empty"));
+    }
+    Ok(inputs)
+}
+
+fn token_ids(items: &[Value]) -> Option<Vec<u32>> {
+    items
+        .iter()
+        .map(|v| v.as_u64().and_then(|id| u32::try_from(id).ok()))
+        .collect()
+}
+
+/// `stop` as a list: a single string, a list of strings, or nothing.
+pub fn stop_strings(stop: Option<&Value>) -> Result<Vec<String>, ApiError> {
+    let bad = || ApiError::bad_param("stop", "`stop` must be a string or a list of strings");
+    match stop {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::String(s)) => Ok(vec![s.clone()]),
+        Some(Value::Array(items)) => items
+            .iter()
+            .map(|v| v.as_str().map(str::to_owned).ok_or_else(bad))
+            .collect(),
+        Some(_) => Err(bad()),
+    }
+}
+
+const ROLES: [&str; 3] = ["system", "user", "assistant"];
+
+/// Checks roles and flattens content (a string, or a list of `{"type": "text"}` parts).
+pub fn chat_messages(messages: Option<&[MessageIn]>) -> Result<Vec<ChatMessage>, ApiError> {
+    let messages =
+        messages.ok_or_else(|| ApiError::bad_param("messages", "`messages` is required"))?;
+    if messages.is_empty() {
+        return Err(ApiError::bad_param(
+            "messages",
+            "`messages` must hold at least one message",
+        ));
+    }
+    messages
+        .iter()
+        .enumerate()
+        .map(|(i, message)| {
+            if !ROLES.contains(&message.role.as_str()) {
+                return Err(ApiError::bad_param(
+                    format!("messages[{i}].role"),
+                    format!(
+                        "unsupported role `{}`; use system, user or assistant",
+                        message.role
+                    ),
+                ));
+            }
+            let content = message_text(&message.content)
+                .map_err(|why| ApiError::bad_param(format!("messages[{i}].content"), why))?;
+            Ok(ChatMessage::new(message.role.as_str(), content))
+        })
+        .collect()
+}
+
+fn message_text(content: &Value) -> Result<String, String> {
+    match content {
+        Value::Null => Ok(String::new()),
+        Value::String(text) => Ok(text.clone()),
+        Value::Array(parts) => {
+            let texts = parts
+                .iter()
+                .map(
+                    |part| match (part["type"].as_str(), part["text"].as_str()) {
+                        (Some("text"), Some(text)) => Ok(text),
+                        (Some("text"), None) => Err("a text part needs a string `text`".to_owned()),
+                        (Some(other), _) => Err(format!(
+                            "content parts of type `{other}` are not supported; only `text`"
+                        )),
+                        (None, _) => Err("each content part needs a `type`".to_owned()),
+                    },
+                )
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok(texts.join("\n"))
+        }
+        _ => Err("content must be a string or a list of content parts".to_owned()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn every_prompt_shape_is_understood() {
+        let text = PromptInput::Text("a".into());
+        assert_eq!(
+            prompt_inputs(Some(&json!("a"))).unwrap(),
+            vec![text.clone()]
+        );
+        assert_eq!(
+            prompt_inputs(Some(&json!(["a", "a"]))).unwrap(),
+            vec![text.clone(), text]
+        );
+        assert_eq!(
+            prompt_inputs(Some(&json!([1, 2]))).unwrap(),
+            vec![PromptInput::Tokens(vec![1, 2])]
+        );
+        assert_eq!(
+            prompt_inputs(Some(&json!([[1], [2, 3]]))).unwrap(),
+            vec![
+                PromptInput::Tokens(vec![1]),
+                PromptInput::Tokens(vec![2, 3])
+            ]
+        );
+    }
+
+    #[test]
+    fn negative_token_ids_and_mixed_lists_are_rejected() {
+        for bad in [
+            json!([-1]),
+            json!([1, "a"]),
+            json!(5),
+            json!([]),
+            json!([[1], [-2]]),
+        ] {
+            let error = prompt_inputs(Some(&bad)).unwrap_err();
+            assert_eq!(error.param.as_deref(), Some("prompt"), "{bad}");
+        }
+    }
+
+    #[test]
+    fn content_parts_are_joined_and_images_refused() {
+        let ok: Vec<MessageIn> = serde_json::from_value(json!([
+            {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}
+        ]))
+        .unwrap();
+        assert_eq!(chat_messages(Some(&ok)).unwrap()[0].content, "a\nb");
+        let image: Vec<MessageIn> = serde_json::from_value(json!([
+            {"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}
+        ]))
+        .unwrap();
+        assert!(chat_messages(Some(&image)).is_err());
+    }
+
+    #[test]
+    fn unknown_roles_and_empty_conversations_are_rejected() {
+        let robot: Vec<MessageIn> =
+            serde_json::from_value(json!([{"role": "robot", "content": "hi"}])).unwrap();
+        assert_eq!(
+            chat_messages(Some(&robot)).unwrap_err().param.as_deref(),
+            Some("messages[0].role")
+        );
+        assert!(chat_messages(Some(&[])).is_err());
+    }
+
+    #[test]
+    fn stop_may_be_one_string_or_many() {
+        assert_eq!(stop_strings(Some(&json!("x"))).unwrap(), vec!["x"]);
+        assert_eq!(
+            stop_strings(Some(&json!(["x", "y"]))).unwrap(),
+            vec!["x", "y"]
+        );
+        assert!(stop_strings(Some(&json!([1]))).is_err());
+    }
+}

@@ -1,0 +1,416 @@
+//! `Metrics`: request latencies and token counts, rendered with the engine's scheduler gauges in
+//! Prometheus' text format under vLLM's metric names (prefix `tokenmill:`). See docs/metrics.md.
+
+use std::fmt::Write;
+use std::sync::Mutex;
+use std::time::Instant;
+
+use tokenmill_engine::request::RequestTimings;
+use tokenmill_engine::scheduler::SchedulerStats;
+
+/// Bucket bounds in seconds. First-token and whole-request latencies span milliseconds to
+/// minutes; per-token gaps are tighter.
+const LATENCY_BUCKETS: &[f64] = &[
+    0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0,
+    300.0, 600.0,
+];
+const TOKEN_GAP_BUCKETS: &[f64] = &[
+    0.001, 0.0025, 0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 2.5,
+    5.0, 10.0,
+];
+
+/// The ways a request can end, as `request_success`'s `finished_reason` label.
+const FINISH_REASONS: [&str; 3] = ["stop", "length", "abort"];
+
+#[derive(Debug, Clone)]
+struct Histogram {
+    bounds: &'static [f64],
+    /// Per-bucket counts (not cumulative); the last slot is +Inf.
+    counts: Vec<u64>,
+    sum: f64,
+    count: u64,
+}
+
+impl Histogram {
+    fn new(bounds: &'static [f64]) -> Self {
+        Self {
+            bounds,
+            counts: vec![0; bounds.len() + 1],
+            sum: 0.0,
+            count: 0,
+        }
+    }
+
+    fn observe(&mut self, seconds: f64) {
+        let slot = self
+            .bounds
+            .iter()
+            .position(|&b| seconds <= b)
+            .unwrap_or(self.bounds.len());
+        self.counts[slot] += 1;
+        self.sum += seconds;
+        self.count += 1;
+    }
+}
+
+struct HistogramSpec {
+    name: &'static str,
+    help: &'static str,
+    buckets: &'static [f64],
+}
+
+const HISTOGRAMS: [HistogramSpec; 7] = [
+    HistogramSpec {
+        name: "time_to_first_token_seconds",
+        help: "Time from arrival to the first generated token.",
+        buckets: LATENCY_BUCKETS,
+    },
+    HistogramSpec {
+        name: "inter_token_latency_seconds",
+        help: "Time between consecutive generated tokens of one request.",
+        buckets: TOKEN_GAP_BUCKETS,
+    },
+    HistogramSpec {
+        name: "request_time_per_output_token_seconds",
+        help: "Mean time per output token after the first, per request.",
+        buckets: TOKEN_GAP_BUCKETS,
+    },
+    HistogramSpec {
+        name: "e2e_request_latency_seconds",
+        help: "Time from arrival to the end of a request.",
+        buckets: LATENCY_BUCKETS,
+    },
+    HistogramSpec {
+        name: "request_queue_time_seconds",
+        help: "Time from arrival until first scheduled.",
+        buckets: LATENCY_BUCKETS,
+    },
+    HistogramSpec {
+        name: "request_prefill_time_seconds",
+        help: "Time from first scheduled to the first token.",
+        buckets: LATENCY_BUCKETS,
+    },
+    HistogramSpec {
+        name: "request_decode_time_seconds",
+        help: "Time from the first token to the end of a request.",
+        buckets: LATENCY_BUCKETS,
+    },
+];
+
+// Indexes into `HISTOGRAMS`.
+const TTFT: usize = 0;
+const ITL: usize = 1;
+const TPOT: usize = 2;
+const E2E: usize = 3;
+const QUEUE: usize = 4;
+const PREFILL: usize = 5;
+const DECODE: usize = 6;
+
+struct Recorded {
+    histograms: Vec<Histogram>,
+    prompt_tokens: u64,
+    generation_tokens: u64,
+    successes: [u64; FINISH_REASONS.len()],
+}
+
+/// One ended request as the metrics see it.
+pub struct FinishedRequest<'a> {
+    /// `stop`, `length` or `abort`.
+    pub reason: &'a str,
+    pub prompt_tokens: usize,
+    pub completion_tokens: usize,
+    /// Absent when the request was dropped before the engine reported its end.
+    pub timings: Option<&'a RequestTimings>,
+}
+
+pub struct Metrics {
+    model_name: String,
+    recorded: Mutex<Recorded>,
+}
+
+impl Metrics {
+    pub fn new(model_name: impl Into<String>) -> Self {
+        Self {
+            model_name: model_name.into(),
+            recorded: Mutex::new(Recorded {
+                histograms: HISTOGRAMS
+                    .iter()
+                    .map(|h| Histogram::new(h.buckets))
+                    .collect(),
+                prompt_tokens: 0,
+                generation_tokens: 0,
+                successes: [0; FINISH_REASONS.len()],
+            }),
+        }
+    }
+
+    pub fn record(&self, done: FinishedRequest<'_>) {
+        let Ok(mut r) = self.recorded.lock() else {
+            return;
+        };
+        r.prompt_tokens += done.prompt_tokens as u64;
+        r.generation_tokens += done.completion_tokens as u64;
+        if let Some(slot) = FINISH_REASONS.iter().position(|&f| f == done.reason) {
+            r.successes[slot] += 1;
+        }
+        if let Some(t) = done.timings {
+            observe_timings(&mut r.histograms, t, done.completion_tokens);
+        }
+    }
+
+    /// The whole exposition: request metrics plus the scheduler's live gauges and counters.
+    pub fn render(&self, stats: &SchedulerStats) -> String {
+        let label = format!("model_name=\"{}\"", escape_label(&self.model_name));
+        let mut out = String::new();
+        let gauge = |out: &mut String, name: &str, help: &str, value: f64| {
+            sample_family(out, name, "gauge", help, &[(label.clone(), value)]);
+        };
+        gauge(
+            &mut out,
+            "num_requests_running",
+            "Requests in the running batch.",
+            stats.num_running as f64,
+        );
+        gauge(
+            &mut out,
+            "num_requests_waiting",
+            "Requests waiting to be scheduled.",
+            stats.num_waiting as f64,
+        );
+        gauge(
+            &mut out,
+            "kv_cache_usage_perc",
+            "Fraction of KV-cache blocks in use (0 to 1).",
+            stats.kv_cache_usage,
+        );
+        let counter = |out: &mut String, name: &str, help: &str, value: f64| {
+            sample_family(
+                out,
+                &format!("{name}_total"),
+                "counter",
+                help,
+                &[(label.clone(), value)],
+            );
+        };
+        counter(
+            &mut out,
+            "prefix_cache_queries",
+            "Prompt tokens looked up in the prefix cache.",
+            stats.prefix_cache_queries as f64,
+        );
+        counter(
+            &mut out,
+            "prefix_cache_hits",
+            "Prompt tokens found in the prefix cache.",
+            stats.prefix_cache_hits as f64,
+        );
+        counter(
+            &mut out,
+            "num_preemptions",
+            "Times a running request was preempted.",
+            stats.num_preemptions as f64,
+        );
+        let Ok(r) = self.recorded.lock() else {
+            return out;
+        };
+        counter(
+            &mut out,
+            "prompt_tokens",
+            "Prompt tokens of finished requests.",
+            r.prompt_tokens as f64,
+        );
+        counter(
+            &mut out,
+            "generation_tokens",
+            "Generated tokens of finished requests.",
+            r.generation_tokens as f64,
+        );
+        let successes: Vec<(String, f64)> = FINISH_REASONS
+            .iter()
+            .zip(r.successes)
+            .map(|(reason, n)| (format!("{label},finished_reason=\"{reason}\""), n as f64))
+            .collect();
+        sample_family(
+            &mut out,
+            "request_success_total",
+            "counter",
+            "Finished requests by finish reason.",
+            &successes,
+        );
+        for (spec, histogram) in HISTOGRAMS.iter().zip(&r.histograms) {
+            histogram_family(&mut out, spec, histogram, &label);
+        }
+        out
+    }
+}
+
+fn observe_timings(histograms: &mut [Histogram], t: &RequestTimings, completion_tokens: usize) {
+    let secs = |from: Instant, to: Instant| to.saturating_duration_since(from).as_secs_f64();
+    if let Some(first) = t.first_token {
+        histograms[TTFT].observe(secs(t.arrival, first));
+    }
+    for pair in t.token_times.windows(2) {
+        histograms[ITL].observe(secs(pair[0], pair[1]));
+    }
+    if let (Some(first), Some(last)) = (t.first_token, t.token_times.last()) {
+        if completion_tokens > 1 {
+            let per_token = last.saturating_duration_since(first) / (completion_tokens as u32 - 1);
+            histograms[TPOT].observe(per_token.as_secs_f64());
+        }
+    }
+    if let Some(end) = t.finished {
+        histograms[E2E].observe(secs(t.arrival, end));
+        if let Some(first) = t.first_token {
+            histograms[DECODE].observe(secs(first, end));
+        }
+    }
+    if let Some(scheduled) = t.first_scheduled {
+        histograms[QUEUE].observe(secs(t.arrival, scheduled));
+        if let Some(first) = t.first_token {
+            histograms[PREFILL].observe(secs(scheduled, first));
+        }
+    }
+}
+
+fn sample_family(out: &mut String, name: &str, kind: &str, help: &str, samples: &[(String, f64)]) {
+    let _ = writeln!(out, "# HELP tokenmill:{name} {help}");
+    let _ = writeln!(out, "# TYPE tokenmill:{name} {kind}");
+    for (labels, value) in samples {
+        let _ = writeln!(out, "tokenmill:{name}{{{labels}}} {value}");
+    }
+}
+
+fn histogram_family(out: &mut String, spec: &HistogramSpec, h: &Histogram, label: &str) {
+    let name = spec.name;
+    let _ = writeln!(out, "# HELP tokenmill:{name} {}", spec.help);
+    let _ = writeln!(out, "# TYPE tokenmill:{name} histogram");
+    let mut cumulative = 0;
+    for (bound, count) in h.bounds.iter().zip(&h.counts) {
+        cumulative += count;
+        let _ = writeln!(
+            out,
+            "tokenmill:{name}_bucket{{{label},le=\"{bound}\"}} {cumulative}"
+        );
+    }
+    let _ = writeln!(
+        out,
+        "tokenmill:{name}_bucket{{{label},le=\"+Inf\"}} {}",
+        h.count
+    );
+    let _ = writeln!(out, "tokenmill:{name}_sum{{{label}}} {}", h.sum);
+    let _ = writeln!(out, "tokenmill:{name}_count{{{label}}} {}", h.count);
+}
+
+/// Prometheus label values escape backslash, quote and newline.
+fn escape_label(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// Reads one unlabelled-beyond-`model_name` sample back out of a rendering (for tests and tools).
+pub fn sample_value(exposition: &str, series: &str) -> Option<f64> {
+    exposition
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .find_map(|l| {
+            let (name, value) = l.rsplit_once(' ')?;
+            let bare = name.split('{').next()?;
+            (bare == series || name == series).then(|| value.parse().ok())?
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn timings(tokens: &[u64]) -> RequestTimings {
+        let start = Instant::now();
+        let at = |ms: u64| start + Duration::from_millis(ms);
+        RequestTimings {
+            arrival: start,
+            first_scheduled: Some(at(10)),
+            first_token: Some(at(tokens[0])),
+            token_times: tokens.iter().map(|&ms| at(ms)).collect(),
+            finished: Some(at(*tokens.last().unwrap())),
+        }
+    }
+
+    #[test]
+    fn a_finished_request_fills_every_histogram_and_counter() {
+        let metrics = Metrics::new("m");
+        let t = timings(&[50, 70, 90]);
+        metrics.record(FinishedRequest {
+            reason: "length",
+            prompt_tokens: 5,
+            completion_tokens: 3,
+            timings: Some(&t),
+        });
+        let text = metrics.render(&SchedulerStats::default());
+        assert_eq!(
+            sample_value(&text, "tokenmill:prompt_tokens_total"),
+            Some(5.0)
+        );
+        assert_eq!(
+            sample_value(&text, "tokenmill:generation_tokens_total"),
+            Some(3.0)
+        );
+        assert_eq!(
+            sample_value(
+                &text,
+                "tokenmill:request_success_total{model_name=\"m\",finished_reason=\"length\"}"
+            ),
+            Some(1.0)
+        );
+        assert_eq!(
+            sample_value(&text, "tokenmill:inter_token_latency_seconds_count"),
+            Some(2.0)
+        );
+        let ttft = sample_value(&text, "tokenmill:time_to_first_token_seconds_sum").unwrap();
+        assert!((ttft - 0.05).abs() < 1e-9, "{ttft}");
+        let tpot =
+            sample_value(&text, "tokenmill:request_time_per_output_token_seconds_sum").unwrap();
+        assert!((tpot - 0.02).abs() < 1e-9, "{tpot}");
+        let queue = sample_value(&text, "tokenmill:request_queue_time_seconds_sum").unwrap();
+        assert!((queue - 0.01).abs() < 1e-9, "{queue}");
+    }
+
+    #[test]
+    fn buckets_are_cumulative_and_end_at_the_count() {
+        let mut h = Histogram::new(&[0.1, 1.0]);
+        for s in [0.05, 0.5, 0.7, 5.0] {
+            h.observe(s);
+        }
+        let mut out = String::new();
+        let spec = HistogramSpec {
+            name: "x",
+            help: "h",
+            buckets: &[0.1, 1.0],
+        };
+        histogram_family(&mut out, &spec, &h, "model_name=\"m\"");
+        assert!(out.contains("tokenmill:x_bucket{model_name=\"m\",le=\"0.1\"} 1\n"));
+        assert!(out.contains("tokenmill:x_bucket{model_name=\"m\",le=\"1\"} 3\n"));
+        assert!(out.contains("tokenmill:x_bucket{model_name=\"m\",le=\"+Inf\"} 4\n"));
+    }
+
+    #[test]
+    fn gauges_come_from_the_scheduler_and_labels_are_escaped() {
+        let stats = SchedulerStats {
+            num_running: 2,
+            kv_cache_usage: 0.25,
+            ..Default::default()
+        };
+        let text = Metrics::new("a\"b").render(&stats);
+        assert_eq!(
+            sample_value(&text, "tokenmill:num_requests_running"),
+            Some(2.0)
+        );
+        assert_eq!(
+            sample_value(&text, "tokenmill:kv_cache_usage_perc"),
+            Some(0.25)
+        );
+        assert!(text.contains("model_name=\"a\\\"b\""));
+    }
+}

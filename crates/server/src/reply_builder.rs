@@ -1,0 +1,315 @@
+//! `ReplyBuilder`: the OpenAI JSON shapes of completion and chat replies — whole replies,
+//! stream chunks, usage and logprobs — for one request.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde_json::{json, Map, Value};
+use tokenmill_engine::sampler::SampledToken;
+
+use crate::choice_run::ChoiceDelta;
+use crate::request_plan::Endpoint;
+use crate::tokenizer::Tokenizer;
+
+/// JSON has no -inf; a token the model ruled out gets this instead (as vLLM does).
+const LOWEST_LOGPROB: f32 = -9999.0;
+
+/// Everything one choice produced, for a non-streamed reply.
+#[derive(Debug, Default)]
+pub struct ChoiceTotal {
+    pub text: String,
+    pub tokens: Vec<SampledToken>,
+    pub finish_reason: Option<&'static str>,
+}
+
+impl ChoiceTotal {
+    pub fn absorb(&mut self, delta: ChoiceDelta) {
+        self.text.push_str(&delta.text);
+        self.tokens.extend(delta.tokens);
+        self.finish_reason = delta.finish_reason.or(self.finish_reason);
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Usage {
+    pub prompt_tokens: usize,
+    pub completion_tokens: usize,
+}
+
+impl Usage {
+    pub fn json(&self) -> Value {
+        json!({
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "total_tokens": self.prompt_tokens + self.completion_tokens,
+        })
+    }
+}
+
+pub struct ReplyBuilder {
+    endpoint: Endpoint,
+    id: String,
+    created: u64,
+    model: String,
+    tokenizer: Option<Arc<Tokenizer>>,
+    /// Whether the request asked for logprobs at all.
+    logprobs: bool,
+}
+
+impl ReplyBuilder {
+    pub fn new(
+        endpoint: Endpoint,
+        model: String,
+        tokenizer: Option<Arc<Tokenizer>>,
+        logprobs: bool,
+    ) -> Self {
+        let prefix = match endpoint {
+            Endpoint::Completions => "cmpl",
+            Endpoint::Chat => "chatcmpl",
+        };
+        Self {
+            endpoint,
+            id: format!("{prefix}-{}", unique_suffix()),
+            created: unix_now(),
+            model,
+            tokenizer,
+            logprobs,
+        }
+    }
+
+    /// A whole non-streamed reply.
+    pub fn full(&self, choices: &[ChoiceTotal], usage: Usage) -> Value {
+        let choices: Vec<Value> = choices
+            .iter()
+            .enumerate()
+            .map(|(index, c)| {
+                let logprobs = self.logprobs_json(&c.tokens, 0);
+                match self.endpoint {
+                    Endpoint::Completions => json!({
+                        "index": index,
+                        "text": c.text,
+                        "logprobs": logprobs,
+                        "finish_reason": c.finish_reason,
+                    }),
+                    Endpoint::Chat => json!({
+                        "index": index,
+                        "message": {"role": "assistant", "content": c.text},
+                        "logprobs": logprobs,
+                        "finish_reason": c.finish_reason,
+                    }),
+                }
+            })
+            .collect();
+        json!({
+            "id": self.id,
+            "object": self.object(false),
+            "created": self.created,
+            "model": self.model,
+            "choices": choices,
+            "usage": usage.json(),
+        })
+    }
+
+    /// One stream chunk for one choice. `first` adds the chat role; `text_offset` is how much
+    /// text this choice has already streamed.
+    pub fn chunk(
+        &self,
+        index: usize,
+        delta: &ChoiceDelta,
+        first: bool,
+        text_offset: usize,
+    ) -> Value {
+        let logprobs = self.logprobs_json(&delta.tokens, text_offset);
+        let choice = match self.endpoint {
+            Endpoint::Completions => json!({
+                "index": index,
+                "text": delta.text,
+                "logprobs": logprobs,
+                "finish_reason": delta.finish_reason,
+            }),
+            Endpoint::Chat => {
+                let mut message = Map::new();
+                if first {
+                    message.insert("role".into(), "assistant".into());
+                }
+                message.insert("content".into(), delta.text.clone().into());
+                json!({
+                    "index": index,
+                    "delta": message,
+                    "logprobs": logprobs,
+                    "finish_reason": delta.finish_reason,
+                })
+            }
+        };
+        self.envelope(vec![choice])
+    }
+
+    /// The closing chunk of a stream whose client asked for `include_usage`.
+    pub fn usage_chunk(&self, usage: Usage) -> Value {
+        let mut chunk = self.envelope(Vec::new());
+        chunk["usage"] = usage.json();
+        chunk
+    }
+
+    fn envelope(&self, choices: Vec<Value>) -> Value {
+        json!({
+            "id": self.id,
+            "object": self.object(true),
+            "created": self.created,
+            "model": self.model,
+            "choices": choices,
+        })
+    }
+
+    fn object(&self, chunk: bool) -> &'static str {
+        match (self.endpoint, chunk) {
+            (Endpoint::Completions, _) => "text_completion",
+            (Endpoint::Chat, false) => "chat.completion",
+            (Endpoint::Chat, true) => "chat.completion.chunk",
+        }
+    }
+
+    fn logprobs_json(&self, tokens: &[SampledToken], text_offset: usize) -> Value {
+        if !self.logprobs {
+            return Value::Null;
+        }
+        match self.endpoint {
+            Endpoint::Completions => self.completion_logprobs(tokens, text_offset),
+            Endpoint::Chat => self.chat_logprobs(tokens),
+        }
+    }
+
+    fn completion_logprobs(&self, tokens: &[SampledToken], mut text_offset: usize) -> Value {
+        let mut texts = Vec::new();
+        let mut logprobs = Vec::new();
+        let mut tops = Vec::new();
+        let mut offsets = Vec::new();
+        for token in tokens {
+            let text = self.token_text(token.token_id);
+            offsets.push(text_offset);
+            text_offset += text.len();
+            texts.push(text);
+            logprobs.push(finite(token.logprob));
+            let top: Map<String, Value> = token
+                .top_logprobs
+                .iter()
+                .map(|&(id, lp)| (self.token_text(id), finite(lp).into()))
+                .collect();
+            tops.push(top);
+        }
+        json!({
+            "tokens": texts,
+            "token_logprobs": logprobs,
+            "top_logprobs": tops,
+            "text_offset": offsets,
+        })
+    }
+
+    fn chat_logprobs(&self, tokens: &[SampledToken]) -> Value {
+        let entry = |id: u32, logprob: f32| {
+            let text = self.token_text(id);
+            json!({"token": text, "logprob": finite(logprob), "bytes": text.as_bytes()})
+        };
+        let content: Vec<Value> = tokens
+            .iter()
+            .map(|token| {
+                let mut item = entry(token.token_id, token.logprob);
+                item["top_logprobs"] = token
+                    .top_logprobs
+                    .iter()
+                    .map(|&(id, lp)| entry(id, lp))
+                    .collect();
+                item
+            })
+            .collect();
+        json!({ "content": content })
+    }
+
+    fn token_text(&self, id: u32) -> String {
+        self.tokenizer
+            .as_ref()
+            .and_then(|t| t.decode(&[id], false).ok())
+            .unwrap_or_else(|| id.to_string())
+    }
+}
+
+fn finite(logprob: f32) -> f32 {
+    if logprob.is_finite() {
+        logprob
+    } else {
+        LOWEST_LOGPROB
+    }
+}
+
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// Unique within this process and unlikely to repeat across restarts; no UUID crate needed.
+fn unique_suffix() -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    format!(
+        "{:x}{:08x}{:06x}",
+        unix_now(),
+        nanos,
+        COUNTER.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn token(id: u32, logprob: f32) -> SampledToken {
+        SampledToken {
+            token_id: id,
+            logprob,
+            top_logprobs: vec![(id, logprob)],
+        }
+    }
+
+    #[test]
+    fn chat_chunks_carry_the_role_only_first() {
+        let reply = ReplyBuilder::new(Endpoint::Chat, "m".into(), None, false);
+        let delta = ChoiceDelta {
+            text: "hi".into(),
+            ..Default::default()
+        };
+        let first = reply.chunk(0, &delta, true, 0);
+        let later = reply.chunk(0, &delta, false, 2);
+        assert_eq!(first["choices"][0]["delta"]["role"], "assistant");
+        assert_eq!(first["choices"][0]["delta"]["content"], "hi");
+        assert!(later["choices"][0]["delta"].get("role").is_none());
+        assert_eq!(first["object"], "chat.completion.chunk");
+    }
+
+    #[test]
+    fn usage_totals_and_logprobs_survive_minus_infinity() {
+        let reply = ReplyBuilder::new(Endpoint::Completions, "m".into(), None, true);
+        let choice = ChoiceTotal {
+            text: "x".into(),
+            tokens: vec![token(7, f32::NEG_INFINITY), token(8, -0.5)],
+            finish_reason: Some("length"),
+        };
+        let body = reply.full(
+            &[choice],
+            Usage {
+                prompt_tokens: 3,
+                completion_tokens: 2,
+            },
+        );
+        assert_eq!(body["usage"]["total_tokens"], 5);
+        let logprobs = &body["choices"][0]["logprobs"];
+        assert_eq!(logprobs["token_logprobs"][0], LOWEST_LOGPROB as f64);
+        assert_eq!(logprobs["tokens"][1], "8");
+        assert_eq!(logprobs["text_offset"], json!([0, 1]));
+    }
+}

@@ -1,0 +1,312 @@
+//! `RequestPlan`: a checked generation request — the engine requests to run (one per choice)
+//! and how their output is shaped — built before anything is queued, so bad input is
+//! answered with a 400 and never half-started.
+
+use serde_json::Value;
+use tokenmill_engine::sampling_params::MAX_LOGPROBS;
+use tokenmill_engine::{EngineLimits, Request, SamplingParams};
+
+use crate::api_error::ApiError;
+use crate::generation_request::{stop_strings, GenerationRequest};
+
+/// Most choices one prompt may ask for; each is a full engine request.
+pub const MAX_N: usize = 16;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Endpoint {
+    Completions,
+    Chat,
+}
+
+#[derive(Debug, Clone)]
+pub struct RequestPlan {
+    /// Prompt lengths, one per prompt; choice `i` belongs to prompt `i / n`.
+    pub prompt_lens: Vec<usize>,
+    pub n: usize,
+    /// One engine request per choice, in choice-index order.
+    pub requests: Vec<Request>,
+    pub stop: Vec<String>,
+    pub skip_special_tokens: bool,
+    /// Alternatives per token to report; `Some(0)` reports only the chosen token's logprob.
+    pub logprobs: Option<usize>,
+    pub stream: bool,
+    pub include_usage: bool,
+}
+
+impl RequestPlan {
+    pub fn new(
+        body: &GenerationRequest,
+        endpoint: Endpoint,
+        prompts: Vec<Vec<u32>>,
+        limits: &EngineLimits,
+    ) -> Result<Self, ApiError> {
+        if body.echo == Some(true) {
+            return Err(ApiError::bad_param("echo", "`echo` is not supported"));
+        }
+        if body.suffix.as_deref().is_some_and(|s| !s.is_empty()) {
+            return Err(ApiError::bad_param("suffix", "`suffix` is not supported"));
+        }
+        let n = choice_count(body.n)?;
+        let max_tokens = requested_max_tokens(body)?;
+        let prompt_param = match endpoint {
+            Endpoint::Completions => "prompt",
+            Endpoint::Chat => "messages",
+        };
+        let base = sampling_params(body, endpoint)?;
+        let mut requests = Vec::with_capacity(prompts.len() * n);
+        for prompt in &prompts {
+            check_prompt_len(prompt.len(), limits.max_model_len, prompt_param)?;
+            for i in 0..n {
+                let params = SamplingParams {
+                    max_tokens: max_tokens.unwrap_or(limits.max_model_len - prompt.len()),
+                    // Distinct but reproducible choices: the i-th sibling samples with seed + i.
+                    seed: body.seed.map(|s| s.wrapping_add(i as i64) as u64),
+                    ..base.clone()
+                };
+                let request = Request {
+                    prompt: prompt.clone(),
+                    params,
+                    priority: body.priority.unwrap_or(0),
+                };
+                limits.validate(&request)?;
+                requests.push(request);
+            }
+        }
+        Ok(Self {
+            prompt_lens: prompts.iter().map(Vec::len).collect(),
+            n,
+            requests,
+            stop: stop_strings(body.stop.as_ref())?,
+            skip_special_tokens: body.skip_special_tokens.unwrap_or(true),
+            logprobs: base.logprobs,
+            stream: body.stream.unwrap_or(false),
+            include_usage: body
+                .stream_options
+                .as_ref()
+                .and_then(|o| o.include_usage)
+                .unwrap_or(false),
+        })
+    }
+}
+
+fn choice_count(n: Option<i64>) -> Result<usize, ApiError> {
+    let n = n.unwrap_or(1);
+    if (1..=MAX_N as i64).contains(&n) {
+        Ok(n as usize)
+    } else {
+        Err(ApiError::bad_param(
+            "n",
+            format!("`n` must be between 1 and {MAX_N}, got {n}"),
+        ))
+    }
+}
+
+/// `max_completion_tokens` (the newer name) wins over `max_tokens`; `None` means "up to the context".
+fn requested_max_tokens(body: &GenerationRequest) -> Result<Option<usize>, ApiError> {
+    let (name, value) = match (body.max_completion_tokens, body.max_tokens) {
+        (Some(v), _) => ("max_completion_tokens", v),
+        (None, Some(v)) => ("max_tokens", v),
+        (None, None) => return Ok(None),
+    };
+    if value < 1 {
+        return Err(ApiError::bad_param(
+            name,
+            format!("`{name}` must be at least 1, got {value}"),
+        ));
+    }
+    Ok(Some(value as usize))
+}
+
+fn check_prompt_len(len: usize, max_model_len: usize, param: &str) -> Result<(), ApiError> {
+    if len == 0 {
+        return Err(ApiError::bad_param(param, "the prompt is empty"));
+    }
+    if len >= max_model_len {
+        return Err(ApiError {
+            code: Some("context_length_exceeded"),
+            ..ApiError::bad_param(
+                param,
+                format!(
+                    "the prompt has {len} tokens but this model's maximum context length is \
+                     {max_model_len} tokens, leaving no room to generate"
+                ),
+            )
+        });
+    }
+    Ok(())
+}
+
+/// Everything but `max_tokens` and `seed`, which differ per prompt and per choice.
+fn sampling_params(
+    body: &GenerationRequest,
+    endpoint: Endpoint,
+) -> Result<SamplingParams, ApiError> {
+    let defaults = SamplingParams::default();
+    let min_tokens = match body.min_tokens.unwrap_or(0) {
+        v if v < 0 => {
+            return Err(ApiError::bad_param(
+                "min_tokens",
+                format!("`min_tokens` must be >= 0, got {v}"),
+            ))
+        }
+        v => v as usize,
+    };
+    Ok(SamplingParams {
+        temperature: body.temperature.unwrap_or(1.0),
+        top_k: top_k(body.top_k)?,
+        top_p: body.top_p.unwrap_or(defaults.top_p),
+        min_p: body.min_p.unwrap_or(defaults.min_p),
+        seed: None,
+        repetition_penalty: body
+            .repetition_penalty
+            .unwrap_or(defaults.repetition_penalty),
+        frequency_penalty: body.frequency_penalty.unwrap_or(defaults.frequency_penalty),
+        presence_penalty: body.presence_penalty.unwrap_or(defaults.presence_penalty),
+        max_tokens: defaults.max_tokens,
+        min_tokens,
+        stop_token_ids: body.stop_token_ids.clone().unwrap_or_default(),
+        ignore_eos: body.ignore_eos.unwrap_or(false),
+        logprobs: match endpoint {
+            Endpoint::Completions => completion_logprobs(body.logprobs.as_ref())?,
+            Endpoint::Chat => chat_logprobs(body.logprobs.as_ref(), body.top_logprobs)?,
+        },
+    })
+}
+
+/// vLLM's convention: -1 (and 0) disable top-k.
+fn top_k(value: Option<i64>) -> Result<Option<usize>, ApiError> {
+    match value {
+        None | Some(-1) | Some(0) => Ok(None),
+        Some(k) if k > 0 => Ok(Some(k as usize)),
+        Some(k) => Err(ApiError::bad_param(
+            "top_k",
+            format!("`top_k` must be -1 (disabled) or at least 1, got {k}"),
+        )),
+    }
+}
+
+fn logprob_count(param: &str, value: i64) -> Result<usize, ApiError> {
+    if (0..=MAX_LOGPROBS as i64).contains(&value) {
+        Ok(value as usize)
+    } else {
+        Err(ApiError::bad_param(
+            param,
+            format!("`{param}` must be between 0 and {MAX_LOGPROBS}, got {value}"),
+        ))
+    }
+}
+
+fn completion_logprobs(value: Option<&Value>) -> Result<Option<usize>, ApiError> {
+    match value {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => match v.as_i64() {
+            Some(k) => logprob_count("logprobs", k).map(Some),
+            None => Err(ApiError::bad_param(
+                "logprobs",
+                "`logprobs` must be an integer (alternatives per token) for completions",
+            )),
+        },
+    }
+}
+
+fn chat_logprobs(flag: Option<&Value>, top: Option<i64>) -> Result<Option<usize>, ApiError> {
+    let wanted = match flag {
+        None | Some(Value::Null) => false,
+        Some(Value::Bool(b)) => *b,
+        Some(_) => {
+            return Err(ApiError::bad_param(
+                "logprobs",
+                "`logprobs` must be true or false for chat completions",
+            ))
+        }
+    };
+    match (wanted, top) {
+        (true, top) => logprob_count("top_logprobs", top.unwrap_or(0)).map(Some),
+        (false, Some(t)) if t > 0 => Err(ApiError::bad_param(
+            "top_logprobs",
+            "`top_logprobs` needs `logprobs: true`",
+        )),
+        (false, _) => Ok(None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn limits() -> EngineLimits {
+        EngineLimits {
+            vocab_size: 100,
+            max_model_len: 64,
+            num_kv_blocks: 64,
+            block_size: 16,
+            max_waiting: 8,
+            eos_token_ids: vec![0],
+        }
+    }
+
+    fn plan(body: Value, endpoint: Endpoint) -> Result<RequestPlan, ApiError> {
+        let body: GenerationRequest = serde_json::from_value(body).unwrap();
+        RequestPlan::new(&body, endpoint, vec![vec![1, 2, 3]], &limits())
+    }
+
+    #[test]
+    fn missing_max_tokens_means_the_rest_of_the_context() {
+        let plan = plan(json!({}), Endpoint::Completions).unwrap();
+        assert_eq!(plan.requests[0].params.max_tokens, 64 - 3);
+    }
+
+    #[test]
+    fn max_completion_tokens_wins_over_max_tokens() {
+        let plan = plan(
+            json!({"max_tokens": 5, "max_completion_tokens": 7}),
+            Endpoint::Chat,
+        )
+        .unwrap();
+        assert_eq!(plan.requests[0].params.max_tokens, 7);
+    }
+
+    #[test]
+    fn siblings_get_consecutive_seeds() {
+        let plan = plan(json!({"n": 3, "seed": 10}), Endpoint::Completions).unwrap();
+        let seeds: Vec<_> = plan.requests.iter().map(|r| r.params.seed).collect();
+        assert_eq!(seeds, vec![Some(10), Some(11), Some(12)]);
+    }
+
+    #[test]
+    fn out_of_range_values_name_their_parameter() {
+        for (body, param) in [
+            (json!({"n": 1000}), Some("n")),
+            (json!({"n": 0}), Some("n")),
+            (json!({"max_tokens": -1}), Some("max_tokens")),
+            (json!({"top_k": -5}), Some("top_k")),
+            (json!({"min_tokens": -1}), Some("min_tokens")),
+            (json!({"logprobs": 21}), Some("logprobs")),
+            (json!({"temperature": -1.0}), None),
+            (json!({"top_p": 0.0}), None),
+        ] {
+            let error = plan(body.clone(), Endpoint::Completions).unwrap_err();
+            assert_eq!(error.status, 400, "{body}");
+            if param.is_some() {
+                assert_eq!(error.param.as_deref(), param, "{body}");
+            }
+        }
+    }
+
+    #[test]
+    fn chat_logprobs_is_a_flag_with_a_separate_count() {
+        let on = plan(json!({"logprobs": true, "top_logprobs": 2}), Endpoint::Chat).unwrap();
+        assert_eq!(on.logprobs, Some(2));
+        assert!(plan(json!({"logprobs": 2}), Endpoint::Chat).is_err());
+        assert!(plan(json!({"top_logprobs": 2}), Endpoint::Chat).is_err());
+    }
+
+    #[test]
+    fn a_prompt_that_fills_the_context_is_refused() {
+        let body = GenerationRequest::default();
+        let error = RequestPlan::new(&body, Endpoint::Completions, vec![vec![1; 64]], &limits())
+            .unwrap_err();
+        assert_eq!(error.code, Some("context_length_exceeded"));
+    }
+}

@@ -1,0 +1,183 @@
+//! What both generation endpoints do once a request is planned: queue one engine request per
+//! choice, then stream the choices as SSE or collect them into one reply.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use axum::response::sse::{Event, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use futures_util::future::join_all;
+use futures_util::stream::{self, BoxStream, SelectAll, StreamExt};
+use tokenmill_engine::engine_handle::RequestStream;
+use tokenmill_engine::{EngineHandle, Request};
+
+use crate::api_error::ApiError;
+use crate::app_state::AppState;
+use crate::choice_run::{ChoiceDelta, ChoiceRun, ChoiceSetup};
+use crate::reply_builder::{ChoiceTotal, ReplyBuilder, Usage};
+use crate::request_plan::{Endpoint, RequestPlan};
+
+pub async fn generate(
+    state: Arc<AppState>,
+    plan: RequestPlan,
+    endpoint: Endpoint,
+) -> Result<Response, ApiError> {
+    let runs = start_runs(&state, &plan).await?;
+    let reply = ReplyBuilder::new(
+        endpoint,
+        state.served_model_name.clone(),
+        state.tokenizer.clone(),
+        plan.logprobs.is_some(),
+    );
+    let prompt_tokens = plan.prompt_lens.iter().sum();
+    if plan.stream {
+        Ok(stream_reply(runs, reply, prompt_tokens, plan.include_usage).into_response())
+    } else {
+        Ok(collect_reply(runs, reply, prompt_tokens)
+            .await
+            .into_response())
+    }
+}
+
+async fn start_runs(state: &AppState, plan: &RequestPlan) -> Result<Vec<ChoiceRun>, ApiError> {
+    let handle = state.handle.clone();
+    let requests = plan.requests.clone();
+    // `add_request` blocks for up to one engine step while the engine thread assigns the id.
+    let streams = tokio::task::spawn_blocking(move || queue_all(&handle, requests))
+        .await
+        .map_err(|e| ApiError::internal(format!("queueing the request failed: {e}")))??;
+    let runs = streams
+        .into_iter()
+        .zip(&plan.requests)
+        .map(|(stream, request)| {
+            let setup = ChoiceSetup {
+                handle: state.handle.clone(),
+                tokenizer: state.tokenizer.clone(),
+                metrics: state.metrics.clone(),
+                prompt: request.prompt.clone(),
+                stop: plan.stop.clone(),
+                skip_special_tokens: plan.skip_special_tokens,
+            };
+            ChoiceRun::new(setup, stream.id, stream.events)
+        })
+        .collect();
+    Ok(runs)
+}
+
+/// Queues every choice or none: if one is refused, the ones already queued are cancelled.
+fn queue_all(
+    handle: &EngineHandle,
+    requests: Vec<Request>,
+) -> Result<Vec<RequestStream>, ApiError> {
+    let mut streams: Vec<RequestStream> = Vec::with_capacity(requests.len());
+    for request in requests {
+        match handle.add_request(request) {
+            Ok(stream) => streams.push(stream),
+            Err(error) => {
+                for stream in &streams {
+                    handle.abort(stream.id);
+                }
+                return Err(error.into());
+            }
+        }
+    }
+    Ok(streams)
+}
+
+async fn collect_reply(
+    runs: Vec<ChoiceRun>,
+    reply: ReplyBuilder,
+    prompt_tokens: usize,
+) -> Json<serde_json::Value> {
+    let totals = join_all(runs.into_iter().map(collect_choice)).await;
+    let usage = Usage {
+        prompt_tokens,
+        completion_tokens: totals.iter().map(|t| t.tokens.len()).sum(),
+    };
+    Json(reply.full(&totals, usage))
+}
+
+async fn collect_choice(mut run: ChoiceRun) -> ChoiceTotal {
+    let mut total = ChoiceTotal::default();
+    while let Some(delta) = run.next_delta().await {
+        total.absorb(delta);
+    }
+    total
+}
+
+/// Where a stream is: sending choice deltas, then the optional usage chunk, then `[DONE]`.
+enum Phase {
+    Choices,
+    UsageSent,
+    Closed,
+}
+struct StreamState {
+    merged: SelectAll<BoxStream<'static, (usize, ChoiceDelta)>>,
+    reply: ReplyBuilder,
+    /// Per choice: bytes of text streamed so far (`None` until its first chunk).
+    streamed: Vec<Option<usize>>,
+    usage: Usage,
+    include_usage: bool,
+    phase: Phase,
+}
+
+/// The SSE body. It owns the runs, so a client that disconnects drops them, which aborts
+/// their engine requests.
+fn stream_reply(
+    runs: Vec<ChoiceRun>,
+    reply: ReplyBuilder,
+    prompt_tokens: usize,
+    include_usage: bool,
+) -> Sse<impl futures_util::Stream<Item = Result<Event, Infallible>>> {
+    let choices = runs.len();
+    let merged = stream::select_all(runs.into_iter().enumerate().map(|(index, run)| {
+        stream::unfold(run, move |mut run| async move {
+            let delta = run.next_delta().await?;
+            Some(((index, delta), run))
+        })
+        .boxed()
+    }));
+    let state = StreamState {
+        merged,
+        reply,
+        streamed: vec![None; choices],
+        usage: Usage {
+            prompt_tokens,
+            completion_tokens: 0,
+        },
+        include_usage,
+        phase: Phase::Choices,
+    };
+    Sse::new(stream::unfold(state, next_event).map(Ok))
+}
+
+async fn next_event(mut s: StreamState) -> Option<(Event, StreamState)> {
+    let data = match s.phase {
+        Phase::Choices => match s.merged.next().await {
+            Some((index, delta)) => {
+                s.usage.completion_tokens += delta.tokens.len();
+                let offset = s.streamed[index];
+                let chunk = s
+                    .reply
+                    .chunk(index, &delta, offset.is_none(), offset.unwrap_or(0));
+                s.streamed[index] = Some(offset.unwrap_or(0) + delta.text.len());
+                chunk.to_string()
+            }
+            None if s.include_usage => {
+                s.phase = Phase::UsageSent;
+                s.reply.usage_chunk(s.usage).to_string()
+            }
+            None => {
+                s.phase = Phase::Closed;
+                "[DONE]".to_owned()
+            }
+        },
+        Phase::UsageSent => {
+            s.phase = Phase::Closed;
+            "[DONE]".to_owned()
+        }
+        Phase::Closed => return None,
+    };
+    Some((Event::default().data(data), s))
+}

@@ -1,0 +1,44 @@
+//! Read-only endpoints: `/v1/models`, `/health`, `/version` and `/metrics`.
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::header;
+use axum::response::IntoResponse;
+use axum::Json;
+use serde_json::{json, Value};
+
+use crate::app_state::AppState;
+
+pub async fn models(State(state): State<Arc<AppState>>) -> Json<Value> {
+    Json(json!({
+        "object": "list",
+        "data": [{
+            "id": state.served_model_name,
+            "object": "model",
+            "created": state.created,
+            "owned_by": "tokenmill",
+            "root": state.root,
+            "parent": null,
+            "max_model_len": state.handle.limits().max_model_len,
+        }],
+    }))
+}
+
+/// 200 with an empty body while the server is up, as vLLM answers.
+pub async fn health() {}
+
+pub async fn version() -> Json<Value> {
+    Json(json!({ "version": env!("CARGO_PKG_VERSION") }))
+}
+
+pub async fn metrics(State(state): State<Arc<AppState>>) -> impl IntoResponse {
+    let body = state.metrics.render(&state.handle.stats());
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        body,
+    )
+}
