@@ -153,3 +153,63 @@ pub struct SweepArgs {
     #[arg(long, default_value = "bench-sweep")]
     pub output_dir: PathBuf,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::{CommandFactory, Parser, Subcommand};
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(subcommand)]
+        command: Bench,
+    }
+
+    #[derive(Subcommand)]
+    enum Bench {
+        Serve(ServeArgs),
+        Sweep(SweepArgs),
+    }
+
+    fn parse(words: &[&str]) -> Result<Bench, clap::Error> {
+        Cli::try_parse_from(std::iter::once("tokenmill").chain(words.iter().copied()))
+            .map(|cli| cli.command)
+    }
+
+    #[test]
+    fn option_definitions_pass_clap_consistency_checks() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn goodput_takes_several_objectives_after_one_flag() {
+        let Ok(Bench::Serve(args)) = parse(&[
+            "serve",
+            "--goodput",
+            "ttft:500",
+            "tpot:50",
+            "--num-prompts",
+            "3",
+        ]) else {
+            panic!("serve arguments should parse");
+        };
+        assert_eq!(args.common.goodput.len(), 2);
+        assert_eq!(args.common.num_prompts, 3);
+    }
+
+    #[test]
+    fn sweep_rejects_both_axes_at_once() {
+        assert!(parse(&["sweep", "--concurrency", "1,2", "--request-rates", "1"]).is_err());
+        let Ok(Bench::Sweep(args)) = parse(&["sweep", "--concurrency", "1,4,16"]) else {
+            panic!("sweep arguments should parse");
+        };
+        assert_eq!(args.concurrency, vec![1, 4, 16]);
+    }
+
+    #[test]
+    fn bad_values_are_rejected_by_the_parser() {
+        assert!(parse(&["serve", "--request-rate", "fast"]).is_err());
+        assert!(parse(&["serve", "--goodput", "latency:5"]).is_err());
+        assert!(parse(&["serve", "--endpoint", "embeddings"]).is_err());
+    }
+}
