@@ -193,7 +193,7 @@ async fn fit_all(
 }
 
 async fn collect_fits(
-    mut tasks: JoinSet<(usize, usize, anyhow::Result<(String, usize)>)>,
+    mut tasks: JoinSet<FitOutcome>,
     count: usize,
 ) -> anyhow::Result<Vec<BenchRequest>> {
     let mut slots: Vec<Option<BenchRequest>> = vec![None; count];
@@ -234,6 +234,9 @@ async fn shared_prefix(
 fn pick(pool: &[u32], rng: &mut StdRng) -> u32 {
     pool[rng.random_range(0..pool.len())]
 }
+
+/// A fitted prompt: (dataset index, output length, (text, token count)).
+type FitOutcome = (usize, usize, anyhow::Result<(String, usize)>);
 
 /// One prompt being fitted to an exact token count.
 struct FitJob {

@@ -18,6 +18,7 @@ const HEALTH_POLL: Duration = Duration::from_millis(250);
 pub struct SpawnedServer {
     child: Child,
     group: libc::pid_t,
+    stopped: bool,
 }
 
 impl SpawnedServer {
@@ -37,7 +38,11 @@ impl SpawnedServer {
             .spawn()
             .with_context(|| format!("cannot start `sh -c {command}`"))?;
         let group = child.id().context("the spawned server exited at once")? as libc::pid_t;
-        Ok(SpawnedServer { child, group })
+        Ok(SpawnedServer {
+            child,
+            group,
+            stopped: false,
+        })
     }
 
     pub fn pid(&self) -> u32 {
@@ -77,15 +82,18 @@ impl SpawnedServer {
             signal_group(self.group, libc::SIGKILL);
             let _ = self.child.wait().await;
         }
-        // Children of the shell may outlive it; the group signal above reached them too.
+        // Children of the shell that ignored SIGTERM must not outlive it.
         signal_group(self.group, libc::SIGKILL);
+        self.stopped = true;
     }
 }
 
 impl Drop for SpawnedServer {
     /// Last resort when a run unwinds without `stop`: never leave a server behind.
     fn drop(&mut self) {
-        signal_group(self.group, libc::SIGKILL);
+        if !self.stopped {
+            signal_group(self.group, libc::SIGKILL);
+        }
     }
 }
 

@@ -29,7 +29,15 @@ impl ServerTokenizer {
 
     /// Token ids of `text`, without special tokens: the server adds those itself when serving.
     pub async fn tokenize(&self, text: &str) -> anyhow::Result<Vec<u32>> {
-        let body = json!({ "model": self.model, "prompt": text, "add_special_tokens": false });
+        // vLLM and tokenmill read "prompt" and "add_special_tokens"; llama-server reads
+        // "content" and "add_special". Each ignores the other's fields.
+        let body = json!({
+            "model": self.model,
+            "prompt": text,
+            "add_special_tokens": false,
+            "content": text,
+            "add_special": false,
+        });
         let reply = self.post("/tokenize", &body).await?;
         serde_json::from_value(reply["tokens"].clone())
             .context("/tokenize answered without a \"tokens\" list")
@@ -38,8 +46,10 @@ impl ServerTokenizer {
     pub async fn detokenize(&self, tokens: &[u32]) -> anyhow::Result<String> {
         let body = json!({ "model": self.model, "tokens": tokens });
         let reply = self.post("/detokenize", &body).await?;
+        // vLLM answers with "prompt", llama-server with "content".
         reply["prompt"]
             .as_str()
+            .or_else(|| reply["content"].as_str())
             .map(str::to_owned)
             .ok_or_else(|| anyhow::anyhow!("/detokenize answered without a \"prompt\" string"))
     }
