@@ -231,22 +231,7 @@ impl Engine {
         let id = SeqId(self.next_seq);
         self.next_seq += 1;
         let seed = req.params.seed.unwrap_or_else(|| self.seeds.random());
-        self.scheduler.add(Sequence {
-            id,
-            prompt_len: req.prompt.len(),
-            tokens: req.prompt,
-            num_computed: 0,
-            block_table: Vec::new(),
-            block_hashes: Vec::new(),
-            params: req.params,
-            seed,
-            priority: req.priority,
-            arrival_seq: id.0,
-            cached_prompt_tokens: 0,
-            num_preemptions: 0,
-            finish: None,
-            timings: RequestTimings::new(arrival),
-        });
+        self.scheduler.add(Sequence::new(id, req, seed, arrival));
         self.streams.insert(id, events);
         Ok(id)
     }

@@ -2,7 +2,7 @@
 //! their keys/values computed, and the blocks holding them.
 
 use crate::block_manager::{BlockHash, BlockId};
-use crate::request::{FinishReason, RequestTimings, SeqId};
+use crate::request::{FinishReason, Request, RequestTimings, SeqId};
 use crate::sampling_params::SamplingParams;
 
 #[derive(Debug, Clone)]
@@ -30,6 +30,26 @@ pub struct Sequence {
 }
 
 impl Sequence {
+    /// A new waiting sequence; `seed` drives its sampling, `id` also fixes its arrival order.
+    pub fn new(id: SeqId, req: Request, seed: u64, arrival: std::time::Instant) -> Self {
+        Self {
+            id,
+            prompt_len: req.prompt.len(),
+            tokens: req.prompt,
+            num_computed: 0,
+            block_table: Vec::new(),
+            block_hashes: Vec::new(),
+            params: req.params,
+            seed,
+            priority: req.priority,
+            arrival_seq: id.0,
+            cached_prompt_tokens: 0,
+            num_preemptions: 0,
+            finish: None,
+            timings: RequestTimings::new(arrival),
+        }
+    }
+
     pub fn output(&self) -> &[u32] {
         &self.tokens[self.prompt_len..]
     }
