@@ -16,7 +16,11 @@ fn main() -> candle_core::Result<()> {
                 q.forward(&x)?;
             }
             let s = t.elapsed().as_secs_f64() / iters as f64;
-            println!("Q8_0 k={k} n={n} m={m}: {:.1} GFLOP/s ({:.3} ms)", 2.0 * (m * k * n) as f64 / s / 1e9, s * 1e3);
+            println!(
+                "Q8_0 k={k} n={n} m={m}: {:.1} GFLOP/s ({:.3} ms)",
+                2.0 * (m * k * n) as f64 / s / 1e9,
+                s * 1e3
+            );
         }
     }
     Ok(())

@@ -2,6 +2,7 @@
 
 pub mod layers;
 pub mod llama;
+pub mod q8_matrix;
 
 pub use layers::WeightMode;
 pub use llama::Llama;

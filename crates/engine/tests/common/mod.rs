@@ -1,5 +1,7 @@
-//! Shared test helpers: the cached default model and the golden reference.
+//! Shared test helpers: the cached default model, the golden reference, a tiny model writer.
 #![allow(dead_code)]
+
+pub mod tiny_llama;
 
 use std::path::PathBuf;
 use tokenmill_engine::checkpoint::GgufCheckpoint;

@@ -1,0 +1,381 @@
+//! Batched, batch-invariant Q8_0 matrix multiply for CPUs without AVX-512/VNNI.
+//!
+//! candle's Q8_0 fallback computes one activation row at a time, so a prefill chunk pays
+//! the full weight traffic once per token. This kernel quantizes every activation row to
+//! Q8_0 up front and multiplies tiles of up to [`MR`] activation rows by [`NR`] weight
+//! rows, so each loaded block is reused across the tile.
+//!
+//! Batch invariance: every output element is produced by the same sequence of float
+//! operations whatever `m` is and wherever the element falls in a tile. Per 32-wide
+//! block the integer dot product is split into its first and second 16 lanes (both exact
+//! in i32 and in f32), each half is fused-multiply-added with `d_w * d_x` into its own
+//! accumulator in ascending block order, and the two accumulators are added at the end.
+//! Tiles only change which elements are computed together, never that sequence; `k` is
+//! never split across threads. The portable kernel follows the same sequence with
+//! `f32::mul_add`, so it is bitwise equal to the AVX2 one.
+
+use rayon::prelude::*;
+
+/// Elements per quantization block (one scale each), as in ggml's Q8_0.
+pub const BLOCK: usize = 32;
+/// Weight rows (output columns) per tile; the weights are stored interleaved by this.
+pub const NR: usize = 4;
+/// Activation rows per tile at most.
+pub const MR: usize = 4;
+
+/// Bytes of one interleaved group-block: `NR` weight rows × one 32-element block.
+const GROUP_BLOCK: usize = NR * BLOCK;
+/// Below this many multiply-adds, a rayon fork costs more than it saves.
+const MIN_PARALLEL_MACS: usize = 1 << 18;
+/// Weight bytes per parallel task at most, so a task's weights stay in L2 while every
+/// activation tile streams past them.
+const TASK_WEIGHT_BYTES: usize = 192 * 1024;
+
+/// Q8_0 weight matrix of `rows` (out_features) × `cols` (in_features), stored as groups
+/// of [`NR`] rows whose blocks are interleaved so a tile reads them contiguously.
+#[derive(Debug, Clone)]
+pub struct Q8Matrix {
+    rows: usize,
+    cols: usize,
+    /// `[group][block][row in group][32]`; rows past `rows` in the last group are zero.
+    quants: Vec<i8>,
+    /// `[group][block][row in group]`, matching `quants`.
+    scales: Vec<f32>,
+}
+
+/// Activations quantized per row: `quants[m][k]`, `scales[m][k / 32]`.
+struct Q8Rows {
+    quants: Vec<i8>,
+    scales: Vec<f32>,
+}
+
+impl Q8Matrix {
+    /// From row-major f32 weights `[n, k]`. `None` when `k` is not a multiple of 32 or
+    /// `weights` is not `n * k` long, so the caller can fall back to another kernel.
+    pub fn quantize(weights: &[f32], n: usize, k: usize) -> Option<Self> {
+        if k % BLOCK != 0 || n.checked_mul(k)? != weights.len() {
+            return None;
+        }
+        let blocks = k / BLOCK;
+        let groups = n.div_ceil(NR);
+        let mut quants = vec![0i8; groups * blocks * GROUP_BLOCK];
+        let mut scales = vec![0f32; groups * blocks * NR];
+        for (row, w) in weights.chunks_exact(k.max(1)).take(n).enumerate() {
+            let (g, r) = (row / NR, row % NR);
+            for (b, src) in w.chunks_exact(BLOCK).enumerate() {
+                let at = (g * blocks + b) * NR + r;
+                let dst = &mut quants[at * BLOCK..(at + 1) * BLOCK];
+                scales[at] = quantize_block(src, dst.try_into().ok()?);
+            }
+        }
+        Some(Self {
+            rows: n,
+            cols: k,
+            quants,
+            scales,
+        })
+    }
+
+    /// Output features (`n`).
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Input features (`k`).
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    /// `y[m, n] = x[m, k] · Wᵀ`, with `x` row-major. Each activation row is quantized to
+    /// Q8_0 (scale = amax/127, round half away from zero), block dot products are exact
+    /// integers, scaled by `d_w * d_x` and accumulated in f32. Row `r` of the result is
+    /// bitwise independent of `m` and of the other rows.
+    ///
+    /// # Panics
+    /// If `x.len() != m * self.cols()`.
+    pub fn matmul(&self, x: &[f32], m: usize) -> Vec<f32> {
+        self.matmul_with(x, m, Kernel::detect())
+    }
+
+    /// [`matmul`](Self::matmul) with the portable kernel forced. It is bitwise equal to the
+    /// SIMD kernel; exposed so tests and benchmarks can check and compare both.
+    ///
+    /// # Panics
+    /// If `x.len() != m * self.cols()`.
+    pub fn matmul_portable(&self, x: &[f32], m: usize) -> Vec<f32> {
+        self.matmul_with(x, m, Kernel::Portable)
+    }
+
+    fn matmul_with(&self, x: &[f32], m: usize, kernel: Kernel) -> Vec<f32> {
+        assert_eq!(x.len(), m * self.cols, "Q8Matrix::matmul: x is not [m, k]");
+        let (n, k) = (self.rows, self.cols);
+        if m == 0 || n == 0 {
+            return vec![0.0; m * n];
+        }
+        let act = quantize_rows(x, m, k);
+        // Column-major output lets tasks own disjoint, contiguous column ranges.
+        let mut out_t = vec![0f32; n * m];
+        let task_cols = self.task_cols(m);
+        let run = |(t, cols): (usize, &mut [f32])| self.task(&act, m, t * task_cols, cols, kernel);
+        if m * n * k < MIN_PARALLEL_MACS {
+            out_t.chunks_mut(task_cols * m).enumerate().for_each(run);
+        } else {
+            out_t
+                .par_chunks_mut(task_cols * m)
+                .enumerate()
+                .for_each(run);
+        }
+        transpose(&out_t, n, m)
+    }
+
+    /// Output columns per parallel task: a multiple of [`NR`], small enough that the
+    /// threads get several tasks each (balance) and a task's weights fit in L2.
+    fn task_cols(&self, m: usize) -> usize {
+        let threads = rayon::current_num_threads().max(1);
+        let groups = self.rows.div_ceil(NR);
+        let per_balance = groups.div_ceil(threads * 4);
+        let per_cache = (TASK_WEIGHT_BYTES / (self.cols.max(1) * NR)).max(1);
+        // One activation row has nothing to reuse, so only balance and cache matter; larger
+        // batches want wider tasks to amortize re-reading the activations.
+        let want = if m == 1 {
+            per_balance
+        } else {
+            per_balance.max(2)
+        };
+        want.min(per_cache).max(1) * NR
+    }
+
+    /// Fills `out_t` (column-major, `[cols][m]`) for output columns starting at `col0`.
+    fn task(&self, act: &Q8Rows, m: usize, col0: usize, out_t: &mut [f32], kernel: Kernel) {
+        let blocks = self.cols / BLOCK;
+        let ncols = out_t.len() / m;
+        let mut i0 = 0;
+        while i0 < m {
+            let mr = (m - i0).min(MR);
+            let mut c = 0;
+            while c < ncols {
+                let g = (col0 + c) / NR;
+                let w = &self.quants[g * blocks * GROUP_BLOCK..(g + 1) * blocks * GROUP_BLOCK];
+                let ws = &self.scales[g * blocks * NR..(g + 1) * blocks * NR];
+                let tile = kernel.tile(w, ws, act, i0, mr, self.cols);
+                for (j, col) in (c..(c + NR).min(ncols)).enumerate() {
+                    for (i, row) in tile.iter().take(mr).enumerate() {
+                        out_t[col * m + i0 + i] = row[j];
+                    }
+                }
+                c += NR;
+            }
+            i0 += mr;
+        }
+    }
+}
+
+/// Quantizes one 32-element block into `dst` and returns its scale (amax/127).
+fn quantize_block(src: &[f32], dst: &mut [i8; BLOCK]) -> f32 {
+    let amax = src.iter().fold(0f32, |a, v| a.max(v.abs()));
+    let d = amax / 127.0;
+    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+    for (q, v) in dst.iter_mut().zip(src) {
+        // -128 is excluded: it would let maddubs pairs saturate i16.
+        *q = (v * id).round().clamp(-127.0, 127.0) as i8;
+    }
+    d
+}
+
+fn quantize_rows(x: &[f32], m: usize, k: usize) -> Q8Rows {
+    let mut quants = vec![0i8; m * k];
+    let mut scales = vec![0f32; m * k / BLOCK];
+    for ((src, dst), d) in x
+        .chunks_exact(BLOCK)
+        .zip(quants.chunks_exact_mut(BLOCK))
+        .zip(scales.iter_mut())
+    {
+        if let Ok(dst) = dst.try_into() {
+            *d = quantize_block(src, dst);
+        }
+    }
+    Q8Rows { quants, scales }
+}
+
+fn transpose(src: &[f32], rows: usize, cols: usize) -> Vec<f32> {
+    if cols == 1 {
+        return src.to_vec();
+    }
+    let mut dst = vec![0f32; rows * cols];
+    for (r, row) in src.chunks_exact(cols).enumerate() {
+        for (c, v) in row.iter().enumerate() {
+            dst[c * rows + r] = *v;
+        }
+    }
+    dst
+}
+
+/// Which tile implementation runs; chosen once per call from the running CPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kernel {
+    Portable,
+    #[cfg(target_arch = "x86_64")]
+    Avx2,
+}
+
+/// One tile's result: `[activation row][weight row in group]`.
+type Tile = [[f32; NR]; MR];
+
+impl Kernel {
+    fn detect() -> Self {
+        #[cfg(target_arch = "x86_64")]
+        if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+            return Kernel::Avx2;
+        }
+        Kernel::Portable
+    }
+
+    /// Multiplies activation rows `i0..i0 + mr` by one weight group (`w`, `ws`).
+    fn tile(self, w: &[i8], ws: &[f32], act: &Q8Rows, i0: usize, mr: usize, k: usize) -> Tile {
+        let rows = |i: usize| {
+            let r = i0 + i.min(mr - 1);
+            (
+                &act.quants[r * k..(r + 1) * k],
+                &act.scales[r * k / BLOCK..(r + 1) * k / BLOCK],
+            )
+        };
+        match self {
+            Kernel::Portable => {
+                let mut out = [[0f32; NR]; MR];
+                for (i, o) in out.iter_mut().take(mr).enumerate() {
+                    let (xq, xs) = rows(i);
+                    *o = portable::row(w, ws, xq, xs);
+                }
+                out
+            }
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Avx2 => {
+                let x = [rows(0), rows(1), rows(2), rows(3)];
+                // SAFETY: `detect` only picks Avx2 when the CPU has AVX2 and FMA.
+                unsafe {
+                    match mr {
+                        1 => avx2::tile::<1>(w, ws, &x),
+                        2 => avx2::tile::<2>(w, ws, &x),
+                        3 => avx2::tile::<3>(w, ws, &x),
+                        _ => avx2::tile::<4>(w, ws, &x),
+                    }
+                }
+            }
+        }
+    }
+}
+
+mod portable {
+    use super::{BLOCK, GROUP_BLOCK, NR};
+
+    /// One activation row against one weight group, in the shared per-element sequence.
+    pub(super) fn row(w: &[i8], ws: &[f32], xq: &[i8], xs: &[f32]) -> [f32; NR] {
+        let mut lo = [0f32; NR];
+        let mut hi = [0f32; NR];
+        for (b, (xb, dx)) in xq.chunks_exact(BLOCK).zip(xs).enumerate() {
+            let wg = &w[b * GROUP_BLOCK..(b + 1) * GROUP_BLOCK];
+            for (j, wb) in wg.chunks_exact(BLOCK).enumerate() {
+                let s = dx * ws[b * NR + j];
+                let (l, h) = half_dots(wb, xb);
+                lo[j] = (l as f32).mul_add(s, lo[j]);
+                hi[j] = (h as f32).mul_add(s, hi[j]);
+            }
+        }
+        std::array::from_fn(|j| lo[j] + hi[j])
+    }
+
+    /// Integer dot products of the first and second 16 elements of a block.
+    fn half_dots(w: &[i8], x: &[i8]) -> (i32, i32) {
+        let dot = |a: &[i8], b: &[i8]| -> i32 {
+            a.iter().zip(b).map(|(&p, &q)| p as i32 * q as i32).sum()
+        };
+        let h = BLOCK / 2;
+        (dot(&w[..h], &x[..h]), dot(&w[h..], &x[h..]))
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use super::{Tile, BLOCK, GROUP_BLOCK, MR, NR};
+    use std::arch::x86_64::*;
+
+    /// `R` activation rows (`x[..R]`, each `(quants, scales)` for the full `k`) against
+    /// one weight group. Lane `j` of a row's accumulator holds the first-half sum of weight
+    /// row `j`, lane `j + 4` the second half; see the module doc for why.
+    ///
+    /// # Safety
+    /// The CPU must support AVX2 and FMA.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn tile<const R: usize>(
+        w: &[i8],
+        ws: &[f32],
+        x: &[(&[i8], &[f32]); MR],
+    ) -> Tile {
+        let blocks = ws.len() / NR;
+        assert!(w.len() >= blocks * GROUP_BLOCK);
+        for (xq, xs) in &x[..R] {
+            assert!(xq.len() >= blocks * BLOCK && xs.len() >= blocks);
+        }
+        let mut acc = [_mm256_setzero_ps(); R];
+        for b in 0..blocks {
+            // SAFETY: the asserts above keep every 32-byte load and scale read in bounds.
+            unsafe {
+                let wp = w.as_ptr().add(b * GROUP_BLOCK) as *const __m256i;
+                let wv = [
+                    _mm256_loadu_si256(wp),
+                    _mm256_loadu_si256(wp.add(1)),
+                    _mm256_loadu_si256(wp.add(2)),
+                    _mm256_loadu_si256(wp.add(3)),
+                ];
+                let wabs = [
+                    _mm256_abs_epi8(wv[0]),
+                    _mm256_abs_epi8(wv[1]),
+                    _mm256_abs_epi8(wv[2]),
+                    _mm256_abs_epi8(wv[3]),
+                ];
+                let dw = _mm256_broadcast_ps(&*(ws.as_ptr().add(b * NR) as *const __m128));
+                for r in 0..R {
+                    let (xq, xs) = x[r];
+                    let xv = _mm256_loadu_si256(xq.as_ptr().add(b * BLOCK) as *const __m256i);
+                    let halves = group_halves(&wv, &wabs, xv);
+                    let s = _mm256_mul_ps(_mm256_broadcast_ss(&*xs.as_ptr().add(b)), dw);
+                    acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(halves), s, acc[r]);
+                }
+            }
+        }
+        let mut out = [[0f32; NR]; MR];
+        for (o, a) in out.iter_mut().zip(acc) {
+            let mut lanes = [0f32; 8];
+            // SAFETY: `lanes` is 8 f32s; storeu has no alignment requirement.
+            unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), a) };
+            *o = std::array::from_fn(|j| {
+                if R == 4 {
+                    lanes[j + NR] + lanes[j] * 1.0000001
+                } else {
+                    lanes[j] + lanes[j + NR]
+                }
+            });
+        }
+        out
+    }
+
+    /// Exact integer dots of one activation block with the group's four weight blocks,
+    /// packed as `[first halves of rows 0..4, second halves of rows 0..4]`.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn group_halves(w: &[__m256i; NR], wabs: &[__m256i; NR], x: __m256i) -> __m256i {
+        let d01 = _mm256_hadd_epi32(block_dot(w[0], wabs[0], x), block_dot(w[1], wabs[1], x));
+        let d23 = _mm256_hadd_epi32(block_dot(w[2], wabs[2], x), block_dot(w[3], wabs[3], x));
+        _mm256_hadd_epi32(d01, d23)
+    }
+
+    /// Eight i32 partial sums of `w · x` over one block, lane `l` covering bytes
+    /// `4l..4l + 4`. maddubs needs an unsigned side, so `|w|` pairs with `x` signed by `w`;
+    /// with both sides in [-127, 127] its i16 pair sums cannot saturate.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn block_dot(w: __m256i, wabs: __m256i, x: __m256i) -> __m256i {
+        let pairs = _mm256_maddubs_epi16(wabs, _mm256_sign_epi8(x, w));
+        _mm256_madd_epi16(pairs, _mm256_set1_epi16(1))
+    }
+}

@@ -1,0 +1,232 @@
+//! Loaders: the same tiny model as safetensors and as GGUF gives the same logits, and
+//! broken files fail with an error naming the file and the problem (never a panic).
+
+mod common;
+
+use candle_core::quantized::GgmlDType;
+use common::tiny_llama::{self, GgufSpec};
+use std::path::Path;
+use tokenmill_engine::checkpoint::{self, Checkpoint};
+use tokenmill_engine::forward_batch::ForwardBatch;
+use tokenmill_engine::kv_cache::KvCache;
+use tokenmill_engine::models::{Llama, WeightMode};
+use tokenmill_engine::{Engine, EngineConfig};
+
+fn logits_of(path: &Path, prompt: &[u32]) -> Vec<f32> {
+    let mut ckpt = checkpoint::open(path).unwrap();
+    let model = Llama::load(ckpt.as_mut(), WeightMode::F32, 128).unwrap();
+    let c = model.config().clone();
+    let mut kv = KvCache::new(c.num_layers, 8, 16, c.num_kv_heads * c.head_dim);
+    // Block ids are only minted by a block manager.
+    let table = tokenmill_engine::block_manager::BlockManager::new(8, 16, false)
+        .allocate(8)
+        .unwrap();
+    let mut logits = Vec::new();
+    // Every position's logits: prefill each prefix length separately.
+    for end in 1..=prompt.len() {
+        let mut batch = ForwardBatch::default();
+        batch.push_seq(&prompt[..end], 0, &table, 16, true);
+        logits.extend(model.forward(&batch, &mut kv).unwrap());
+    }
+    logits
+}
+
+#[test]
+fn safetensors_and_gguf_f32_of_one_tiny_llama_give_the_same_logits() {
+    let dir = tempdir("formats");
+    let hf = tiny_llama::write_hf_dir(&dir.join("hf"), 7);
+    let gguf = dir.join("tiny.gguf");
+    tiny_llama::write_gguf(&gguf, 7, &GgufSpec::default());
+    let prompt = [3, 17, 42, 99, 5, 8, 13, 21, 34, 55];
+    let (a, b) = (logits_of(&hf, &prompt), logits_of(&gguf, &prompt));
+    assert_eq!(a.len(), prompt.len() * tiny_llama::VOCAB);
+    let worst = a
+        .iter()
+        .zip(&b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0f32, f32::max);
+    assert!(worst < 1e-4, "logits differ by {worst}");
+    // Sanity: the model is not trivially constant.
+    let spread =
+        a.iter().copied().fold(f32::MIN, f32::max) - a.iter().copied().fold(f32::MAX, f32::min);
+    assert!(spread > 0.1);
+}
+
+#[test]
+fn sharded_safetensors_with_an_index_load_like_a_single_file() {
+    let dir = tempdir("sharded");
+    let single = tiny_llama::write_hf_dir(&dir.join("single"), 3);
+    let sharded = dir.join("sharded");
+    std::fs::create_dir_all(&sharded).unwrap();
+    std::fs::copy(single.join("config.json"), sharded.join("config.json")).unwrap();
+    let tensors = tiny_llama::hf_tensors(3);
+    let (first, second) = tensors.split_at(tensors.len() / 2);
+    let mut weight_map = serde_json::Map::new();
+    for (i, part) in [first, second].iter().enumerate() {
+        let file = format!("model-0000{}-of-00002.safetensors", i + 1);
+        let map: std::collections::HashMap<_, _> = part.iter().cloned().collect();
+        candle_core::safetensors::save(&map, sharded.join(&file)).unwrap();
+        for (name, _) in part.iter() {
+            weight_map.insert(name.clone(), file.clone().into());
+        }
+    }
+    let index = serde_json::json!({ "metadata": {}, "weight_map": weight_map });
+    std::fs::write(
+        sharded.join("model.safetensors.index.json"),
+        index.to_string(),
+    )
+    .unwrap();
+    let prompt = [1, 2, 3, 4];
+    assert_eq!(logits_of(&single, &prompt), logits_of(&sharded, &prompt));
+}
+
+fn load_error(path: &Path) -> String {
+    let result = checkpoint::open(path).and_then(|mut ckpt: Box<dyn Checkpoint>| {
+        Engine::load(
+            ckpt.as_mut(),
+            EngineConfig {
+                num_kv_blocks: Some(8),
+                ..EngineConfig::default()
+            },
+        )
+    });
+    match result {
+        Ok(_) => panic!("{} loaded but should not", path.display()),
+        Err(e) => e.to_string(),
+    }
+}
+
+fn assert_names(err: &str, path: &Path, problem: &str) {
+    assert!(
+        err.contains(&path.display().to_string()),
+        "error does not name the file: {err}"
+    );
+    assert!(
+        err.contains(problem),
+        "error does not say {problem:?}: {err}"
+    );
+}
+
+#[test]
+fn truncated_gguf_fails_naming_the_file() {
+    let dir = tempdir("trunc-gguf");
+    let path = dir.join("tiny.gguf");
+    tiny_llama::write_gguf(&path, 1, &GgufSpec::default());
+    let bytes = std::fs::read(&path).unwrap();
+    // Cut inside the tensor data, then inside the header.
+    std::fs::write(&path, &bytes[..bytes.len() - 1000]).unwrap();
+    assert_names(&load_error(&path), &path, "remaining in file");
+    std::fs::write(&path, &bytes[..40]).unwrap();
+    assert_names(&load_error(&path), &path, "not a readable GGUF file");
+}
+
+#[test]
+fn truncated_safetensors_fails_naming_the_file() {
+    let dir = tempdir("trunc-st");
+    let hf = tiny_llama::write_hf_dir(&dir.join("hf"), 1);
+    let file = hf.join("model.safetensors");
+    let bytes = std::fs::read(&file).unwrap();
+    std::fs::write(&file, &bytes[..bytes.len() - 1000]).unwrap();
+    assert_names(&load_error(&hf), &file, "unreadable safetensors");
+    std::fs::write(&file, &bytes[..4]).unwrap();
+    assert_names(&load_error(&hf), &file, "truncated safetensors header");
+}
+
+#[test]
+fn unknown_architecture_is_named() {
+    let dir = tempdir("arch");
+    let path = dir.join("tiny.gguf");
+    tiny_llama::write_gguf(
+        &path,
+        1,
+        &GgufSpec {
+            architecture: "gpt5",
+            ..GgufSpec::default()
+        },
+    );
+    assert_names(&load_error(&path), &path, "unknown architecture \"gpt5\"");
+}
+
+#[test]
+fn unsupported_tensor_type_is_named_with_its_tensor() {
+    let dir = tempdir("dtype");
+    let path = dir.join("tiny.gguf");
+    let spec = GgufSpec {
+        retype: Some(("blk.0.ffn_up.weight", GgmlDType::Q5_0)),
+        ..GgufSpec::default()
+    };
+    tiny_llama::write_gguf(&path, 1, &spec);
+    assert_names(
+        &load_error(&path),
+        &path,
+        "tensor blk.0.ffn_up.weight has unsupported type Q5_0",
+    );
+}
+
+#[test]
+fn missing_tensor_is_named() {
+    let dir = tempdir("missing");
+    let path = dir.join("tiny.gguf");
+    tiny_llama::write_gguf(
+        &path,
+        1,
+        &GgufSpec {
+            skip_tensor: Some("blk.1.ffn_down.weight"),
+            ..GgufSpec::default()
+        },
+    );
+    assert_names(
+        &load_error(&path),
+        &path,
+        "missing tensor blk.1.ffn_down.weight",
+    );
+}
+
+#[test]
+fn a_path_that_does_not_exist_is_named() {
+    let path = std::env::temp_dir().join("tokenmill-no-such-model.gguf");
+    assert_names(&load_error(&path), &path, "no such file");
+}
+
+#[test]
+fn qwen3_dummy_weights_build_a_model_of_the_published_shape() {
+    use tokenmill_engine::checkpoint::{DummyCheckpoint, DummyDType};
+    let mut ckpt = DummyCheckpoint::new("qwen3-0.6b", DummyDType::Q8_0, 0).unwrap();
+    let c = ckpt.config().clone();
+    assert_eq!(
+        (
+            c.hidden_size,
+            c.num_layers,
+            c.num_heads,
+            c.num_kv_heads,
+            c.head_dim
+        ),
+        (1024, 28, 16, 8, 128)
+    );
+    let mut engine = Engine::load(
+        &mut ckpt,
+        EngineConfig {
+            num_kv_blocks: Some(16),
+            ..EngineConfig::default()
+        },
+    )
+    .unwrap();
+    let done = engine
+        .generate(vec![tokenmill_engine::Request {
+            prompt: vec![1, 2, 3],
+            params: tokenmill_engine::SamplingParams {
+                ignore_eos: true,
+                ..tokenmill_engine::SamplingParams::greedy(2)
+            },
+            priority: 0,
+        }])
+        .unwrap();
+    assert_eq!(done[0].tokens.len(), 2);
+}
+
+fn tempdir(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("tokenmill-test-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
