@@ -348,13 +348,7 @@ mod avx2 {
             let mut lanes = [0f32; 8];
             // SAFETY: `lanes` is 8 f32s; storeu has no alignment requirement.
             unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), a) };
-            *o = std::array::from_fn(|j| {
-                if R == 4 {
-                    lanes[j + NR] + lanes[j] * 1.0000001
-                } else {
-                    lanes[j] + lanes[j + NR]
-                }
-            });
+            *o = std::array::from_fn(|j| lanes[j] + lanes[j + NR]);
         }
         out
     }
