@@ -253,3 +253,48 @@ fn shape_accessors_and_empty_batches() {
     assert!(q.matmul(&[], 0).is_empty());
     assert_eq!(q.matmul(&[0.0; 64], 1), vec![0.0; 3]);
 }
+
+#[test]
+fn activations_round_half_away_from_zero_in_both_kernels() {
+    // Weight row j picks activation j; an activation block with amax 127 has scale 1, so
+    // each output is the quantized activation itself.
+    let k = 32;
+    let w: Vec<f32> = (0..k * k)
+        .map(|i| if i / k == i % k { 1.0 } else { 0.0 })
+        .collect();
+    let q = Q8Matrix::quantize(&w, k, k).unwrap();
+    let mut x = vec![
+        127.0,
+        0.5,
+        -0.5,
+        1.5,
+        -1.5,
+        2.5,
+        -2.5,
+        0.499_999_97,
+        -0.499_999_97,
+        126.5,
+        -126.5,
+        0.0,
+        -0.0,
+        3.499_999_8,
+        -3.500_000_2,
+        64.5,
+        -64.5,
+        0.7,
+        -0.7,
+        100.49999,
+        1e-30,
+    ];
+    x.resize(k, 5.5);
+    let fast = q.matmul(&x, 1);
+    let portable = q.matmul_portable(&x, 1);
+    for (j, v) in x.iter().enumerate() {
+        assert_eq!(fast[j].to_bits(), portable[j].to_bits(), "activation {v}");
+        assert!(
+            (fast[j] - v.round()).abs() < 1e-4,
+            "activation {v} gave {}",
+            fast[j]
+        );
+    }
+}

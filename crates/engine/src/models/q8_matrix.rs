@@ -58,6 +58,7 @@ impl Q8Matrix {
         }
         let blocks = k / BLOCK;
         let groups = n.div_ceil(NR);
+        let kernel = Kernel::detect();
         let mut quants = vec![0i8; groups * blocks * GROUP_BLOCK];
         let mut scales = vec![0f32; groups * blocks * NR];
         for (row, w) in weights.chunks_exact(k.max(1)).take(n).enumerate() {
@@ -65,7 +66,7 @@ impl Q8Matrix {
             for (b, src) in w.chunks_exact(BLOCK).enumerate() {
                 let at = (g * blocks + b) * NR + r;
                 let dst = &mut quants[at * BLOCK..(at + 1) * BLOCK];
-                scales[at] = quantize_block(src, dst.try_into().ok()?);
+                scales[at] = kernel.quantize_block(src.try_into().ok()?, dst.try_into().ok()?);
             }
         }
         Some(Self {
@@ -112,20 +113,32 @@ impl Q8Matrix {
         if m == 0 || n == 0 {
             return vec![0.0; m * n];
         }
-        let act = quantize_rows(x, m, k);
-        // Column-major output lets tasks own disjoint, contiguous column ranges.
-        let mut out_t = vec![0f32; n * m];
+        let act = quantize_rows(x, m, k, kernel);
+        // Each task owns a contiguous `[m][its columns]` panel, so tasks never share a
+        // cache line of output; the panels are then copied into place row by row.
         let task_cols = self.task_cols(m);
-        let run = |(t, cols): (usize, &mut [f32])| self.task(&act, m, t * task_cols, cols, kernel);
+        let mut panels = vec![0f32; n * m];
+        let run =
+            |(t, panel): (usize, &mut [f32])| self.task(&act, m, t * task_cols, panel, kernel);
         if m * n * k < MIN_PARALLEL_MACS {
-            out_t.chunks_mut(task_cols * m).enumerate().for_each(run);
+            panels.chunks_mut(task_cols * m).enumerate().for_each(run);
         } else {
-            out_t
+            panels
                 .par_chunks_mut(task_cols * m)
                 .enumerate()
                 .for_each(run);
         }
-        transpose(&out_t, n, m)
+        if panels.len() == task_cols * m {
+            return panels;
+        }
+        let mut y = vec![0f32; m * n];
+        for (t, panel) in panels.chunks(task_cols * m).enumerate() {
+            let (c0, width) = (t * task_cols, panel.len() / m);
+            for (dst, src) in y.chunks_exact_mut(n).zip(panel.chunks_exact(width)) {
+                dst[c0..c0 + width].copy_from_slice(src);
+            }
+        }
+        y
     }
 
     /// Output columns per parallel task: a multiple of [`NR`], small enough that the
@@ -145,36 +158,32 @@ impl Q8Matrix {
         want.min(per_cache).max(1) * NR
     }
 
-    /// Fills `out_t` (column-major, `[cols][m]`) for output columns starting at `col0`.
-    fn task(&self, act: &Q8Rows, m: usize, col0: usize, out_t: &mut [f32], kernel: Kernel) {
+    /// Fills `panel` (`[m][width]`, row-major) for output columns starting at `col0`.
+    fn task(&self, act: &Q8Rows, m: usize, col0: usize, panel: &mut [f32], kernel: Kernel) {
         let blocks = self.cols / BLOCK;
-        let ncols = out_t.len() / m;
-        let mut i0 = 0;
-        while i0 < m {
+        let width = panel.len() / m;
+        for i0 in (0..m).step_by(MR) {
             let mr = (m - i0).min(MR);
-            let mut c = 0;
-            while c < ncols {
+            for c in (0..width).step_by(NR) {
                 let g = (col0 + c) / NR;
                 let w = &self.quants[g * blocks * GROUP_BLOCK..(g + 1) * blocks * GROUP_BLOCK];
                 let ws = &self.scales[g * blocks * NR..(g + 1) * blocks * NR];
                 let tile = kernel.tile(w, ws, act, i0, mr, self.cols);
-                for (j, col) in (c..(c + NR).min(ncols)).enumerate() {
-                    for (i, row) in tile.iter().take(mr).enumerate() {
-                        out_t[col * m + i0 + i] = row[j];
-                    }
+                let cols = (width - c).min(NR);
+                for (i, row) in tile.iter().take(mr).enumerate() {
+                    let at = (i0 + i) * width + c;
+                    panel[at..at + cols].copy_from_slice(&row[..cols]);
                 }
-                c += NR;
             }
-            i0 += mr;
         }
     }
 }
 
-/// Quantizes one 32-element block into `dst` and returns its scale (amax/127).
-fn quantize_block(src: &[f32], dst: &mut [i8; BLOCK]) -> f32 {
+/// Quantizes one 32-element block into `dst` and returns its scale (amax/127). Rounds
+/// half away from zero, like C's `roundf`.
+fn quantize_block(src: &[f32; BLOCK], dst: &mut [i8; BLOCK]) -> f32 {
     let amax = src.iter().fold(0f32, |a, v| a.max(v.abs()));
-    let d = amax / 127.0;
-    let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+    let (d, id) = scale_and_inverse(amax);
     for (q, v) in dst.iter_mut().zip(src) {
         // -128 is excluded: it would let maddubs pairs saturate i16.
         *q = (v * id).round().clamp(-127.0, 127.0) as i8;
@@ -182,7 +191,13 @@ fn quantize_block(src: &[f32], dst: &mut [i8; BLOCK]) -> f32 {
     d
 }
 
-fn quantize_rows(x: &[f32], m: usize, k: usize) -> Q8Rows {
+/// The block scale and the multiplier that maps the block onto [-127, 127].
+fn scale_and_inverse(amax: f32) -> (f32, f32) {
+    let d = amax / 127.0;
+    (d, if d != 0.0 { 1.0 / d } else { 0.0 })
+}
+
+fn quantize_rows(x: &[f32], m: usize, k: usize, kernel: Kernel) -> Q8Rows {
     let mut quants = vec![0i8; m * k];
     let mut scales = vec![0f32; m * k / BLOCK];
     for ((src, dst), d) in x
@@ -190,24 +205,11 @@ fn quantize_rows(x: &[f32], m: usize, k: usize) -> Q8Rows {
         .zip(quants.chunks_exact_mut(BLOCK))
         .zip(scales.iter_mut())
     {
-        if let Ok(dst) = dst.try_into() {
-            *d = quantize_block(src, dst);
+        if let (Ok(src), Ok(dst)) = (src.try_into(), dst.try_into()) {
+            *d = kernel.quantize_block(src, dst);
         }
     }
     Q8Rows { quants, scales }
-}
-
-fn transpose(src: &[f32], rows: usize, cols: usize) -> Vec<f32> {
-    if cols == 1 {
-        return src.to_vec();
-    }
-    let mut dst = vec![0f32; rows * cols];
-    for (r, row) in src.chunks_exact(cols).enumerate() {
-        for (c, v) in row.iter().enumerate() {
-            dst[c * rows + r] = *v;
-        }
-    }
-    dst
 }
 
 /// Which tile implementation runs; chosen once per call from the running CPU.
@@ -228,6 +230,17 @@ impl Kernel {
             return Kernel::Avx2;
         }
         Kernel::Portable
+    }
+
+    /// Both implementations produce the same bits: max, one multiply and an exact
+    /// round-half-away-from-zero per element.
+    fn quantize_block(self, src: &[f32; BLOCK], dst: &mut [i8; BLOCK]) -> f32 {
+        match self {
+            Kernel::Portable => quantize_block(src, dst),
+            // SAFETY: `detect` only picks Avx2 when the CPU has AVX2 and FMA.
+            #[cfg(target_arch = "x86_64")]
+            Kernel::Avx2 => unsafe { avx2::quantize_block(src, dst) },
+        }
     }
 
     /// Multiplies activation rows `i0..i0 + mr` by one weight group (`w`, `ws`).
@@ -296,8 +309,74 @@ mod portable {
 
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
-    use super::{Tile, BLOCK, GROUP_BLOCK, MR, NR};
+    use super::{scale_and_inverse, Tile, BLOCK, GROUP_BLOCK, MR, NR};
     use std::arch::x86_64::*;
+
+    /// Vectorized [`super::quantize_block`], bit for bit: `f32::round` is a libm call on
+    /// baseline x86-64, which would cost more than the matmul for small `n`.
+    ///
+    /// # Safety
+    /// The CPU must support AVX2.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn quantize_block(src: &[f32; BLOCK], dst: &mut [i8; BLOCK]) -> f32 {
+        let p = src.as_ptr();
+        // SAFETY: `src` holds 32 f32s, four unaligned 8-wide loads.
+        let v = unsafe {
+            [
+                _mm256_loadu_ps(p),
+                _mm256_loadu_ps(p.add(8)),
+                _mm256_loadu_ps(p.add(16)),
+                _mm256_loadu_ps(p.add(24)),
+            ]
+        };
+        let m = _mm256_max_ps(
+            _mm256_max_ps(abs(v[0]), abs(v[1])),
+            _mm256_max_ps(abs(v[2]), abs(v[3])),
+        );
+        let m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps::<1>(m));
+        let m2 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        let amax = _mm_cvtss_f32(_mm_max_ss(m2, _mm_shuffle_ps::<1>(m2, m2)));
+        let (d, id) = scale_and_inverse(amax);
+        let id = _mm256_set1_ps(id);
+        let q = [
+            to_i32(v[0], id),
+            to_i32(v[1], id),
+            to_i32(v[2], id),
+            to_i32(v[3], id),
+        ];
+        let bytes = _mm256_packs_epi16(
+            _mm256_packs_epi32(q[0], q[1]),
+            _mm256_packs_epi32(q[2], q[3]),
+        );
+        // The packs work within 128-bit lanes; this puts the 4-byte groups back in order.
+        let ordered = _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+        // SAFETY: `dst` is 32 bytes; storeu has no alignment requirement.
+        unsafe { _mm256_storeu_si256(dst.as_mut_ptr() as *mut __m256i, ordered) };
+        d
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn abs(v: __m256) -> __m256 {
+        _mm256_andnot_ps(_mm256_set1_ps(-0.0), v)
+    }
+
+    /// `round(v * id)` clamped to [-127, 127], half away from zero like `f32::round`:
+    /// truncate, then step away from zero when the (exact) dropped fraction is ≥ 0.5.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn to_i32(v: __m256, id: __m256) -> __m256i {
+        let y = _mm256_mul_ps(v, id);
+        let t = _mm256_round_ps::<{ _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC }>(y);
+        let away = _mm256_cmp_ps::<_CMP_GE_OQ>(abs(_mm256_sub_ps(y, t)), _mm256_set1_ps(0.5));
+        let unit = _mm256_or_ps(_mm256_and_ps(y, _mm256_set1_ps(-0.0)), _mm256_set1_ps(1.0));
+        let r = _mm256_add_ps(t, _mm256_and_ps(away, unit));
+        let r = _mm256_min_ps(
+            _mm256_max_ps(r, _mm256_set1_ps(-127.0)),
+            _mm256_set1_ps(127.0),
+        );
+        _mm256_cvttps_epi32(r)
+    }
 
     /// `R` activation rows (`x[..R]`, each `(quants, scales)` for the full `k`) against
     /// one weight group. Lane `j` of a row's accumulator holds the first-half sum of weight

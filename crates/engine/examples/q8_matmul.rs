@@ -1,0 +1,73 @@
+//! Compares `Q8Matrix` with candle's Q8_0 `QMatMul` on the shapes our models use.
+//!
+//! Usage: `cargo run --release -p tokenmill-engine --example q8_matmul [-- --quick] [--ours-only]`.
+//! Each cell is the best of several timed runs, so a busy machine skews it less.
+use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
+use candle_core::{Device, Module, Tensor};
+use std::time::Instant;
+use tokenmill_engine::models::q8_matrix::Q8Matrix;
+
+const SHAPES: [(usize, usize); 7] = [
+    (576, 1536),
+    (576, 576),
+    (576, 192),
+    (1536, 576),
+    (576, 49152),
+    (1024, 3072),
+    (3072, 1024),
+];
+const BATCHES: [usize; 4] = [1, 8, 64, 256];
+
+/// Best seconds per call of `f`, over `reps` runs of enough calls to last ~`budget_s`.
+fn best_seconds(budget_s: f64, reps: usize, mut f: impl FnMut()) -> f64 {
+    f();
+    let t = Instant::now();
+    f();
+    let once = t.elapsed().as_secs_f64().max(1e-7);
+    let iters = ((budget_s / reps as f64 / once) as usize).max(1);
+    (0..reps)
+        .map(|_| {
+            let t = Instant::now();
+            for _ in 0..iters {
+                f();
+            }
+            t.elapsed().as_secs_f64() / iters as f64
+        })
+        .fold(f64::INFINITY, f64::min)
+}
+
+fn main() -> candle_core::Result<()> {
+    let quick = std::env::args().any(|a| a == "--quick");
+    let ours_only = std::env::args().any(|a| a == "--ours-only");
+    let budget = if quick { 0.1 } else { 0.4 };
+    println!("| k | n | M | ours GFLOP/s | candle GFLOP/s | speed-up |");
+    println!("|---|---|---|---|---|---|");
+    for &(k, n) in &SHAPES {
+        let w = Tensor::randn(0f32, 0.02, (n, k), &Device::Cpu)?;
+        let candle = QMatMul::from_qtensor(QTensor::quantize(&w, GgmlDType::Q8_0)?)?;
+        let ours = Q8Matrix::quantize(&w.flatten_all()?.to_vec1::<f32>()?, n, k)
+            .expect("benchmark widths are multiples of 32");
+        for &m in &BATCHES {
+            let x = Tensor::randn(0f32, 1.0, (m, k), &Device::Cpu)?;
+            let xv = x.flatten_all()?.to_vec1::<f32>()?;
+            let flop = 2.0 * (m * k * n) as f64;
+            let t_ours = best_seconds(budget, 3, || {
+                std::hint::black_box(ours.matmul(&xv, m));
+            });
+            let t_candle = if ours_only {
+                f64::NAN
+            } else {
+                best_seconds(budget, 3, || {
+                    std::hint::black_box(candle.forward(&x).expect("candle matmul"));
+                })
+            };
+            println!(
+                "| {k} | {n} | {m} | {:.1} | {:.1} | {:.2}× |",
+                flop / t_ours / 1e9,
+                flop / t_candle / 1e9,
+                t_candle / t_ours
+            );
+        }
+    }
+    Ok(())
+}
