@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::client::RequestRecord;
+use crate::client::{Reply, RequestRecord};
 use crate::distribution::Distribution;
 use crate::goodput::{self, RequestLatencies, Slo};
 use crate::load_plan::span_s;
@@ -64,74 +64,45 @@ impl BenchmarkResult {
         max_concurrent_requests: usize,
     ) -> Self {
         let duration_s = span_s(records);
-        let replies: Vec<_> = records
-            .iter()
-            .filter_map(|r| r.reply().map(|reply| (r, reply)))
-            .collect();
-        let total_input_tokens = replies.iter().map(|(r, _)| r.prompt_len).sum();
-        let total_output_tokens: usize =
-            replies.iter().map(|(_, reply)| reply.output_tokens()).sum();
-        let ttfts: Vec<f64> = replies.iter().map(|(_, reply)| ms(reply.ttft())).collect();
-        let tpots: Vec<f64> = replies
-            .iter()
-            .filter_map(|(_, reply)| reply.tpot().map(ms))
-            .collect();
-        let itls: Vec<f64> = replies
-            .iter()
-            .flat_map(|(_, reply)| reply.itls().map(ms))
-            .collect();
-        let e2els: Vec<f64> = replies.iter().map(|(_, reply)| ms(reply.e2el())).collect();
-        let per_second = |count: f64| {
+        let per_second = |count: usize| {
             if duration_s > 0.0 {
-                count / duration_s
+                count as f64 / duration_s
             } else {
                 0.0
             }
         };
+        let replies: Vec<(&RequestRecord, &Reply)> = records
+            .iter()
+            .filter_map(|r| r.reply().map(|reply| (r, reply)))
+            .collect();
+        let total_input_tokens = replies.iter().map(|(r, _)| r.prompt_len).sum();
+        let total_output_tokens = replies.iter().map(|(_, reply)| reply.output_tokens()).sum();
         let good = replies
             .iter()
             .filter(|(_, reply)| goodput::meets_all(&settings.goodput, &latencies(reply)))
             .count();
-        let p = &settings.percentiles;
+        let [ttft, tpot, itl, e2el] = distributions(&replies, &settings.percentiles);
+        let columns = PerRequest::of(records);
         BenchmarkResult {
             duration_s,
             completed: replies.len(),
             failed: records.len() - replies.len(),
             total_input_tokens,
             total_output_tokens,
-            request_throughput: per_second(replies.len() as f64),
-            request_goodput: (!settings.goodput.is_empty()).then(|| per_second(good as f64)),
-            output_throughput: per_second(total_output_tokens as f64),
-            total_token_throughput: per_second((total_input_tokens + total_output_tokens) as f64),
+            request_throughput: per_second(replies.len()),
+            request_goodput: (!settings.goodput.is_empty()).then(|| per_second(good)),
+            output_throughput: per_second(total_output_tokens),
+            total_token_throughput: per_second(total_input_tokens + total_output_tokens),
             max_concurrent_requests,
-            input_lens: records
-                .iter()
-                .map(|r| if r.reply().is_some() { r.prompt_len } else { 0 })
-                .collect(),
-            output_lens: records
-                .iter()
-                .map(|r| r.reply().map_or(0, |reply| reply.output_tokens()))
-                .collect(),
-            ttfts_s: records
-                .iter()
-                .map(|r| r.reply().map_or(0.0, |reply| reply.ttft().as_secs_f64()))
-                .collect(),
-            itls_s: records
-                .iter()
-                .map(|r| {
-                    r.reply().map_or(vec![], |reply| {
-                        reply.itls().map(|d| d.as_secs_f64()).collect()
-                    })
-                })
-                .collect(),
-            errors: records
-                .iter()
-                .map(|r| r.outcome.as_ref().err().cloned().unwrap_or_default())
-                .collect(),
-            ttft: Distribution::of(&ttfts, p),
-            tpot: Distribution::of(&tpots, p),
-            itl: Distribution::of(&itls, p),
-            e2el: Distribution::of(&e2els, p),
+            input_lens: columns.input_lens,
+            output_lens: columns.output_lens,
+            ttfts_s: columns.ttfts_s,
+            itls_s: columns.itls_s,
+            errors: columns.errors,
+            ttft,
+            tpot,
+            itl,
+            e2el,
             token_count_mismatches: replies
                 .iter()
                 .filter(|(_, reply)| counts_disagree(reply))
@@ -142,7 +113,64 @@ impl BenchmarkResult {
     }
 }
 
-fn latencies(reply: &crate::client::Reply) -> RequestLatencies {
+/// TTFT, TPOT, ITL and E2EL of the successful requests, in milliseconds.
+fn distributions(replies: &[(&RequestRecord, &Reply)], percentiles: &[f64]) -> [Distribution; 4] {
+    let ttfts: Vec<f64> = replies.iter().map(|(_, reply)| ms(reply.ttft())).collect();
+    let tpots: Vec<f64> = replies
+        .iter()
+        .filter_map(|(_, reply)| reply.tpot().map(ms))
+        .collect();
+    let itls: Vec<f64> = replies
+        .iter()
+        .flat_map(|(_, reply)| reply.itls().map(ms))
+        .collect();
+    let e2els: Vec<f64> = replies.iter().map(|(_, reply)| ms(reply.e2el())).collect();
+    [ttfts, tpots, itls, e2els].map(|values| Distribution::of(&values, percentiles))
+}
+
+/// The per-request lists of the saved JSON, in dataset order; failed requests get zeros.
+struct PerRequest {
+    input_lens: Vec<usize>,
+    output_lens: Vec<usize>,
+    ttfts_s: Vec<f64>,
+    itls_s: Vec<Vec<f64>>,
+    errors: Vec<String>,
+}
+
+impl PerRequest {
+    fn of(records: &[RequestRecord]) -> Self {
+        let mut columns = PerRequest {
+            input_lens: Vec::with_capacity(records.len()),
+            output_lens: Vec::with_capacity(records.len()),
+            ttfts_s: Vec::with_capacity(records.len()),
+            itls_s: Vec::with_capacity(records.len()),
+            errors: Vec::with_capacity(records.len()),
+        };
+        for record in records {
+            match &record.outcome {
+                Ok(reply) => {
+                    columns.input_lens.push(record.prompt_len);
+                    columns.output_lens.push(reply.output_tokens());
+                    columns.ttfts_s.push(reply.ttft().as_secs_f64());
+                    columns
+                        .itls_s
+                        .push(reply.itls().map(|d| d.as_secs_f64()).collect());
+                    columns.errors.push(String::new());
+                }
+                Err(error) => {
+                    columns.input_lens.push(0);
+                    columns.output_lens.push(0);
+                    columns.ttfts_s.push(0.0);
+                    columns.itls_s.push(Vec::new());
+                    columns.errors.push(error.clone());
+                }
+            }
+        }
+        columns
+    }
+}
+
+fn latencies(reply: &Reply) -> RequestLatencies {
     RequestLatencies {
         ttft_ms: ms(reply.ttft()),
         tpot_ms: reply.tpot().map(ms),
@@ -152,7 +180,7 @@ fn latencies(reply: &crate::client::Reply) -> RequestLatencies {
 
 /// Servers may pack several tokens into one chunk; beyond 2% the ITLs no longer describe
 /// single tokens, which the report should say.
-fn counts_disagree(reply: &crate::client::Reply) -> bool {
+fn counts_disagree(reply: &Reply) -> bool {
     let Some(server) = reply.usage_completion_tokens else {
         return false;
     };
@@ -163,7 +191,6 @@ fn counts_disagree(reply: &crate::client::Reply) -> bool {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::client::Reply;
     use std::time::Instant;
 
     fn ms(n: u64) -> Duration {
