@@ -5,7 +5,7 @@ mod common;
 use common::mock_server::{MockOptions, MockServer};
 use common::{assert_near, read_json, serve_args, write_jsonl};
 
-/// Tolerance for latencies: the mock sleeps to deadlines with ~1 ms timer granularity.
+/// Tolerance for latencies: transit and thread wake-ups add up to a millisecond or two.
 const MS: f64 = 2.0;
 
 /// A hundred requests in four scripted groups (5 tokens each):
