@@ -1,0 +1,36 @@
+//! The official `openai` Python package talks to the server: a streamed chat and a completion.
+//!
+//! Runs `tests/openai_sdk.py` with the Python in `TOKENMILL_PYTHON` (default `python3`), which
+//! must have `openai` installed; `.ci/run` sets that variable up.
+
+mod common;
+
+use std::process::Command;
+
+use common::*;
+
+#[test]
+fn the_openai_python_client_streams_a_chat_and_gets_a_completion() {
+    let python = std::env::var("TOKENMILL_PYTHON").unwrap_or_else(|_| "python3".into());
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/openai_sdk.py");
+    let base = server().base_url();
+    let output = Command::new(&python)
+        .args([script, &base, "SmolLM2-135M-Instruct.Q4_1"])
+        .output()
+        .unwrap_or_else(|e| {
+            panic!("cannot run {python} ({e}): set TOKENMILL_PYTHON, as .ci/run does")
+        });
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_ne!(
+        output.status.code(),
+        Some(3),
+        "`import openai` failed with {python}: {stderr}\n\
+         install it in a venv and point TOKENMILL_PYTHON at its python, as .ci/run does"
+    );
+    assert!(
+        output.status.success(),
+        "openai_sdk.py failed ({}):\n{stderr}\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout)
+    );
+}
