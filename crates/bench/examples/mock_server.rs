@@ -9,7 +9,10 @@ fn main() {
     let port = std::env::args().nth(1).unwrap_or_else(|| "8123".to_owned());
     let server = mock_server::MockServer::start_on(
         &format!("127.0.0.1:{port}"),
-        mock_server::MockOptions { tokenizer: true },
+        mock_server::MockOptions {
+            tokenizer: true,
+            ..Default::default()
+        },
     );
     println!("mock server on {}", server.base_url);
     loop {

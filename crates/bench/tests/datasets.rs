@@ -22,7 +22,10 @@ fn run(server: &MockServer, dir: &std::path::Path, extra: &[&str]) -> serde_json
 fn random_prompts_have_exact_token_counts_by_the_server_tokenizer() {
     // The mock's detokenizer drops some ids, so the first text of each prompt comes out short
     // and has to be extended.
-    let server = MockServer::start(MockOptions { tokenizer: true });
+    let server = MockServer::start(MockOptions {
+        tokenizer: true,
+        ..Default::default()
+    });
     let dir = tempfile::tempdir().unwrap();
     let args = [
         "--num-prompts",
@@ -60,7 +63,10 @@ fn random_prompts_have_exact_token_counts_by_the_server_tokenizer() {
 
 #[test]
 fn range_ratio_spreads_random_lengths() {
-    let server = MockServer::start(MockOptions { tokenizer: true });
+    let server = MockServer::start(MockOptions {
+        tokenizer: true,
+        ..Default::default()
+    });
     let dir = tempfile::tempdir().unwrap();
     let args = [
         "--num-prompts",
@@ -84,7 +90,10 @@ fn range_ratio_spreads_random_lengths() {
 
 #[test]
 fn without_tokenize_completions_get_token_id_prompts_of_exact_length() {
-    let server = MockServer::start(MockOptions { tokenizer: false });
+    let server = MockServer::start(MockOptions {
+        tokenizer: false,
+        ..Default::default()
+    });
     let dir = tempfile::tempdir().unwrap();
     let r = run(
         &server,
@@ -106,7 +115,10 @@ fn without_tokenize_completions_get_token_id_prompts_of_exact_length() {
 
 #[test]
 fn sharegpt_sends_first_turns_and_asks_for_the_reference_reply_length() {
-    let server = MockServer::start(MockOptions { tokenizer: true });
+    let server = MockServer::start(MockOptions {
+        tokenizer: true,
+        ..Default::default()
+    });
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("sharegpt.json");
     let data = serde_json::json!([
@@ -144,7 +156,10 @@ fn sharegpt_sends_first_turns_and_asks_for_the_reference_reply_length() {
 
 #[test]
 fn missing_dataset_file_is_a_clear_error() {
-    let server = MockServer::start(MockOptions { tokenizer: true });
+    let server = MockServer::start(MockOptions {
+        tokenizer: true,
+        ..Default::default()
+    });
     let args = serve_args(&[
         "--base-url",
         &server.base_url,

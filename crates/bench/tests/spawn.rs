@@ -9,8 +9,17 @@ use common::mock_server::{MockOptions, MockServer};
 use common::{serve_args, write_jsonl};
 
 /// A command whose background child stands in for a server, and records that child's pid.
+/// Writing the pid file is what makes the mock report healthy, so the benchmark cannot
+/// finish (and stop the command) before the child exists.
 fn placeholder_server(pid_file: &Path) -> String {
     format!("sleep 300 & echo $! > {}; wait", pid_file.display())
+}
+
+fn mock_healthy_once(pid_file: &Path) -> MockServer {
+    MockServer::start(MockOptions {
+        tokenizer: true,
+        healthy_once_exists: Some(pid_file.to_owned()),
+    })
 }
 
 /// True once the process is gone (or a zombie awaiting its reaper, which runs nothing).
@@ -41,9 +50,9 @@ fn assert_stopped_soon(pid_file: &Path) {
 
 #[test]
 fn spawned_server_is_stopped_after_a_successful_run() {
-    let server = MockServer::start(MockOptions { tokenizer: true });
     let dir = tempfile::tempdir().unwrap();
     let (pid_file, dataset) = (dir.path().join("pid"), dir.path().join("p.jsonl"));
+    let server = mock_healthy_once(&pid_file);
     write_jsonl(&dataset, &["n=2".to_owned()]);
     let command = placeholder_server(&pid_file);
     let args = serve_args(&[
@@ -64,9 +73,9 @@ fn spawned_server_is_stopped_after_a_successful_run() {
 
 #[test]
 fn spawned_server_is_stopped_when_the_run_fails() {
-    let server = MockServer::start(MockOptions { tokenizer: true });
     let dir = tempfile::tempdir().unwrap();
     let pid_file = dir.path().join("pid");
+    let server = mock_healthy_once(&pid_file);
     let command = placeholder_server(&pid_file);
     let args = serve_args(&[
         "--base-url",

@@ -7,7 +7,10 @@ use common::{read_json, sweep_args, write_jsonl};
 
 #[test]
 fn sweep_writes_summary_json_table_runs_and_both_charts() {
-    let server = MockServer::start(MockOptions { tokenizer: true });
+    let server = MockServer::start(MockOptions {
+        tokenizer: true,
+        ..Default::default()
+    });
     let dir = tempfile::tempdir().unwrap();
     let dataset = dir.path().join("prompts.jsonl");
     write_jsonl(&dataset, &vec!["ttft=20 itl=5 n=4".to_owned(); 4]);

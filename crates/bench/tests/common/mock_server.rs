@@ -15,9 +15,12 @@ use std::time::Instant;
 
 use serde_json::{json, Value};
 
+#[derive(Default)]
 pub struct MockOptions {
     /// Whether `/tokenize` and `/detokenize` exist.
     pub tokenizer: bool,
+    /// `/health` answers 503 until this file exists, like a server still loading its model.
+    pub healthy_once_exists: Option<std::path::PathBuf>,
 }
 
 pub struct MockServer {
@@ -39,6 +42,7 @@ impl MockServer {
         let bodies = Arc::new(Mutex::new(Vec::new()));
         let state = Arc::new(State {
             tokenizer: options.tokenizer,
+            healthy_once_exists: options.healthy_once_exists,
             bodies: bodies.clone(),
         });
         // Every worker waits in accept before the first request, so none arrives to an empty house.
@@ -63,6 +67,7 @@ impl MockServer {
 
 struct State {
     tokenizer: bool,
+    healthy_once_exists: Option<std::path::PathBuf>,
     bodies: Arc<Mutex<Vec<Value>>>,
 }
 
@@ -95,7 +100,13 @@ fn answer(
     let stream = &mut *stream;
     let received = Instant::now();
     match (method, path) {
-        ("GET", "/health") => respond_json(stream, 200, &json!({})),
+        ("GET", "/health") => {
+            let ready = state
+                .healthy_once_exists
+                .as_ref()
+                .is_none_or(|file| file.exists());
+            respond_json(stream, if ready { 200 } else { 503 }, &json!({}))
+        }
         ("GET", "/v1/models") => {
             respond_json(stream, 200, &json!({"data": [{"id": "mock-model"}]}))
         }
