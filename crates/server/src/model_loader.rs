@@ -99,21 +99,31 @@ pub fn default_model_path() -> PathBuf {
     if let Some(p) = std::env::var_os("TOKENMILL_MODEL") {
         return PathBuf::from(p);
     }
-    let dir = std::env::var_os("TOKENMILL_MODEL_DIR").map(PathBuf::from).unwrap_or_else(|| {
-        let cache = std::env::var_os("XDG_CACHE_HOME")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache"));
-        cache.join("tokenmill/models")
-    });
+    let dir = std::env::var_os("TOKENMILL_MODEL_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            let cache = std::env::var_os("XDG_CACHE_HOME")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| {
+                    PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache")
+                });
+            cache.join("tokenmill/models")
+        });
     dir.join(DEFAULT_MODEL_FILE)
 }
 
 /// Sizes the compute pools before any model code runs.
 pub fn init_threads(threads: Option<usize>) {
-    let n = threads.unwrap_or_else(|| std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1));
+    let n = threads.unwrap_or_else(|| {
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+    });
     // candle's quantized matmuls read this once, on first use.
     std::env::set_var("CANDLE_NUM_THREADS", n.to_string());
-    let _ = rayon::ThreadPoolBuilder::new().num_threads(n).build_global();
+    let _ = rayon::ThreadPoolBuilder::new()
+        .num_threads(n)
+        .build_global();
 }
 
 pub fn load(args: &EngineArgs) -> anyhow::Result<LoadedModel> {
@@ -124,12 +134,24 @@ pub fn load(args: &EngineArgs) -> anyhow::Result<LoadedModel> {
             let shape = args.model.clone().unwrap_or_else(|| "qwen3-0.6b".into());
             let mut ckpt = DummyCheckpoint::new(&shape, args.dummy_dtype, 0)?;
             let engine = Engine::load(&mut ckpt, config)?;
-            Ok(LoadedModel { engine, tokenizer: None, chat_template: None, name: shape })
+            Ok(LoadedModel {
+                engine,
+                tokenizer: None,
+                chat_template: None,
+                name: shape,
+            })
         }
         "auto" => {
-            let path = args.model.as_ref().map(PathBuf::from).unwrap_or_else(default_model_path);
+            let path = args
+                .model
+                .as_ref()
+                .map(PathBuf::from)
+                .unwrap_or_else(default_model_path);
             if args.model.is_none() && !path.exists() {
-                bail!("default model not found at {}: run scripts/fetch-model.sh", path.display());
+                bail!(
+                    "default model not found at {}: run scripts/fetch-model.sh",
+                    path.display()
+                );
             }
             load_checkpoint(&path, config)
         }
@@ -154,5 +176,10 @@ fn load_checkpoint(path: &Path, config: EngineConfig) -> anyhow::Result<LoadedMo
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_else(|| path.display().to_string());
-    Ok(LoadedModel { engine, tokenizer: Some(Arc::new(tokenizer)), chat_template, name })
+    Ok(LoadedModel {
+        engine,
+        tokenizer: Some(Arc::new(tokenizer)),
+        chat_template,
+        name,
+    })
 }

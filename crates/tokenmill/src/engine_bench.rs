@@ -38,12 +38,21 @@ pub struct ThroughputArgs {
 }
 
 /// Random prompts of exact lengths; EOS is ignored so every request makes `output_len` tokens.
-fn random_requests(engine: &Engine, n: usize, input_len: usize, output_len: usize, rng: &mut StdRng) -> Vec<Request> {
+fn random_requests(
+    engine: &Engine,
+    n: usize,
+    input_len: usize,
+    output_len: usize,
+    rng: &mut StdRng,
+) -> Vec<Request> {
     let vocab = engine.limits().vocab_size as u32;
     (0..n)
         .map(|_| Request {
             prompt: (0..input_len).map(|_| rng.random_range(0..vocab)).collect(),
-            params: SamplingParams { ignore_eos: true, ..SamplingParams::greedy(output_len) },
+            params: SamplingParams {
+                ignore_eos: true,
+                ..SamplingParams::greedy(output_len)
+            },
             priority: 0,
         })
         .collect()
@@ -52,13 +61,21 @@ fn random_requests(engine: &Engine, n: usize, input_len: usize, output_len: usiz
 pub fn latency(args: LatencyArgs) -> anyhow::Result<()> {
     let mut engine_args = args.engine.clone();
     // The whole batch's prompts in one step, so "prefill" is one forward pass.
-    engine_args.max_num_batched_tokens = engine_args.max_num_batched_tokens.max(args.batch_size * args.input_len);
+    engine_args.max_num_batched_tokens = engine_args
+        .max_num_batched_tokens
+        .max(args.batch_size * args.input_len);
     engine_args.no_enable_prefix_caching = true;
     let mut model = model_loader::load(&engine_args)?;
     let mut rng = StdRng::seed_from_u64(0);
     let mut rows = Vec::new();
     for iter in 0..=args.num_iters {
-        let requests = random_requests(&model.engine, args.batch_size, args.input_len, args.output_len, &mut rng);
+        let requests = random_requests(
+            &model.engine,
+            args.batch_size,
+            args.input_len,
+            args.output_len,
+            &mut rng,
+        );
         let start = Instant::now();
         let done = model.engine.generate(requests)?;
         let (prefill_s, decode_s) = phases(start, &done);
@@ -93,15 +110,29 @@ pub fn latency(args: LatencyArgs) -> anyhow::Result<()> {
 
 /// Seconds until the last first token (prefill) and from then to the last token (decode).
 fn phases(start: Instant, done: &[Completion]) -> (f64, f64) {
-    let first = done.iter().filter_map(|c| c.timings.first_token).max().unwrap_or(start);
-    let last = done.iter().filter_map(|c| c.timings.finished).max().unwrap_or(first);
+    let first = done
+        .iter()
+        .filter_map(|c| c.timings.first_token)
+        .max()
+        .unwrap_or(start);
+    let last = done
+        .iter()
+        .filter_map(|c| c.timings.finished)
+        .max()
+        .unwrap_or(first);
     ((first - start).as_secs_f64(), (last - first).as_secs_f64())
 }
 
 pub fn throughput(args: ThroughputArgs) -> anyhow::Result<()> {
     let mut model = model_loader::load(&args.engine)?;
     let mut rng = StdRng::seed_from_u64(args.seed);
-    let requests = random_requests(&model.engine, args.num_prompts, args.input_len, args.output_len, &mut rng);
+    let requests = random_requests(
+        &model.engine,
+        args.num_prompts,
+        args.input_len,
+        args.output_len,
+        &mut rng,
+    );
     let start = Instant::now();
     let done = model.engine.generate(requests)?;
     let elapsed = start.elapsed().as_secs_f64();

@@ -80,24 +80,39 @@ impl SamplingArgs {
 pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
     let mut prompts = args.prompts.clone();
     if let Some(path) = &args.prompts_file {
-        let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-        prompts.extend(text.lines().filter(|l| !l.trim().is_empty()).map(str::to_string));
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        prompts.extend(
+            text.lines()
+                .filter(|l| !l.trim().is_empty())
+                .map(str::to_string),
+        );
     }
     if prompts.is_empty() {
         bail!("no prompts: give --prompt TEXT or --prompts-file FILE");
     }
     let mut model = model_loader::load(&args.engine)?;
-    let tokenizer = model.tokenizer.clone().context("this model has no tokenizer (dummy weights)")?;
+    let tokenizer = model
+        .tokenizer
+        .clone()
+        .context("this model has no tokenizer (dummy weights)")?;
     let mut requests = Vec::with_capacity(prompts.len());
     for prompt in &prompts {
         let text = if args.chat {
-            let template = model.chat_template.as_ref().context("the model has no chat template")?;
+            let template = model
+                .chat_template
+                .as_ref()
+                .context("the model has no chat template")?;
             template.render(&[ChatMessage::new("user", prompt.as_str())], true)?
         } else {
             prompt.clone()
         };
         let ids = tokenizer.encode(&text, true)?;
-        requests.push(Request { prompt: ids, params: args.sampling.params(), priority: 0 });
+        requests.push(Request {
+            prompt: ids,
+            params: args.sampling.params(),
+            priority: 0,
+        });
     }
     let completions = model.engine.generate(requests)?;
     for (prompt, done) in prompts.iter().zip(&completions) {
