@@ -1,7 +1,10 @@
 //! Compares `Q8Matrix` with candle's Q8_0 `QMatMul` on the shapes our models use.
 //!
 //! Usage: `cargo run --release -p tokenmill-engine --example q8_matmul [-- --quick] [--ours-only]`.
-//! Each cell is the best of several timed runs, so a busy machine skews it less.
+//! Each cell is the best of several timed runs, so a busy machine skews it less. With
+//! `--cpu` the clock is the CPU time of this process's threads (Linux), which ignores
+//! time spent preempted: use it with `RAYON_NUM_THREADS=1` to compare kernels on a shared
+//! machine.
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{Device, Module, Tensor};
 use std::time::Instant;
@@ -18,20 +21,42 @@ const SHAPES: [(usize, usize); 7] = [
 ];
 const BATCHES: [usize; 4] = [1, 8, 64, 256];
 
+/// Seconds on a monotonic clock: wall time, or with `--cpu` this process's CPU time.
+fn now() -> f64 {
+    static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    if std::env::args().any(|a| a == "--cpu") {
+        if let Some(s) = cpu_seconds() {
+            return s;
+        }
+    }
+    START.get_or_init(Instant::now).elapsed().as_secs_f64()
+}
+
+/// Sum over this process's threads of the time they ran on a CPU (first field of each
+/// `/proc/self/task/*/schedstat`, in nanoseconds).
+fn cpu_seconds() -> Option<f64> {
+    let mut ns = 0u64;
+    for task in std::fs::read_dir("/proc/self/task").ok()? {
+        let stat = std::fs::read_to_string(task.ok()?.path().join("schedstat")).ok()?;
+        ns += stat.split_whitespace().next()?.parse::<u64>().ok()?;
+    }
+    Some(ns as f64 * 1e-9)
+}
+
 /// Best seconds per call of `f`, over `reps` runs of enough calls to last ~`budget_s`.
 fn best_seconds(budget_s: f64, reps: usize, mut f: impl FnMut()) -> f64 {
     f();
-    let t = Instant::now();
+    let t = now();
     f();
-    let once = t.elapsed().as_secs_f64().max(1e-7);
+    let once = (now() - t).max(1e-7);
     let iters = ((budget_s / reps as f64 / once) as usize).max(1);
     (0..reps)
         .map(|_| {
-            let t = Instant::now();
+            let t = now();
             for _ in 0..iters {
                 f();
             }
-            t.elapsed().as_secs_f64() / iters as f64
+            (now() - t) / iters as f64
         })
         .fold(f64::INFINITY, f64::min)
 }
@@ -51,13 +76,13 @@ fn main() -> candle_core::Result<()> {
             let x = Tensor::randn(0f32, 1.0, (m, k), &Device::Cpu)?;
             let xv = x.flatten_all()?.to_vec1::<f32>()?;
             let flop = 2.0 * (m * k * n) as f64;
-            let t_ours = best_seconds(budget, 3, || {
+            let t_ours = best_seconds(budget, 10, || {
                 std::hint::black_box(ours.matmul(&xv, m));
             });
             let t_candle = if ours_only {
                 f64::NAN
             } else {
-                best_seconds(budget, 3, || {
+                best_seconds(budget, 10, || {
                     std::hint::black_box(candle.forward(&x).expect("candle matmul"));
                 })
             };

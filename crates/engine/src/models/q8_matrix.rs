@@ -15,6 +15,7 @@
 //! `f32::mul_add`, so it is bitwise equal to the AVX2 one.
 
 use rayon::prelude::*;
+use std::ops::Range;
 
 /// Elements per quantization block (one scale each), as in ggml's Q8_0.
 pub const BLOCK: usize = 32;
@@ -45,8 +46,31 @@ pub struct Q8Matrix {
 
 /// Activations quantized per row: `quants[m][k]`, `scales[m][k / 32]`.
 struct Q8Rows {
+    m: usize,
+    k: usize,
     quants: Vec<i8>,
+    /// `|quants|`, kept so the SIMD kernel need not recompute it for every weight group.
+    abs: Vec<i8>,
     scales: Vec<f32>,
+}
+
+/// One quantized activation row, as the tile kernels read it.
+#[derive(Clone, Copy)]
+struct XRow<'a> {
+    quants: &'a [i8],
+    abs: &'a [i8],
+    scales: &'a [f32],
+}
+
+impl Q8Rows {
+    fn row(&self, r: usize) -> XRow<'_> {
+        let (k, b) = (self.k, self.k / BLOCK);
+        XRow {
+            quants: &self.quants[r * k..(r + 1) * k],
+            abs: &self.abs[r * k..(r + 1) * k],
+            scales: &self.scales[r * b..(r + 1) * b],
+        }
+    }
 }
 
 impl Q8Matrix {
@@ -114,29 +138,19 @@ impl Q8Matrix {
             return vec![0.0; m * n];
         }
         let act = quantize_rows(x, m, k, kernel);
-        // Each task owns a contiguous `[m][its columns]` panel, so tasks never share a
-        // cache line of output; the panels are then copied into place row by row.
-        let task_cols = self.task_cols(m);
-        let mut panels = vec![0f32; n * m];
-        let run =
-            |(t, panel): (usize, &mut [f32])| self.task(&act, m, t * task_cols, panel, kernel);
-        if m * n * k < MIN_PARALLEL_MACS {
-            panels.chunks_mut(task_cols * m).enumerate().for_each(run);
-        } else {
-            panels
-                .par_chunks_mut(task_cols * m)
-                .enumerate()
-                .for_each(run);
-        }
-        if panels.len() == task_cols * m {
-            return panels;
-        }
         let mut y = vec![0f32; m * n];
-        for (t, panel) in panels.chunks(task_cols * m).enumerate() {
-            let (c0, width) = (t * task_cols, panel.len() / m);
-            for (dst, src) in y.chunks_exact_mut(n).zip(panel.chunks_exact(width)) {
-                dst[c0..c0 + width].copy_from_slice(src);
-            }
+        let out = ColumnWriter::new(&mut y, m, n);
+        let task_cols = self.task_cols(m);
+        let run = |t: usize| {
+            let cols = t * task_cols..((t + 1) * task_cols).min(n);
+            // SAFETY: task `t` alone writes columns `cols`; tasks partition `0..n`.
+            unsafe { self.task(&act, cols, &out, kernel) }
+        };
+        let tasks = n.div_ceil(task_cols);
+        if m * n * k < MIN_PARALLEL_MACS {
+            (0..tasks).for_each(run);
+        } else {
+            (0..tasks).into_par_iter().for_each(run);
         }
         y
     }
@@ -158,24 +172,65 @@ impl Q8Matrix {
         want.min(per_cache).max(1) * NR
     }
 
-    /// Fills `panel` (`[m][width]`, row-major) for output columns starting at `col0`.
-    fn task(&self, act: &Q8Rows, m: usize, col0: usize, panel: &mut [f32], kernel: Kernel) {
+    /// Computes output columns `cols` (starting at a multiple of [`NR`]) for every row.
+    ///
+    /// # Safety
+    /// No other thread may access columns `cols` of `out` meanwhile.
+    unsafe fn task(&self, act: &Q8Rows, cols: Range<usize>, out: &ColumnWriter, kernel: Kernel) {
         let blocks = self.cols / BLOCK;
-        let width = panel.len() / m;
-        for i0 in (0..m).step_by(MR) {
-            let mr = (m - i0).min(MR);
-            for c in (0..width).step_by(NR) {
-                let g = (col0 + c) / NR;
+        for i0 in (0..act.m).step_by(MR) {
+            let mr = (act.m - i0).min(MR);
+            for c in cols.clone().step_by(NR) {
+                let g = c / NR;
                 let w = &self.quants[g * blocks * GROUP_BLOCK..(g + 1) * blocks * GROUP_BLOCK];
                 let ws = &self.scales[g * blocks * NR..(g + 1) * blocks * NR];
-                let tile = kernel.tile(w, ws, act, i0, mr, self.cols);
-                let cols = (width - c).min(NR);
+                let tile = kernel.tile(w, ws, act, i0, mr);
+                let width = (cols.end - c).min(NR);
                 for (i, row) in tile.iter().take(mr).enumerate() {
-                    let at = (i0 + i) * width + c;
-                    panel[at..at + cols].copy_from_slice(&row[..cols]);
+                    // SAFETY: these columns belong to this task (caller's contract).
+                    unsafe { out.write(i0 + i, c, &row[..width]) };
                 }
             }
         }
+    }
+}
+
+/// Row-major `[m, n]` output that parallel tasks fill, each owning a disjoint column
+/// range, so no task needs a private buffer that would later be copied into place.
+struct ColumnWriter {
+    ptr: *mut f32,
+    m: usize,
+    n: usize,
+}
+
+// SAFETY: `write`'s contract makes concurrent writers touch disjoint elements.
+unsafe impl Sync for ColumnWriter {}
+
+impl ColumnWriter {
+    /// Borrows `y` mutably for the writer's lifetime, so nothing else reads it meanwhile.
+    fn new(y: &mut [f32], m: usize, n: usize) -> Self {
+        assert_eq!(y.len(), m * n);
+        Self {
+            ptr: y.as_mut_ptr(),
+            m,
+            n,
+        }
+    }
+
+    /// Stores `vals` at `[row, col..col + vals.len()]`.
+    ///
+    /// # Safety
+    /// No other thread may access those elements concurrently.
+    unsafe fn write(&self, row: usize, col: usize, vals: &[f32]) {
+        assert!(row < self.m && col + vals.len() <= self.n);
+        // SAFETY: in bounds by the assert; exclusive by the caller's contract.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                vals.as_ptr(),
+                self.ptr.add(row * self.n + col),
+                vals.len(),
+            )
+        };
     }
 }
 
@@ -209,7 +264,15 @@ fn quantize_rows(x: &[f32], m: usize, k: usize, kernel: Kernel) -> Q8Rows {
             *d = kernel.quantize_block(src, dst);
         }
     }
-    Q8Rows { quants, scales }
+    // Cannot overflow: quantization never produces -128.
+    let abs = quants.iter().map(|q| q.abs()).collect();
+    Q8Rows {
+        m,
+        k,
+        quants,
+        abs,
+        scales,
+    }
 }
 
 /// Which tile implementation runs; chosen once per call from the running CPU.
@@ -244,36 +307,27 @@ impl Kernel {
     }
 
     /// Multiplies activation rows `i0..i0 + mr` by one weight group (`w`, `ws`).
-    fn tile(self, w: &[i8], ws: &[f32], act: &Q8Rows, i0: usize, mr: usize, k: usize) -> Tile {
-        let rows = |i: usize| {
-            let r = i0 + i.min(mr - 1);
-            (
-                &act.quants[r * k..(r + 1) * k],
-                &act.scales[r * k / BLOCK..(r + 1) * k / BLOCK],
-            )
-        };
+    fn tile(self, w: &[i8], ws: &[f32], act: &Q8Rows, i0: usize, mr: usize) -> Tile {
+        // Rows past `mr` repeat the last one; the kernels ignore them.
+        let x: [XRow; MR] = std::array::from_fn(|i| act.row(i0 + i.min(mr - 1)));
         match self {
             Kernel::Portable => {
                 let mut out = [[0f32; NR]; MR];
-                for (i, o) in out.iter_mut().take(mr).enumerate() {
-                    let (xq, xs) = rows(i);
-                    *o = portable::row(w, ws, xq, xs);
+                for (o, row) in out.iter_mut().zip(&x).take(mr) {
+                    *o = portable::row(w, ws, row.quants, row.scales);
                 }
                 out
             }
             #[cfg(target_arch = "x86_64")]
-            Kernel::Avx2 => {
-                let x = [rows(0), rows(1), rows(2), rows(3)];
-                // SAFETY: `detect` only picks Avx2 when the CPU has AVX2 and FMA.
-                unsafe {
-                    match mr {
-                        1 => avx2::tile::<1>(w, ws, &x),
-                        2 => avx2::tile::<2>(w, ws, &x),
-                        3 => avx2::tile::<3>(w, ws, &x),
-                        _ => avx2::tile::<4>(w, ws, &x),
-                    }
+            // SAFETY: `detect` only picks Avx2 when the CPU has AVX2 and FMA.
+            Kernel::Avx2 => unsafe {
+                match mr {
+                    1 => avx2::tile::<1>(w, ws, &x),
+                    2 => avx2::tile::<2>(w, ws, &x),
+                    3 => avx2::tile::<3>(w, ws, &x),
+                    _ => avx2::tile::<4>(w, ws, &x),
                 }
-            }
+            },
         }
     }
 }
@@ -309,7 +363,7 @@ mod portable {
 
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
-    use super::{scale_and_inverse, Tile, BLOCK, GROUP_BLOCK, MR, NR};
+    use super::{scale_and_inverse, Tile, XRow, BLOCK, GROUP_BLOCK, MR, NR};
     use std::arch::x86_64::*;
 
     /// Vectorized [`super::quantize_block`], bit for bit: `f32::round` is a libm call on
@@ -378,22 +432,19 @@ mod avx2 {
         _mm256_cvttps_epi32(r)
     }
 
-    /// `R` activation rows (`x[..R]`, each `(quants, scales)` for the full `k`) against
-    /// one weight group. Lane `j` of a row's accumulator holds the first-half sum of weight
-    /// row `j`, lane `j + 4` the second half; see the module doc for why.
+    /// `R` activation rows (`x[..R]`, each over the full `k`) against one weight group.
+    /// Lane `j` of a row's accumulator holds the first-half sum of weight row `j`, lane
+    /// `j + 4` the second half; see the module doc for why.
     ///
     /// # Safety
     /// The CPU must support AVX2 and FMA.
     #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn tile<const R: usize>(
-        w: &[i8],
-        ws: &[f32],
-        x: &[(&[i8], &[f32]); MR],
-    ) -> Tile {
+    pub(super) unsafe fn tile<const R: usize>(w: &[i8], ws: &[f32], x: &[XRow; MR]) -> Tile {
         let blocks = ws.len() / NR;
         assert!(w.len() >= blocks * GROUP_BLOCK);
-        for (xq, xs) in &x[..R] {
-            assert!(xq.len() >= blocks * BLOCK && xs.len() >= blocks);
+        for row in &x[..R] {
+            let len = blocks * BLOCK;
+            assert!(row.quants.len() >= len && row.abs.len() >= len && row.scales.len() >= blocks);
         }
         let mut acc = [_mm256_setzero_ps(); R];
         for b in 0..blocks {
@@ -406,18 +457,13 @@ mod avx2 {
                     _mm256_loadu_si256(wp.add(2)),
                     _mm256_loadu_si256(wp.add(3)),
                 ];
-                let wabs = [
-                    _mm256_abs_epi8(wv[0]),
-                    _mm256_abs_epi8(wv[1]),
-                    _mm256_abs_epi8(wv[2]),
-                    _mm256_abs_epi8(wv[3]),
-                ];
                 let dw = _mm256_broadcast_ps(&*(ws.as_ptr().add(b * NR) as *const __m128));
                 for r in 0..R {
-                    let (xq, xs) = x[r];
-                    let xv = _mm256_loadu_si256(xq.as_ptr().add(b * BLOCK) as *const __m256i);
-                    let halves = group_halves(&wv, &wabs, xv);
-                    let s = _mm256_mul_ps(_mm256_broadcast_ss(&*xs.as_ptr().add(b)), dw);
+                    let xq =
+                        _mm256_loadu_si256(x[r].quants.as_ptr().add(b * BLOCK) as *const __m256i);
+                    let xa = _mm256_loadu_si256(x[r].abs.as_ptr().add(b * BLOCK) as *const __m256i);
+                    let halves = group_halves(&wv, xq, xa);
+                    let s = _mm256_mul_ps(_mm256_broadcast_ss(&*x[r].scales.as_ptr().add(b)), dw);
                     acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(halves), s, acc[r]);
                 }
             }
@@ -432,23 +478,23 @@ mod avx2 {
         out
     }
 
-    /// Exact integer dots of one activation block with the group's four weight blocks,
-    /// packed as `[first halves of rows 0..4, second halves of rows 0..4]`.
+    /// Exact integer dots of one activation block (`x`, `|x|`) with the group's four
+    /// weight blocks, packed as `[first halves of rows 0..4, second halves of rows 0..4]`.
     #[inline]
     #[target_feature(enable = "avx2")]
-    fn group_halves(w: &[__m256i; NR], wabs: &[__m256i; NR], x: __m256i) -> __m256i {
-        let d01 = _mm256_hadd_epi32(block_dot(w[0], wabs[0], x), block_dot(w[1], wabs[1], x));
-        let d23 = _mm256_hadd_epi32(block_dot(w[2], wabs[2], x), block_dot(w[3], wabs[3], x));
+    fn group_halves(w: &[__m256i; NR], x: __m256i, xabs: __m256i) -> __m256i {
+        let d01 = _mm256_hadd_epi32(block_dot(w[0], x, xabs), block_dot(w[1], x, xabs));
+        let d23 = _mm256_hadd_epi32(block_dot(w[2], x, xabs), block_dot(w[3], x, xabs));
         _mm256_hadd_epi32(d01, d23)
     }
 
     /// Eight i32 partial sums of `w · x` over one block, lane `l` covering bytes
-    /// `4l..4l + 4`. maddubs needs an unsigned side, so `|w|` pairs with `x` signed by `w`;
+    /// `4l..4l + 4`. maddubs needs an unsigned side, so `|x|` pairs with `w` signed by `x`;
     /// with both sides in [-127, 127] its i16 pair sums cannot saturate.
     #[inline]
     #[target_feature(enable = "avx2")]
-    fn block_dot(w: __m256i, wabs: __m256i, x: __m256i) -> __m256i {
-        let pairs = _mm256_maddubs_epi16(wabs, _mm256_sign_epi8(x, w));
+    fn block_dot(w: __m256i, x: __m256i, xabs: __m256i) -> __m256i {
+        let pairs = _mm256_maddubs_epi16(xabs, _mm256_sign_epi8(w, x));
         _mm256_madd_epi16(pairs, _mm256_set1_epi16(1))
     }
 }
