@@ -3,6 +3,7 @@
 //! Activations are plain row-major `f32` slices `[rows, width]`; only matmuls go through
 //! candle, so the rest of the forward pass reads as ordinary loops.
 
+use super::q8_matrix::Q8Matrix;
 use crate::error::Result;
 use crate::model_config::{ModelConfig, RopeStyle};
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
@@ -11,8 +12,8 @@ use candle_core::{Device, Module, Tensor};
 /// How matmul weights are kept in memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum WeightMode {
-    /// Quantized weights stay quantized; activations are quantized to Q8 inside the matmul
-    /// (as llama.cpp does). Types without a fast kernel are repacked to Q8_0 at load.
+    /// Quantized weights stay quantized (repacked to Q8_0 at load); activations are
+    /// quantized to Q8_0 inside the matmul, as llama.cpp does.
     #[default]
     Quantized,
     /// Every weight dequantized to f32: exact but slower; the yardstick for accuracy.
@@ -32,28 +33,37 @@ impl std::str::FromStr for WeightMode {
 
 /// `y = x · Wᵀ` with `W` of shape `[out, in]`.
 pub struct Linear {
-    weight: QMatMul,
+    weight: Weight,
     in_features: usize,
     out_features: usize,
 }
 
+enum Weight {
+    /// Our batched Q8_0 kernel: every quantized type is repacked to it at load.
+    Q8(Q8Matrix),
+    /// candle: dense f32 weights, or widths our kernel does not take.
+    Candle(QMatMul),
+}
+
 impl Linear {
     pub fn new(weight: QTensor, mode: WeightMode) -> Result<Self> {
-        let dims = weight.shape().dims2()?;
-        let (out_features, in_features) = dims;
-        let weight = match (mode, weight.dtype()) {
-            (WeightMode::Quantized, GgmlDType::Q8_0 | GgmlDType::Q4K | GgmlDType::Q6K) => {
-                QMatMul::from_qtensor(weight)?
+        let (out_features, in_features) = weight.shape().dims2()?;
+        let dense = weight.dequantize(&Device::Cpu)?;
+        let quantized = !matches!(
+            weight.dtype(),
+            GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16
+        );
+        let weight = match mode {
+            // candle's quantized kernels need AVX-512 VNNI to batch well; ours needs AVX2.
+            // Q8_0 reproduces Q8_0 exactly and Q4/Q5/Q6 values nearly so.
+            WeightMode::Quantized if quantized => {
+                let values = dense.flatten_all()?.to_vec1::<f32>()?;
+                match Q8Matrix::quantize(&values, out_features, in_features) {
+                    Some(q8) => Weight::Q8(q8),
+                    None => Weight::Candle(QMatMul::from_qtensor(weight)?),
+                }
             }
-            (WeightMode::Quantized, GgmlDType::Q5K) => QMatMul::from_qtensor(weight)?,
-            (WeightMode::Quantized, GgmlDType::Q4_0 | GgmlDType::Q4_1)
-                if in_features % GgmlDType::Q8_0.block_size() == 0 =>
-            {
-                // No fast kernel for these: repack once to Q8_0, which has one.
-                let dense = weight.dequantize(&Device::Cpu)?;
-                QMatMul::from_qtensor(QTensor::quantize(&dense, GgmlDType::Q8_0)?)?
-            }
-            _ => QMatMul::Tensor(weight.dequantize(&Device::Cpu)?),
+            _ => Weight::Candle(QMatMul::Tensor(dense)),
         };
         Ok(Self {
             weight,
@@ -72,9 +82,13 @@ impl Linear {
         if rows == 0 {
             return Ok(Vec::new());
         }
-        let x = Tensor::from_slice(x, (rows, self.in_features), &Device::Cpu)?;
-        let y = self.weight.forward(&x)?;
-        Ok(y.flatten_all()?.to_vec1::<f32>()?)
+        match &self.weight {
+            Weight::Q8(w) => Ok(w.matmul(x, rows)),
+            Weight::Candle(w) => {
+                let x = Tensor::from_slice(x, (rows, self.in_features), &Device::Cpu)?;
+                Ok(w.forward(&x)?.flatten_all()?.to_vec1::<f32>()?)
+            }
+        }
     }
 }
 
