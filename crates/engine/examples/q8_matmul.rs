@@ -1,6 +1,6 @@
 //! Compares `Q8Matrix` with candle's Q8_0 `QMatMul` on the shapes our models use.
 //!
-//! Usage: `cargo run --release -p tokenmill-engine --example q8_matmul [-- --quick] [--ours-only]`.
+//! Usage: `cargo run --release -p tokenmill-engine --example q8_matmul [-- --quick] [--ours-only] [--cpu] [KxN ...]`.
 //! Each cell is the best of several timed runs, so a busy machine skews it less. With
 //! `--cpu` the clock is the CPU time of this process's threads (Linux), which ignores
 //! time spent preempted: use it with `RAYON_NUM_THREADS=1` to compare kernels on a shared
@@ -64,10 +64,20 @@ fn best_seconds(budget_s: f64, reps: usize, mut f: impl FnMut()) -> f64 {
 fn main() -> candle_core::Result<()> {
     let quick = std::env::args().any(|a| a == "--quick");
     let ours_only = std::env::args().any(|a| a == "--ours-only");
-    let budget = if quick { 0.1 } else { 0.4 };
+    // schedstat advances in scheduler ticks, so CPU-time runs must be long to be precise.
+    let cpu = std::env::args().any(|a| a == "--cpu");
+    let budget = if quick { 0.1 } else { 0.4 } * if cpu { 3.0 } else { 1.0 };
+    let reps = if cpu { 3 } else { 10 };
     println!("| k | n | M | ours GFLOP/s | candle GFLOP/s | speed-up |");
     println!("|---|---|---|---|---|---|");
+    let only: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with("--"))
+        .collect();
     for &(k, n) in &SHAPES {
+        if !only.is_empty() && !only.contains(&format!("{k}x{n}")) {
+            continue;
+        }
         let w = Tensor::randn(0f32, 0.02, (n, k), &Device::Cpu)?;
         let candle = QMatMul::from_qtensor(QTensor::quantize(&w, GgmlDType::Q8_0)?)?;
         let ours = Q8Matrix::quantize(&w.flatten_all()?.to_vec1::<f32>()?, n, k)
@@ -76,13 +86,13 @@ fn main() -> candle_core::Result<()> {
             let x = Tensor::randn(0f32, 1.0, (m, k), &Device::Cpu)?;
             let xv = x.flatten_all()?.to_vec1::<f32>()?;
             let flop = 2.0 * (m * k * n) as f64;
-            let t_ours = best_seconds(budget, 10, || {
+            let t_ours = best_seconds(budget, reps, || {
                 std::hint::black_box(ours.matmul(&xv, m));
             });
             let t_candle = if ours_only {
                 f64::NAN
             } else {
-                best_seconds(budget, 10, || {
+                best_seconds(budget, reps, || {
                     std::hint::black_box(candle.forward(&x).expect("candle matmul"));
                 })
             };

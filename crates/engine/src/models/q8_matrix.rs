@@ -480,12 +480,30 @@ mod avx2 {
 
     /// Exact integer dots of one activation block (`x`, `|x|`) with the group's four
     /// weight blocks, packed as `[first halves of rows 0..4, second halves of rows 0..4]`.
+    /// Interleave-and-add rather than `hadd`, which is microcoded as several uops on AMD;
+    /// integer sums are exact, so the grouping does not affect the result.
     #[inline]
     #[target_feature(enable = "avx2")]
     fn group_halves(w: &[__m256i; NR], x: __m256i, xabs: __m256i) -> __m256i {
-        let d01 = _mm256_hadd_epi32(block_dot(w[0], x, xabs), block_dot(w[1], x, xabs));
-        let d23 = _mm256_hadd_epi32(block_dot(w[2], x, xabs), block_dot(w[3], x, xabs));
-        _mm256_hadd_epi32(d01, d23)
+        let d = [
+            block_dot(w[0], x, xabs),
+            block_dot(w[1], x, xabs),
+            block_dot(w[2], x, xabs),
+            block_dot(w[3], x, xabs),
+        ];
+        // [d0 l0+l2, d1 l0+l2, d0 l1+l3, d1 l1+l3] in each 128-bit half; likewise d2, d3.
+        let s01 = _mm256_add_epi32(
+            _mm256_unpacklo_epi32(d[0], d[1]),
+            _mm256_unpackhi_epi32(d[0], d[1]),
+        );
+        let s23 = _mm256_add_epi32(
+            _mm256_unpacklo_epi32(d[2], d[3]),
+            _mm256_unpackhi_epi32(d[2], d[3]),
+        );
+        _mm256_add_epi32(
+            _mm256_unpacklo_epi64(s01, s23),
+            _mm256_unpackhi_epi64(s01, s23),
+        )
     }
 
     /// Eight i32 partial sums of `w · x` over one block, lane `l` covering bytes
