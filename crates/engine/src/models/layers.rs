@@ -47,12 +47,22 @@ enum Weight {
 
 impl Linear {
     pub fn new(weight: QTensor, mode: WeightMode) -> Result<Self> {
-        let (out_features, in_features) = weight.shape().dims2()?;
-        let dense = weight.dequantize(&Device::Cpu)?;
-        let quantized = !matches!(
-            weight.dtype(),
-            GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16
-        );
+        Self::stacked(&[weight], mode)
+    }
+
+    /// Several projections of the same input as one matmul (Q/K/V, gate/up): one pass over
+    /// the activations and one thread-pool dispatch instead of several. Their outputs come
+    /// out side by side; `split_columns` separates them.
+    pub fn stacked(weights: &[QTensor], mode: WeightMode) -> Result<Self> {
+        let quantized = weights
+            .iter()
+            .all(|w| !matches!(w.dtype(), GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16));
+        let dense = weights
+            .iter()
+            .map(|w| w.dequantize(&Device::Cpu))
+            .collect::<candle_core::Result<Vec<_>>>()?;
+        let dense = Tensor::cat(&dense, 0)?;
+        let (out_features, in_features) = dense.dims2()?;
         let weight = match mode {
             // candle's quantized kernels need AVX-512 VNNI to batch well; ours needs AVX2.
             // Q8_0 reproduces Q8_0 exactly and Q4/Q5/Q6 values nearly so.
@@ -60,7 +70,7 @@ impl Linear {
                 let values = dense.flatten_all()?.to_vec1::<f32>()?;
                 match Q8Matrix::quantize(&values, out_features, in_features) {
                     Some(q8) => Weight::Q8(q8),
-                    None => Weight::Candle(QMatMul::from_qtensor(weight)?),
+                    None => Weight::Candle(QMatMul::Tensor(dense)),
                 }
             }
             _ => Weight::Candle(QMatMul::Tensor(dense)),
@@ -90,6 +100,23 @@ impl Linear {
             }
         }
     }
+}
+
+/// Splits `[rows, Σ widths]` into one `[rows, width]` matrix per width.
+pub fn split_columns(y: &[f32], rows: usize, widths: &[usize]) -> Vec<Vec<f32>> {
+    let total: usize = widths.iter().sum();
+    let mut parts: Vec<Vec<f32>> = widths
+        .iter()
+        .map(|w| Vec::with_capacity(rows * w))
+        .collect();
+    for row in y.chunks_exact(total).take(rows) {
+        let mut start = 0;
+        for (part, w) in parts.iter_mut().zip(widths) {
+            part.extend_from_slice(&row[start..start + w]);
+            start += w;
+        }
+    }
+    parts
 }
 
 pub struct RmsNorm {

@@ -3,7 +3,9 @@
 //!
 //! Tensor names follow GGUF (`blk.N.attn_q.weight`); other formats are mapped at load.
 
-use super::layers::{add_inplace, swiglu_inplace, Linear, RmsNorm, Rope, WeightMode};
+use super::layers::{
+    add_inplace, split_columns, swiglu_inplace, Linear, RmsNorm, Rope, WeightMode,
+};
 use crate::checkpoint::Checkpoint;
 use crate::error::Result;
 use crate::forward_batch::ForwardBatch;
@@ -24,15 +26,14 @@ pub struct Llama {
 
 struct Block {
     attn_norm: RmsNorm,
-    attn_q: Linear,
-    attn_k: Linear,
-    attn_v: Linear,
+    /// Q, K and V projections stacked: `[heads*d + 2*kv_heads*d, hidden]`.
+    attn_qkv: Linear,
     attn_q_norm: Option<RmsNorm>,
     attn_k_norm: Option<RmsNorm>,
     attn_output: Linear,
     ffn_norm: RmsNorm,
-    ffn_gate: Linear,
-    ffn_up: Linear,
+    /// Gate and up projections stacked: `[2*intermediate, hidden]`.
+    ffn_gate_up: Linear,
     ffn_down: Linear,
 }
 
@@ -56,19 +57,26 @@ impl Llama {
             .to_vec1::<f32>()?;
         let mut blocks = Vec::with_capacity(c.num_layers);
         for i in 0..c.num_layers {
-            let mut lin = |leaf: &str, shape: [usize; 2]| -> Result<Linear> {
-                Linear::new(
-                    ckpt.tensor(&format!("blk.{i}.{leaf}.weight"), &shape)?,
-                    mode,
-                )
+            let mut weight = |leaf: &str, shape: [usize; 2]| {
+                ckpt.tensor(&format!("blk.{i}.{leaf}.weight"), &shape)
             };
-            let attn_q = lin("attn_q", [q_width, h])?;
-            let attn_k = lin("attn_k", [kv_width, h])?;
-            let attn_v = lin("attn_v", [kv_width, h])?;
-            let attn_output = lin("attn_output", [h, q_width])?;
-            let ffn_gate = lin("ffn_gate", [c.intermediate_size, h])?;
-            let ffn_up = lin("ffn_up", [c.intermediate_size, h])?;
-            let ffn_down = lin("ffn_down", [h, c.intermediate_size])?;
+            let attn_qkv = Linear::stacked(
+                &[
+                    weight("attn_q", [q_width, h])?,
+                    weight("attn_k", [kv_width, h])?,
+                    weight("attn_v", [kv_width, h])?,
+                ],
+                mode,
+            )?;
+            let attn_output = Linear::new(weight("attn_output", [h, q_width])?, mode)?;
+            let ffn_gate_up = Linear::stacked(
+                &[
+                    weight("ffn_gate", [c.intermediate_size, h])?,
+                    weight("ffn_up", [c.intermediate_size, h])?,
+                ],
+                mode,
+            )?;
+            let ffn_down = Linear::new(weight("ffn_down", [h, c.intermediate_size])?, mode)?;
             let mut norm = |leaf: &str, width: usize| -> Result<RmsNorm> {
                 RmsNorm::new(
                     ckpt.tensor(&format!("blk.{i}.{leaf}.weight"), &[width])?,
@@ -86,14 +94,11 @@ impl Llama {
             blocks.push(Block {
                 attn_norm: norm("attn_norm", h)?,
                 ffn_norm: norm("ffn_norm", h)?,
-                attn_q,
-                attn_k,
-                attn_v,
+                attn_qkv,
                 attn_q_norm,
                 attn_k_norm,
                 attn_output,
-                ffn_gate,
-                ffn_up,
+                ffn_gate_up,
                 ffn_down,
             });
         }
@@ -158,9 +163,12 @@ impl Llama {
         let t = batch.num_tokens();
         // 1. h = norm(x); q [T, heads*d], k/v [T, kv_heads*d]
         let h = b.attn_norm.forward(x);
-        let mut q = b.attn_q.forward(&h, t)?;
-        let mut k = b.attn_k.forward(&h, t)?;
-        let v = b.attn_v.forward(&h, t)?;
+        let (q_width, kv_width) = (c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim);
+        let qkv = b.attn_qkv.forward(&h, t)?;
+        let [mut q, mut k, v]: [Vec<f32>; 3] =
+            split_columns(&qkv, t, &[q_width, kv_width, kv_width])
+                .try_into()
+                .expect("three widths give three parts");
         // 2. Qwen3 normalizes each head before rotating it.
         if let (Some(qn), Some(kn)) = (&b.attn_q_norm, &b.attn_k_norm) {
             qn.forward_inplace(&mut q);
@@ -185,10 +193,19 @@ impl Llama {
     fn mlp(&self, b: &Block, x: &[f32], t: usize) -> Result<Vec<f32>> {
         // down(silu(gate(h)) * up(h)), h = norm(x)
         let h = b.ffn_norm.forward(x);
-        let mut gate = b.ffn_gate.forward(&h, t)?;
-        let up = b.ffn_up.forward(&h, t)?;
+        let width = b.ffn_down_in();
+        let gate_up = b.ffn_gate_up.forward(&h, t)?;
+        let [mut gate, up]: [Vec<f32>; 2] = split_columns(&gate_up, t, &[width, width])
+            .try_into()
+            .expect("two widths give two parts");
         swiglu_inplace(&mut gate, &up);
         b.ffn_down.forward(&gate, t)
+    }
+}
+
+impl Block {
+    fn ffn_down_in(&self) -> usize {
+        self.ffn_gate_up.out_features() / 2
     }
 }
 

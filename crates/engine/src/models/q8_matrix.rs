@@ -15,6 +15,7 @@
 //! `f32::mul_add`, so it is bitwise equal to the AVX2 one.
 
 use rayon::prelude::*;
+use std::marker::PhantomData;
 use std::ops::Range;
 
 /// Elements per quantization block (one scale each), as in ggml's Q8_0.
@@ -176,7 +177,13 @@ impl Q8Matrix {
     ///
     /// # Safety
     /// No other thread may access columns `cols` of `out` meanwhile.
-    unsafe fn task(&self, act: &Q8Rows, cols: Range<usize>, out: &ColumnWriter, kernel: Kernel) {
+    unsafe fn task(
+        &self,
+        act: &Q8Rows,
+        cols: Range<usize>,
+        out: &ColumnWriter<'_>,
+        kernel: Kernel,
+    ) {
         let blocks = self.cols / BLOCK;
         for i0 in (0..act.m).step_by(MR) {
             let mr = (act.m - i0).min(MR);
@@ -197,23 +204,25 @@ impl Q8Matrix {
 
 /// Row-major `[m, n]` output that parallel tasks fill, each owning a disjoint column
 /// range, so no task needs a private buffer that would later be copied into place.
-struct ColumnWriter {
+struct ColumnWriter<'a> {
     ptr: *mut f32,
     m: usize,
     n: usize,
+    /// Holds the mutable borrow of the output, so nothing else can touch it meanwhile.
+    _out: PhantomData<&'a mut [f32]>,
 }
 
 // SAFETY: `write`'s contract makes concurrent writers touch disjoint elements.
-unsafe impl Sync for ColumnWriter {}
+unsafe impl Sync for ColumnWriter<'_> {}
 
-impl ColumnWriter {
-    /// Borrows `y` mutably for the writer's lifetime, so nothing else reads it meanwhile.
-    fn new(y: &mut [f32], m: usize, n: usize) -> Self {
+impl<'a> ColumnWriter<'a> {
+    fn new(y: &'a mut [f32], m: usize, n: usize) -> Self {
         assert_eq!(y.len(), m * n);
         Self {
             ptr: y.as_mut_ptr(),
             m,
             n,
+            _out: PhantomData,
         }
     }
 
