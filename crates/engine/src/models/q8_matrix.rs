@@ -28,7 +28,7 @@ pub const MR: usize = 4;
 /// Bytes of one interleaved group-block: `NR` weight rows × one 32-element block.
 const GROUP_BLOCK: usize = NR * BLOCK;
 /// Below this many multiply-adds, a rayon fork costs more than it saves.
-const MIN_PARALLEL_MACS: usize = 1 << 18;
+const MIN_PARALLEL_MACS: usize = 1 << 19;
 /// Weight bytes per parallel task at most, so a task's weights stay in L2 while every
 /// activation tile streams past them.
 const TASK_WEIGHT_BYTES: usize = 192 * 1024;
@@ -51,6 +51,7 @@ struct Q8Rows {
     k: usize,
     quants: Vec<i8>,
     /// `|quants|`, kept so the SIMD kernel need not recompute it for every weight group.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     abs: Vec<i8>,
     scales: Vec<f32>,
 }
@@ -59,6 +60,7 @@ struct Q8Rows {
 #[derive(Clone, Copy)]
 struct XRow<'a> {
     quants: &'a [i8],
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     abs: &'a [i8],
     scales: &'a [f32],
 }
