@@ -10,4 +10,9 @@ if ! "$VENV/bin/python" -c 'import openai' 2>/dev/null; then
   "$VENV/bin/pip" install --quiet openai
 fi
 export TOKENMILL_PYTHON="$VENV/bin/python"
-cargo test --release --workspace "$@"
+LOG=$(mktemp); trap 'rm -f "$LOG"' EXIT
+status=0
+cargo test --release --workspace "$@" 2>&1 | tee "$LOG" || status=$?
+# One closing line for the whole workspace (cargo's last line is only the last binary's).
+awk '/^test result:/ { p += $4; f += $6 } END { printf "%d passed, %d failed\n", p, f }' "$LOG"
+exit "$status"
