@@ -80,7 +80,7 @@ impl Q8Matrix {
     /// From row-major f32 weights `[n, k]`. `None` when `k` is not a multiple of 32 or
     /// `weights` is not `n * k` long, so the caller can fall back to another kernel.
     pub fn quantize(weights: &[f32], n: usize, k: usize) -> Option<Self> {
-        if k % BLOCK != 0 || n.checked_mul(k)? != weights.len() {
+        if !k.is_multiple_of(BLOCK) || n.checked_mul(k)? != weights.len() {
             return None;
         }
         let blocks = k / BLOCK;
