@@ -5,7 +5,10 @@ use rayon::prelude::*;
 use std::time::Instant;
 
 fn read_bandwidth(buf: &[f32], threads: usize) -> f64 {
-    let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().unwrap();
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .unwrap();
     let mut best = 0.0f64;
     for _ in 0..5 {
         let t = Instant::now();
@@ -30,9 +33,17 @@ fn read_bandwidth(buf: &[f32], threads: usize) -> f64 {
 
 fn main() -> candle_core::Result<()> {
     let buf = vec![1.0f32; 256 << 20]; // 1 GiB
-    let all = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
-    println!("read bandwidth, 1 thread: {:.1} GB/s", read_bandwidth(&buf, 1));
-    println!("read bandwidth, {all} threads: {:.1} GB/s", read_bandwidth(&buf, all));
+    let all = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    println!(
+        "read bandwidth, 1 thread: {:.1} GB/s",
+        read_bandwidth(&buf, 1)
+    );
+    println!(
+        "read bandwidth, {all} threads: {:.1} GB/s",
+        read_bandwidth(&buf, all)
+    );
     drop(buf);
     for &m in &[1usize, 64, 512] {
         let (k, n) = (1024, 4096);
@@ -45,7 +56,10 @@ fn main() -> candle_core::Result<()> {
             x.matmul(&w.t()?)?;
         }
         let s = t.elapsed().as_secs_f64() / iters as f64;
-        println!("f32 matmul [{m},{k}]x[{k},{n}]: {:.1} GFLOP/s", 2.0 * (m * k * n) as f64 / s / 1e9);
+        println!(
+            "f32 matmul [{m},{k}]x[{k},{n}]: {:.1} GFLOP/s",
+            2.0 * (m * k * n) as f64 / s / 1e9
+        );
     }
     Ok(())
 }
