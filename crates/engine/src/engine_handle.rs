@@ -39,8 +39,7 @@ pub struct RequestStream {
 }
 
 impl EngineHandle {
-    /// Starts the engine thread. `threads` sizes the compute pool shared by matmuls,
-    /// attention and sampling.
+    /// Starts the engine thread. The compute pool (rayon) is the caller's to size first.
     pub fn spawn(engine: Engine) -> Self {
         let (tx, rx) = channel();
         let limits = engine.limits().clone();
