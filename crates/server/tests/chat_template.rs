@@ -9,14 +9,9 @@ use tokenmill_server::tokenizer::{from_gguf_file, Tokenizer};
 const SMOLLM2_DEFAULT_SYSTEM: &str =
     "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n";
 
+/// Where `scripts/fetch-model.sh` caches the model (same rules as `tokenmill serve`).
 fn model_path() -> PathBuf {
-    match std::env::var_os("TOKENMILL_MODEL") {
-        Some(path) => PathBuf::from(path),
-        None => {
-            let home = std::env::var_os("HOME").expect("HOME is not set");
-            PathBuf::from(home).join(".cache/tokenmill/models/SmolLM2-135M-Instruct.Q4_1.gguf")
-        }
-    }
+    tokenmill_server::model_loader::default_model_path()
 }
 
 fn real_template() -> (Tokenizer, ChatTemplate) {

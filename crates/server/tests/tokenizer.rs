@@ -7,14 +7,9 @@ use candle_core::quantized::gguf_file::Value;
 use serde::Deserialize;
 use tokenmill_server::tokenizer::{from_gguf_file, Tokenizer, TokenizerError};
 
+/// Where `scripts/fetch-model.sh` caches the model (same rules as `tokenmill serve`).
 fn model_path() -> PathBuf {
-    match std::env::var_os("TOKENMILL_MODEL") {
-        Some(path) => PathBuf::from(path),
-        None => {
-            let home = std::env::var_os("HOME").expect("HOME is not set");
-            PathBuf::from(home).join(".cache/tokenmill/models/SmolLM2-135M-Instruct.Q4_1.gguf")
-        }
-    }
+    tokenmill_server::model_loader::default_model_path()
 }
 
 fn real_tokenizer() -> Tokenizer {
