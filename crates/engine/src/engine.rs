@@ -177,8 +177,10 @@ impl Engine {
             },
             BlockManager::new(num_blocks, config.block_size, config.enable_prefix_caching),
         );
+        let mut runner = ModelRunner::new(model, num_blocks, config.block_size);
+        runner.reserve(config.max_num_batched_tokens, config.max_num_seqs);
         Self {
-            runner: ModelRunner::new(model, num_blocks, config.block_size),
+            runner,
             scheduler,
             limits,
             streams: HashMap::new(),
@@ -250,8 +252,8 @@ impl Engine {
         if out.is_empty() {
             return Ok(0);
         }
-        let logits = self.runner.execute(&out.batch)?;
-        let sampled = self.sample(&out, &logits);
+        self.runner.execute(&out.batch)?;
+        let sampled = self.sample(&out, self.runner.logits());
         let updates = self.scheduler.update(&out, sampled);
         self.dispatch(updates);
         Ok(out.num_tokens())

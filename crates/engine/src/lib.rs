@@ -3,6 +3,7 @@
 
 pub mod block_manager;
 pub mod checkpoint;
+pub mod cpu_kernel;
 pub mod error;
 pub mod forward_batch;
 pub mod kv_cache;

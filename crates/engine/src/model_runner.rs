@@ -9,6 +9,8 @@ use crate::models::Llama;
 pub struct ModelRunner {
     model: Llama,
     kv_cache: KvCache,
+    /// The last step's logits; the buffer is reused step after step.
+    logits: Logits,
 }
 
 /// Logits `[rows, vocab]`, one row per sampling sequence of the batch, in batch order.
@@ -32,18 +34,37 @@ impl ModelRunner {
             block_size,
             c.num_kv_heads * c.head_dim,
         );
-        Self { model, kv_cache }
+        let logits = Logits {
+            data: Vec::new(),
+            vocab: model.config().vocab_size,
+        };
+        Self {
+            model,
+            kv_cache,
+            logits,
+        }
     }
 
     pub fn model(&self) -> &Llama {
         &self.model
     }
 
-    pub fn execute(&mut self, batch: &ForwardBatch) -> Result<Logits> {
-        let data = self.model.forward(batch, &mut self.kv_cache)?;
-        Ok(Logits {
-            data,
-            vocab: self.model.config().vocab_size,
-        })
+    /// Sizes every buffer for steps of up to `tokens` tokens and `seqs` sequences, so
+    /// steady-state steps allocate nothing in the forward pass.
+    pub fn reserve(&mut self, tokens: usize, seqs: usize) {
+        self.model.reserve(tokens, seqs);
+        self.logits.data.reserve(seqs * self.logits.vocab);
+    }
+
+    /// Runs one forward pass; its logits stay readable through [`logits`](Self::logits).
+    pub fn execute(&mut self, batch: &ForwardBatch) -> Result<&Logits> {
+        self.model
+            .forward_into(batch, &mut self.kv_cache, &mut self.logits.data)?;
+        Ok(&self.logits)
+    }
+
+    /// The logits of the last [`execute`](Self::execute).
+    pub fn logits(&self) -> &Logits {
+        &self.logits
     }
 }

@@ -3,17 +3,19 @@
 //! Activations are plain row-major `f32` slices `[rows, width]`; only matmuls go through
 //! candle, so the rest of the forward pass reads as ordinary loops.
 
-use super::q8_matrix::Q8Matrix;
+use super::quant_matrix::{QuantMatrix, WeightFormat};
 use crate::error::Result;
 use crate::model_config::{ModelConfig, RopeStyle};
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{Device, Module, Tensor};
+use rayon::prelude::*;
+use std::sync::Arc;
 
 /// How matmul weights are kept in memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum WeightMode {
-    /// Quantized weights stay quantized (repacked to Q8_0 at load); activations are
-    /// quantized to Q8_0 inside the matmul, as llama.cpp does.
+    /// Quantized weights stay in their GGUF format (K-quants: repacked to Q8_0 at load);
+    /// activations are quantized to int8 blocks inside the matmul, as llama.cpp does.
     #[default]
     Quantized,
     /// Every weight dequantized to f32: exact but slower; the yardstick for accuracy.
@@ -39,9 +41,10 @@ pub struct Linear {
 }
 
 enum Weight {
-    /// Our batched Q8_0 kernel: every quantized type is repacked to it at load.
-    Q8(Q8Matrix),
-    /// candle: dense f32 weights, or widths our kernel does not take.
+    /// Our batched kernels, on the file's own bits (Q4_0/Q4_1/Q8_0), or on Q8_0 for other
+    /// quantized formats (K-quants), which have no native kernel yet.
+    Quant(Arc<QuantMatrix>),
+    /// candle: dense f32 weights, or widths our kernels do not take.
     Candle(QMatMul),
 }
 
@@ -52,11 +55,16 @@ impl Linear {
 
     /// Several projections of the same input as one matmul (Q/K/V, gate/up): one pass over
     /// the activations and one thread-pool dispatch instead of several. Their outputs come
-    /// out side by side; `split_columns` separates them.
+    /// out side by side, `[rows, Σ out]`.
     pub fn stacked(weights: &[QTensor], mode: WeightMode) -> Result<Self> {
         let quantized = weights
             .iter()
             .all(|w| !matches!(w.dtype(), GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16));
+        if mode == WeightMode::Quantized && quantized {
+            if let Some(q) = native(weights)? {
+                return Ok(Self::from_quant(Arc::new(q)));
+            }
+        }
         let dense = weights
             .iter()
             .map(|w| w.dequantize(&Device::Cpu))
@@ -64,12 +72,10 @@ impl Linear {
         let dense = Tensor::cat(&dense, 0)?;
         let (out_features, in_features) = dense.dims2()?;
         let weight = match mode {
-            // candle's quantized kernels need AVX-512 VNNI to batch well; ours needs AVX2.
-            // Q8_0 reproduces Q8_0 exactly and Q4/Q5/Q6 values nearly so.
             WeightMode::Quantized if quantized => {
                 let values = dense.flatten_all()?.to_vec1::<f32>()?;
-                match Q8Matrix::quantize(&values, out_features, in_features) {
-                    Some(q8) => Weight::Q8(q8),
+                match QuantMatrix::quantize_q8_0(&values, out_features, in_features) {
+                    Some(q) => Weight::Quant(Arc::new(q)),
                     None => Weight::Candle(QMatMul::Tensor(dense)),
                 }
             }
@@ -82,41 +88,138 @@ impl Linear {
         })
     }
 
+    /// A layer over an already packed matrix (tied embeddings share the table's bytes).
+    pub fn from_quant(q: Arc<QuantMatrix>) -> Self {
+        Self {
+            in_features: q.cols(),
+            out_features: q.rows(),
+            weight: Weight::Quant(q),
+        }
+    }
+
     pub fn out_features(&self) -> usize {
         self.out_features
     }
 
+    pub fn in_features(&self) -> usize {
+        self.in_features
+    }
+
     /// `x`: `[rows, in]` → `[rows, out]`.
     pub fn forward(&self, x: &[f32], rows: usize) -> Result<Vec<f32>> {
-        debug_assert_eq!(x.len(), rows * self.in_features);
+        let mut y = vec![0f32; rows * self.out_features];
+        self.forward_into(x, rows, &mut y)?;
+        Ok(y)
+    }
+
+    /// `x`: `[rows, in]` → `y`: `[rows, out]`, written in place.
+    pub fn forward_into(&self, x: &[f32], rows: usize, y: &mut [f32]) -> Result<()> {
+        self.forward_split_into(x, rows, &mut [y])
+    }
+
+    /// `y += x · Wᵀ`: a residual add as the result is stored.
+    pub fn forward_add_into(&self, x: &[f32], rows: usize, y: &mut [f32]) -> Result<()> {
         if rows == 0 {
-            return Ok(Vec::new());
+            return Ok(());
         }
         match &self.weight {
-            Weight::Q8(w) => Ok(w.matmul(x, rows)),
-            Weight::Candle(w) => {
-                let x = Tensor::from_slice(x, (rows, self.in_features), &Device::Cpu)?;
-                Ok(w.forward(&x)?.flatten_all()?.to_vec1::<f32>()?)
+            Weight::Quant(w) => w.matmul_add_into(x, rows, y),
+            Weight::Candle(_) => {
+                let out = self.candle_forward(x, rows)?;
+                y.iter_mut().zip(&out).for_each(|(a, b)| *a += b);
             }
         }
+        Ok(())
+    }
+
+    /// A stacked layer's outputs straight into their own matrices (`[rows, width_i]`).
+    pub fn forward_split_into(
+        &self,
+        x: &[f32],
+        rows: usize,
+        outs: &mut [&mut [f32]],
+    ) -> Result<()> {
+        debug_assert_eq!(x.len(), rows * self.in_features);
+        if rows == 0 {
+            return Ok(());
+        }
+        match &self.weight {
+            Weight::Quant(w) => w.matmul_split_into(x, rows, outs),
+            Weight::Candle(_) => {
+                let out = self.candle_forward(x, rows)?;
+                let mut start = 0;
+                for o in outs.iter_mut() {
+                    let width = o.len() / rows;
+                    for (dst, src) in o
+                        .chunks_exact_mut(width)
+                        .zip(out.chunks_exact(self.out_features))
+                    {
+                        dst.copy_from_slice(&src[start..start + width]);
+                    }
+                    start += width;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn candle_forward(&self, x: &[f32], rows: usize) -> Result<Vec<f32>> {
+        let Weight::Candle(w) = &self.weight else {
+            unreachable!("only called for candle weights")
+        };
+        let x = Tensor::from_slice(x, (rows, self.in_features), &Device::Cpu)?;
+        Ok(w.forward(&x)?.flatten_all()?.to_vec1::<f32>()?)
     }
 }
 
-/// Splits `[rows, Σ widths]` into one `[rows, width]` matrix per width.
-pub fn split_columns(y: &[f32], rows: usize, widths: &[usize]) -> Vec<Vec<f32>> {
-    let total: usize = widths.iter().sum();
-    let mut parts: Vec<Vec<f32>> = widths
-        .iter()
-        .map(|w| Vec::with_capacity(rows * w))
-        .collect();
-    for row in y.chunks_exact(total).take(rows) {
-        let mut start = 0;
-        for (part, w) in parts.iter_mut().zip(widths) {
-            part.extend_from_slice(&row[start..start + w]);
-            start += w;
-        }
+/// The GGUF block format our kernels run natively, if `dtype` is one.
+pub fn native_format(dtype: GgmlDType) -> Option<WeightFormat> {
+    match dtype {
+        GgmlDType::Q4_0 => Some(WeightFormat::Q4_0),
+        GgmlDType::Q4_1 => Some(WeightFormat::Q4_1),
+        GgmlDType::Q8_0 => Some(WeightFormat::Q8_0),
+        _ => None,
     }
-    parts
+}
+
+/// Stacks `weights` row-wise in their own bits when they share a native format.
+fn native(weights: &[QTensor]) -> Result<Option<QuantMatrix>> {
+    let Some(first) = weights.first() else {
+        return Ok(None);
+    };
+    let Some(format) = native_format(first.dtype()) else {
+        return Ok(None);
+    };
+    let mut bytes = Vec::new();
+    let (mut rows, mut cols) = (0, None);
+    for w in weights {
+        let (n, k) = w.shape().dims2()?;
+        if w.dtype() != first.dtype() || cols.is_some_and(|c| c != k) {
+            return Ok(None);
+        }
+        cols = Some(k);
+        rows += n;
+        bytes.extend_from_slice(&w.data()?);
+    }
+    Ok(cols.and_then(|k| QuantMatrix::from_ggml(format, &bytes, rows, k)))
+}
+
+/// Rows of per-token work below which a rayon fork costs more than it saves.
+const MIN_PARALLEL_ROWS: usize = 16;
+
+/// Runs `f` on each `width`-wide row of `x` (with its index), on the compute pool when
+/// there are enough rows. Rows are independent, so the result never depends on the split.
+fn for_each_row(x: &mut [f32], width: usize, f: impl Fn(usize, &mut [f32]) + Sync + Send) {
+    if x.len() / width.max(1) >= MIN_PARALLEL_ROWS {
+        x.par_chunks_exact_mut(width)
+            .enumerate()
+            .with_min_len(MIN_PARALLEL_ROWS / 2)
+            .for_each(|(i, row)| f(i, row));
+    } else {
+        x.chunks_exact_mut(width)
+            .enumerate()
+            .for_each(|(i, row)| f(i, row));
+    }
 }
 
 pub struct RmsNorm {
@@ -135,20 +238,22 @@ impl RmsNorm {
 
     /// Normalizes every `weight.len()`-wide row of `x` in place.
     pub fn forward_inplace(&self, x: &mut [f32]) {
-        let width = self.weight.len();
-        for row in x.chunks_exact_mut(width) {
-            let mean_sq = row.iter().map(|v| v * v).sum::<f32>() / width as f32;
-            let inv = 1.0 / (mean_sq + self.eps).sqrt();
-            for (v, w) in row.iter_mut().zip(&self.weight) {
-                *v = *v * inv * w;
-            }
-        }
+        for_each_row(x, self.weight.len(), |_, row| self.normalize(row));
     }
 
-    pub fn forward(&self, x: &[f32]) -> Vec<f32> {
-        let mut y = x.to_vec();
-        self.forward_inplace(&mut y);
-        y
+    /// `out = norm(x)`, row by row.
+    pub fn forward_into(&self, x: &[f32], out: &mut [f32]) {
+        out.copy_from_slice(x);
+        self.forward_inplace(out);
+    }
+
+    fn normalize(&self, row: &mut [f32]) {
+        let width = self.weight.len();
+        let mean_sq = row.iter().map(|v| v * v).sum::<f32>() / width as f32;
+        let inv = 1.0 / (mean_sq + self.eps).sqrt();
+        for (v, w) in row.iter_mut().zip(&self.weight) {
+            *v = *v * inv * w;
+        }
     }
 }
 
@@ -190,35 +295,114 @@ impl Rope {
 
     /// Rotates every head of `x` (`[rows, heads * head_dim]`), row `r` at `positions[r]`.
     pub fn apply(&self, x: &mut [f32], positions: &[usize]) {
-        let half = self.head_dim / 2;
         let width = x.len() / positions.len().max(1);
-        for (row, &pos) in x.chunks_exact_mut(width).zip(positions) {
-            let cos = &self.cos[pos * half..(pos + 1) * half];
-            let sin = &self.sin[pos * half..(pos + 1) * half];
-            for head in row.chunks_exact_mut(self.head_dim) {
-                for i in 0..half {
-                    let (a, b) = match self.style {
-                        RopeStyle::AdjacentPairs => (2 * i, 2 * i + 1),
-                        RopeStyle::HalfSplit => (i, i + half),
-                    };
-                    let (x0, x1) = (head[a], head[b]);
-                    head[a] = x0 * cos[i] - x1 * sin[i];
-                    head[b] = x0 * sin[i] + x1 * cos[i];
-                }
+        for_each_row(x, width, |r, row| self.rotate(row, positions[r]));
+    }
+
+    fn rotate(&self, row: &mut [f32], pos: usize) {
+        let half = self.head_dim / 2;
+        let cos = &self.cos[pos * half..(pos + 1) * half];
+        let sin = &self.sin[pos * half..(pos + 1) * half];
+        for head in row.chunks_exact_mut(self.head_dim) {
+            for i in 0..half {
+                let (a, b) = match self.style {
+                    RopeStyle::AdjacentPairs => (2 * i, 2 * i + 1),
+                    RopeStyle::HalfSplit => (i, i + half),
+                };
+                let (x0, x1) = (head[a], head[b]);
+                head[a] = x0 * cos[i] - x1 * sin[i];
+                head[b] = x0 * sin[i] + x1 * cos[i];
             }
         }
     }
 }
 
-/// `gate ← silu(gate) * up`, the SwiGLU activation.
-pub fn swiglu_inplace(gate: &mut [f32], up: &[f32]) {
-    for (g, u) in gate.iter_mut().zip(up) {
-        *g = *g / (1.0 + (-*g).exp()) * u;
-    }
+/// `out = silu(gate) · up`, the SwiGLU activation, for `[rows, width]` matrices.
+pub fn swiglu_into(gate: &[f32], up: &[f32], out: &mut [f32], width: usize) {
+    for_each_row(out, width, |r, row| {
+        let (g, u) = (&gate[r * width..][..width], &up[r * width..][..width]);
+        for ((o, &g), &u) in row.iter_mut().zip(g).zip(u) {
+            *o = g / (1.0 + exp(-g)) * u;
+        }
+    });
 }
 
-pub fn add_inplace(x: &mut [f32], y: &[f32]) {
-    for (a, b) in x.iter_mut().zip(y) {
-        *a += b;
+/// `eˣ` in plain f32 arithmetic (no libm call), so loops over it vectorize: `2ⁿ · eʳ` with
+/// `n = round(x / ln 2)`, `r` reduced in two parts, and a degree-6 Taylor polynomial on
+/// `|r| ≤ ln 2 / 2` (relative error below 2e-7). No fused operations, so every CPU gives
+/// the same bits.
+#[inline(always)]
+pub fn exp(x: f32) -> f32 {
+    const LOG2E: f32 = std::f32::consts::LOG2_E;
+    const LN2_HI: f32 = 0.693_145_75;
+    const LN2_LO: f32 = 1.428_606_8e-6;
+    // Adding and removing 1.5·2²³ rounds to the nearest integer (ties to even).
+    const ROUND: f32 = 12_582_912.0;
+    let x = x.clamp(-87.0, 88.0);
+    let n = (x * LOG2E + ROUND) - ROUND;
+    let r = (x - n * LN2_HI) - n * LN2_LO;
+    let p = 1.0 / 720.0;
+    let p = p * r + 1.0 / 120.0;
+    let p = p * r + 1.0 / 24.0;
+    let p = p * r + 1.0 / 6.0;
+    let p = p * r + 0.5;
+    let p = p * r + 1.0;
+    let p = p * r + 1.0;
+    p * f32::from_bits(((n as i32 + 127) as u32) << 23)
+}
+
+/// The token embedding table. Rows are read on demand from the quantized table when the
+/// file's format has a native kernel (exact values, no f32 copy of the whole table), and
+/// tied output projections share those bytes.
+pub struct Embedding {
+    table: EmbeddingTable,
+    width: usize,
+}
+
+enum EmbeddingTable {
+    Quant(Arc<QuantMatrix>),
+    Dense(Vec<f32>),
+}
+
+impl Embedding {
+    pub fn new(weight: &QTensor) -> Result<Self> {
+        let (vocab, width) = weight.shape().dims2()?;
+        if let Some(format) = native_format(weight.dtype()) {
+            if let Some(q) = QuantMatrix::from_ggml(format, &weight.data()?, vocab, width) {
+                return Ok(Self {
+                    table: EmbeddingTable::Quant(Arc::new(q)),
+                    width,
+                });
+            }
+        }
+        let dense = weight
+            .dequantize(&Device::Cpu)?
+            .flatten_all()?
+            .to_vec1::<f32>()?;
+        Ok(Self {
+            table: EmbeddingTable::Dense(dense),
+            width,
+        })
+    }
+
+    /// The packed table, for an output projection tied to it.
+    pub fn quantized(&self) -> Option<Arc<QuantMatrix>> {
+        match &self.table {
+            EmbeddingTable::Quant(q) => Some(q.clone()),
+            EmbeddingTable::Dense(_) => None,
+        }
+    }
+
+    /// Writes the rows of `tokens` into `out` (`[tokens, width]`).
+    pub fn lookup_into(&self, tokens: &[u32], out: &mut [f32]) {
+        for (&tok, row) in tokens.iter().zip(out.chunks_exact_mut(self.width)) {
+            let tok = tok as usize;
+            match &self.table {
+                EmbeddingTable::Quant(q) => q.dequantize_row(tok, row),
+                EmbeddingTable::Dense(d) => {
+                    row.copy_from_slice(&d[tok * self.width..(tok + 1) * self.width])
+                }
+            }
+        }
     }
 }

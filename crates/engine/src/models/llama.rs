@@ -3,25 +3,27 @@
 //!
 //! Tensor names follow GGUF (`blk.N.attn_q.weight`); other formats are mapped at load.
 
-use super::layers::{
-    add_inplace, split_columns, swiglu_inplace, Linear, RmsNorm, Rope, WeightMode,
-};
+use super::forward_scratch::{ForwardScratch, ScratchShape};
+use super::layers::{swiglu_into, Embedding, Linear, RmsNorm, Rope, WeightMode};
 use crate::checkpoint::Checkpoint;
-use crate::error::Result;
+use crate::cpu_kernel::CpuKernel;
+use crate::error::{EngineError, Result};
 use crate::forward_batch::ForwardBatch;
 use crate::kv_cache::KvCache;
 use crate::model_config::ModelConfig;
 use crate::paged_attention::{paged_attention, AttentionShape};
 use candle_core::Device;
+use std::sync::Mutex;
 
 pub struct Llama {
     config: ModelConfig,
-    /// `[vocab, hidden]`, dequantized once: a lookup reads one row per token.
-    token_embd: Vec<f32>,
+    token_embd: Embedding,
     blocks: Vec<Block>,
     output_norm: RmsNorm,
     output: Linear,
     rope: Rope,
+    /// The forward pass's activations, reused step after step.
+    scratch: Mutex<ForwardScratch>,
 }
 
 struct Block {
@@ -39,6 +41,9 @@ struct Block {
 
 impl Llama {
     pub fn load(ckpt: &mut dyn Checkpoint, mode: WeightMode, max_positions: usize) -> Result<Self> {
+        // Refuse a bad TOKENMILL_CPU_KERNEL before any work, then fix and log the path.
+        CpuKernel::from_env().map_err(EngineError::InvalidConfig)?;
+        CpuKernel::active();
         let c = ckpt.config().clone();
         let (h, q_width, kv_width) = (
             c.hidden_size,
@@ -46,15 +51,15 @@ impl Llama {
             c.num_kv_heads * c.head_dim,
         );
         let embd = ckpt.tensor("token_embd.weight", &[c.vocab_size, h])?;
+        let token_embd = Embedding::new(&embd)?;
         let output = if ckpt.has_tensor("output.weight") {
             Linear::new(ckpt.tensor("output.weight", &[c.vocab_size, h])?, mode)?
         } else {
-            Linear::new(embd.clone_for_tie()?, mode)?
+            match (mode, token_embd.quantized()) {
+                (WeightMode::Quantized, Some(q)) => Linear::from_quant(q),
+                _ => Linear::new(embd.clone_for_tie()?, mode)?,
+            }
         };
-        let token_embd = embd
-            .dequantize(&Device::Cpu)?
-            .flatten_all()?
-            .to_vec1::<f32>()?;
         let mut blocks = Vec::with_capacity(c.num_layers);
         for i in 0..c.num_layers {
             let mut weight = |leaf: &str, shape: [usize; 2]| {
@@ -111,6 +116,7 @@ impl Llama {
             output_norm,
             output,
             rope,
+            scratch: Mutex::new(ForwardScratch::default()),
         })
     }
 
@@ -125,87 +131,111 @@ impl Llama {
     /// Runs the batch through every layer, writing its keys/values into `kv`, and returns
     /// logits `[batch.sample_rows().len(), vocab]` for the rows that sample.
     pub fn forward(&self, batch: &ForwardBatch, kv: &mut KvCache) -> Result<Vec<f32>> {
-        let c = &self.config;
-        let t = batch.num_tokens();
-        let h = c.hidden_size;
-        // 1. Embed: x [T, hidden]
-        let mut x = Vec::with_capacity(t * h);
-        for &tok in &batch.token_ids {
-            let tok = tok as usize;
-            x.extend_from_slice(&self.token_embd[tok * h..(tok + 1) * h]);
-        }
-        // 2. Decoder blocks, each adding attention then MLP to the residual stream.
-        for (layer, block) in self.blocks.iter().enumerate() {
-            let attn = self.attention(block, layer, &x, batch, kv)?;
-            add_inplace(&mut x, &attn);
-            let mlp = self.mlp(block, &x, t)?;
-            add_inplace(&mut x, &mlp);
-        }
-        // 3. Logits only for the rows that sample: [S, hidden] → [S, vocab]
-        let rows = batch.sample_rows();
-        let mut last = Vec::with_capacity(rows.len() * h);
-        for &r in &rows {
-            last.extend_from_slice(&x[r * h..(r + 1) * h]);
-        }
-        self.output_norm.forward_inplace(&mut last);
-        self.output.forward(&last, rows.len())
+        let mut logits = Vec::new();
+        self.forward_into(batch, kv, &mut logits)?;
+        Ok(logits)
     }
 
+    /// [`forward`](Self::forward) into a caller's buffer, reusing this model's scratch: once
+    /// the buffers have grown to the largest batch, a step allocates nothing here.
+    pub fn forward_into(
+        &self,
+        batch: &ForwardBatch,
+        kv: &mut KvCache,
+        logits: &mut Vec<f32>,
+    ) -> Result<()> {
+        let mut guard = self.scratch.lock().unwrap_or_else(|e| e.into_inner());
+        let s = &mut *guard;
+        let (t, h) = (batch.num_tokens(), self.config.hidden_size);
+        s.sample_rows.clear();
+        s.sample_rows.extend(
+            batch
+                .seqs
+                .iter()
+                .filter(|q| q.sample && !q.rows.is_empty())
+                .map(|q| q.rows.end - 1),
+        );
+        s.resize(self.scratch_shape(), t, s.sample_rows.len());
+        // 1. Embed: x [T, hidden]
+        self.token_embd.lookup_into(&batch.token_ids, &mut s.x);
+        // 2. Decoder blocks, each adding attention then MLP to the residual stream.
+        for (layer, block) in self.blocks.iter().enumerate() {
+            self.attention(block, layer, batch, kv, s)?;
+            self.mlp(block, t, s)?;
+        }
+        // 3. Logits only for the rows that sample: [S, hidden] → [S, vocab]
+        for (dst, &r) in s.last.chunks_exact_mut(h).zip(&s.sample_rows) {
+            dst.copy_from_slice(&s.x[r * h..(r + 1) * h]);
+        }
+        self.output_norm.forward_inplace(&mut s.last);
+        logits.resize(s.sample_rows.len() * self.config.vocab_size, 0.0);
+        self.output
+            .forward_into(&s.last, s.sample_rows.len(), logits)
+    }
+
+    /// Grows the scratch to batches of `tokens` tokens, `samples` of them sampling, so even
+    /// the first full step allocates nothing.
+    pub fn reserve(&self, tokens: usize, samples: usize) {
+        let mut s = self.scratch.lock().unwrap_or_else(|e| e.into_inner());
+        s.reserve(self.scratch_shape(), tokens, samples);
+    }
+
+    fn scratch_shape(&self) -> ScratchShape {
+        let c = &self.config;
+        ScratchShape {
+            hidden: c.hidden_size,
+            q_width: c.num_heads * c.head_dim,
+            kv_width: c.num_kv_heads * c.head_dim,
+            intermediate: c.intermediate_size,
+        }
+    }
+
+    /// `x += o_proj(attention(rope(qkv(norm(x)))))`, storing this layer's keys and values.
     fn attention(
         &self,
         b: &Block,
         layer: usize,
-        x: &[f32],
         batch: &ForwardBatch,
         kv: &mut KvCache,
-    ) -> Result<Vec<f32>> {
+        s: &mut ForwardScratch,
+    ) -> Result<()> {
         let c = &self.config;
         let t = batch.num_tokens();
-        // 1. h = norm(x); q [T, heads*d], k/v [T, kv_heads*d]
-        let h = b.attn_norm.forward(x);
-        let (q_width, kv_width) = (c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim);
-        let qkv = b.attn_qkv.forward(&h, t)?;
-        let [mut q, mut k, v]: [Vec<f32>; 3] =
-            split_columns(&qkv, t, &[q_width, kv_width, kv_width])
-                .try_into()
-                .expect("three widths give three parts");
+        // 1. normed = norm(x); q [T, heads*d], k/v [T, kv_heads*d] straight from one matmul
+        b.attn_norm.forward_into(&s.x, &mut s.normed);
+        b.attn_qkv.forward_split_into(
+            &s.normed,
+            t,
+            &mut [&mut s.q[..], &mut s.k[..], &mut s.v[..]],
+        )?;
         // 2. Qwen3 normalizes each head before rotating it.
         if let (Some(qn), Some(kn)) = (&b.attn_q_norm, &b.attn_k_norm) {
-            qn.forward_inplace(&mut q);
-            kn.forward_inplace(&mut k);
+            qn.forward_inplace(&mut s.q);
+            kn.forward_inplace(&mut s.k);
         }
         // 3. Rotate by position, store k/v in the paged cache (before reading: a chunk
         //    attends to its own earlier tokens).
-        self.rope.apply(&mut q, &batch.positions);
-        self.rope.apply(&mut k, &batch.positions);
-        kv.write(layer, &batch.slots, &k, &v);
-        // 4. Attend through block tables, project back: [T, hidden]
+        self.rope.apply(&mut s.q, &batch.positions);
+        self.rope.apply(&mut s.k, &batch.positions);
+        kv.write(layer, &batch.slots, &s.k, &s.v);
+        // 4. Attend through block tables; x += o_proj(attn): [T, hidden]
         let shape = AttentionShape {
             num_heads: c.num_heads,
             num_kv_heads: c.num_kv_heads,
             head_dim: c.head_dim,
             block_size: kv.block_size(),
         };
-        let attn = paged_attention(&q, kv.layer(layer), batch, shape);
-        b.attn_output.forward(&attn, t)
+        let attn = paged_attention(&s.q, kv.layer(layer), batch, shape);
+        b.attn_output.forward_add_into(&attn, t, &mut s.x)
     }
 
-    fn mlp(&self, b: &Block, x: &[f32], t: usize) -> Result<Vec<f32>> {
-        // down(silu(gate(h)) * up(h)), h = norm(x)
-        let h = b.ffn_norm.forward(x);
-        let width = b.ffn_down_in();
-        let gate_up = b.ffn_gate_up.forward(&h, t)?;
-        let [mut gate, up]: [Vec<f32>; 2] = split_columns(&gate_up, t, &[width, width])
-            .try_into()
-            .expect("two widths give two parts");
-        swiglu_inplace(&mut gate, &up);
-        b.ffn_down.forward(&gate, t)
-    }
-}
-
-impl Block {
-    fn ffn_down_in(&self) -> usize {
-        self.ffn_gate_up.out_features() / 2
+    /// `x += down(silu(gate(h)) · up(h))`, `h = norm(x)`.
+    fn mlp(&self, b: &Block, t: usize, s: &mut ForwardScratch) -> Result<()> {
+        b.ffn_norm.forward_into(&s.x, &mut s.normed);
+        b.ffn_gate_up
+            .forward_split_into(&s.normed, t, &mut [&mut s.gate[..], &mut s.up[..]])?;
+        swiglu_into(&s.gate, &s.up, &mut s.act, self.config.intermediate_size);
+        b.ffn_down.forward_add_into(&s.act, t, &mut s.x)
     }
 }
 

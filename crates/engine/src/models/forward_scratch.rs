@@ -1,0 +1,67 @@
+//! `ForwardScratch`: every activation of one forward pass, allocated once and reused, so a
+//! steady-state step allocates nothing in the model.
+
+/// Buffers sized for the largest batch seen (or reserved); each step uses a prefix.
+#[derive(Default)]
+pub struct ForwardScratch {
+    /// `[T, hidden]` residual stream.
+    pub x: Vec<f32>,
+    /// `[T, hidden]` normalized input of a projection.
+    pub normed: Vec<f32>,
+    /// `[T, heads·d]`, `[T, kv_heads·d]`, `[T, kv_heads·d]`.
+    pub q: Vec<f32>,
+    pub k: Vec<f32>,
+    pub v: Vec<f32>,
+    /// `[T, heads·d]` attention output.
+    pub attn: Vec<f32>,
+    /// `[T, intermediate]` each.
+    pub gate: Vec<f32>,
+    pub up: Vec<f32>,
+    pub act: Vec<f32>,
+    /// `[S, hidden]` final hidden states of the rows that sample.
+    pub last: Vec<f32>,
+    /// Which rows sample.
+    pub sample_rows: Vec<usize>,
+}
+
+/// Widths of the activations, from the model's shape.
+#[derive(Debug, Clone, Copy)]
+pub struct ScratchShape {
+    pub hidden: usize,
+    pub q_width: usize,
+    pub kv_width: usize,
+    pub intermediate: usize,
+}
+
+impl ForwardScratch {
+    /// Sets every buffer to `tokens` rows (`samples` for `last`). Growing past what was
+    /// reserved allocates; shrinking keeps the capacity.
+    pub fn resize(&mut self, shape: ScratchShape, tokens: usize, samples: usize) {
+        let ScratchShape {
+            hidden,
+            q_width,
+            kv_width,
+            intermediate,
+        } = shape;
+        for (buf, width) in [
+            (&mut self.x, hidden),
+            (&mut self.normed, hidden),
+            (&mut self.q, q_width),
+            (&mut self.k, kv_width),
+            (&mut self.v, kv_width),
+            (&mut self.attn, q_width),
+            (&mut self.gate, intermediate),
+            (&mut self.up, intermediate),
+            (&mut self.act, intermediate),
+        ] {
+            buf.resize(tokens * width, 0.0);
+        }
+        self.last.resize(samples * hidden, 0.0);
+    }
+
+    /// Reserves room for batches of up to `tokens` tokens, `samples` of them sampling.
+    pub fn reserve(&mut self, shape: ScratchShape, tokens: usize, samples: usize) {
+        self.resize(shape, tokens, samples);
+        self.sample_rows.reserve(samples);
+    }
+}

@@ -1,0 +1,1054 @@
+//! `QuantMatrix`: GGUF-quantized weights (Q4_0, Q4_1, Q8_0) multiplied in their own bits by
+//! our batched, batch-invariant kernels, on every CPU path bit for bit the same.
+//!
+//! Layout: weight rows are grouped by [`NR`]; a group's blocks are interleaved
+//! (`[group][block][row in group]`), so one tile reads a group's block contiguously. The
+//! quants keep GGUF's block encoding (Q4: byte `i` holds elements `i` and `i + 16`), and
+//! the f16 scales (and Q4_1 minimums) stay f16: decode reads the file's bytes, not more.
+//!
+//! Activations are quantized per row to int8 blocks of 32 (scale = amax/127, round half away
+//! from zero, as ggml's Q8_0/Q8_1). Each block's dot product is an exact integer, split
+//! into its first and second 16 elements. Per output element the float sequence is fixed:
+//! in ascending block order `lo = fma(i_lo, d_x·d_w, lo)`, `hi = fma(i_hi, d_x·d_w, hi)`
+//! and, for Q4_1, `mn = fma(m_w, d_x·Σx, mn)`; the result is `(lo + hi) + mn`. Tiles only
+//! change which elements are computed together, never that sequence, and `k` is never split
+//! across threads, so a row's result is independent of the batch, and the SIMD paths equal
+//! the portable one.
+
+use crate::cpu_kernel::CpuKernel;
+use half::f16;
+use rayon::prelude::*;
+use std::cell::RefCell;
+use std::marker::PhantomData;
+use std::ops::Range;
+
+/// Elements per quantization block (one scale each).
+pub const BLOCK: usize = 32;
+/// Weight rows (output columns) per tile; the weights are stored interleaved by this.
+pub const NR: usize = 4;
+/// Activation rows per tile at most.
+pub const MR: usize = 4;
+
+/// Below this many multiply-adds, a rayon fork costs more than it saves.
+const MIN_PARALLEL_MACS: usize = 1 << 18;
+/// Weight bytes per parallel task at most, so a task's weights stay in L2 while every
+/// activation tile streams past them.
+const TASK_WEIGHT_BYTES: usize = 192 * 1024;
+/// Activation elements above which quantizing them is split across threads.
+const MIN_PARALLEL_QUANTIZE: usize = 1 << 16;
+
+/// A GGUF block format our kernels run natively.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WeightFormat {
+    /// `d · (q − 8)`, q ∈ 0..16.
+    Q4_0,
+    /// `d · q + m`, q ∈ 0..16.
+    Q4_1,
+    /// `d · q`, q ∈ −127..=127.
+    Q8_0,
+}
+
+impl WeightFormat {
+    /// Bytes of one 32-element block in a GGUF file.
+    pub fn ggml_block_bytes(self) -> usize {
+        match self {
+            WeightFormat::Q4_0 => 18,
+            WeightFormat::Q4_1 => 20,
+            WeightFormat::Q8_0 => 34,
+        }
+    }
+
+    /// Quant bytes of one row's block as stored here (scales kept apart).
+    fn quant_bytes(self) -> usize {
+        match self {
+            WeightFormat::Q4_0 | WeightFormat::Q4_1 => BLOCK / 2,
+            WeightFormat::Q8_0 => BLOCK,
+        }
+    }
+}
+
+/// Quantized weight matrix of `rows` (out_features) × `cols` (in_features).
+#[derive(Debug, Clone)]
+pub struct QuantMatrix {
+    format: WeightFormat,
+    rows: usize,
+    cols: usize,
+    /// `[group][block][row in group][quant_bytes]`; rows past `rows` are zero.
+    quants: Vec<u8>,
+    /// f16 bits, `[group][block][row in group]`.
+    scales: Vec<u16>,
+    /// Q4_1's f16 minimums, laid out like `scales`; empty for other formats.
+    mins: Vec<u16>,
+}
+
+impl QuantMatrix {
+    /// Repacks a GGUF tensor's raw blocks (`n` rows of `k / 32` blocks each). `None` when
+    /// `k` is not a multiple of 32 or `data` is not exactly that long.
+    ///
+    /// Q8_0 quants of −128 (which ggml's quantizer never writes) are read as −127: the SIMD
+    /// dot products take `|x|` against `w` signed by `x`, and −128 has no positive twin.
+    pub fn from_ggml(format: WeightFormat, data: &[u8], n: usize, k: usize) -> Option<Self> {
+        if !k.is_multiple_of(BLOCK) {
+            return None;
+        }
+        let blocks = k / BLOCK;
+        let bb = format.ggml_block_bytes();
+        if n.checked_mul(blocks)?.checked_mul(bb)? != data.len() {
+            return None;
+        }
+        let mut m = Self::zeroed(format, n, k);
+        for row in 0..n {
+            for b in 0..blocks {
+                let src = &data[(row * blocks + b) * bb..][..bb];
+                let at = m.slot(row, b);
+                m.scales[at] = u16::from_le_bytes([src[0], src[1]]);
+                let qs = match format {
+                    WeightFormat::Q4_1 => {
+                        m.mins[at] = u16::from_le_bytes([src[2], src[3]]);
+                        &src[4..]
+                    }
+                    _ => &src[2..],
+                };
+                let dst = &mut m.quants[at * format.quant_bytes()..][..format.quant_bytes()];
+                dst.copy_from_slice(qs);
+                if format == WeightFormat::Q8_0 {
+                    for q in dst.iter_mut().filter(|q| **q == 0x80) {
+                        *q = (-127i8) as u8;
+                    }
+                }
+            }
+        }
+        Some(m)
+    }
+
+    /// Quantizes row-major f32 weights `[n, k]` to Q8_0 as ggml does (f16 scale amax/127),
+    /// for weights stored in a format without a native kernel. `None` as for `from_ggml`.
+    pub fn quantize_q8_0(weights: &[f32], n: usize, k: usize) -> Option<Self> {
+        if !k.is_multiple_of(BLOCK) || n.checked_mul(k)? != weights.len() {
+            return None;
+        }
+        let mut m = Self::zeroed(WeightFormat::Q8_0, n, k);
+        for (row, w) in weights.chunks_exact(k.max(1)).take(n).enumerate() {
+            for (b, src) in w.chunks_exact(BLOCK).enumerate() {
+                let at = m.slot(row, b);
+                let mut q = [0i8; BLOCK];
+                let d = quantize_block(src.try_into().ok()?, &mut q);
+                m.scales[at] = f16::from_f32(d).to_bits();
+                for (dst, q) in m.quants[at * BLOCK..][..BLOCK].iter_mut().zip(q) {
+                    *dst = q as u8;
+                }
+            }
+        }
+        Some(m)
+    }
+
+    fn zeroed(format: WeightFormat, n: usize, k: usize) -> Self {
+        let slots = n.div_ceil(NR) * NR * (k / BLOCK);
+        Self {
+            format,
+            rows: n,
+            cols: k,
+            quants: vec![0; slots * format.quant_bytes()],
+            scales: vec![0; slots],
+            mins: if format == WeightFormat::Q4_1 {
+                vec![0; slots]
+            } else {
+                Vec::new()
+            },
+        }
+    }
+
+    /// Index of (row, block) in the interleaved layout.
+    fn slot(&self, row: usize, block: usize) -> usize {
+        ((row / NR) * (self.cols / BLOCK) + block) * NR + row % NR
+    }
+
+    pub fn format(&self) -> WeightFormat {
+        self.format
+    }
+
+    /// Output features (`n`).
+    pub fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// Input features (`k`).
+    pub fn cols(&self) -> usize {
+        self.cols
+    }
+
+    /// Bytes a full pass over the weights reads (quants, scales and minimums).
+    pub fn weight_bytes(&self) -> usize {
+        self.quants.len() + 2 * (self.scales.len() + self.mins.len())
+    }
+
+    /// Writes row `r`'s exact f32 values (`d·q`, `d·(q−8)` or `d·q + m`) into `out[k]`: the
+    /// embedding lookup reads the quantized table this way instead of an f32 copy.
+    pub fn dequantize_row(&self, r: usize, out: &mut [f32]) {
+        assert!(r < self.rows && out.len() == self.cols);
+        for (b, out) in out.chunks_exact_mut(BLOCK).enumerate() {
+            let at = self.slot(r, b);
+            let d = f16::from_bits(self.scales[at]).to_f32();
+            let q = &self.quants[at * self.format.quant_bytes()..][..self.format.quant_bytes()];
+            match self.format {
+                WeightFormat::Q8_0 => {
+                    for (o, &q) in out.iter_mut().zip(q) {
+                        *o = d * (q as i8) as f32;
+                    }
+                }
+                WeightFormat::Q4_0 => {
+                    for (i, &byte) in q.iter().enumerate() {
+                        out[i] = d * ((byte & 0x0F) as i32 - 8) as f32;
+                        out[i + BLOCK / 2] = d * ((byte >> 4) as i32 - 8) as f32;
+                    }
+                }
+                WeightFormat::Q4_1 => {
+                    let m = f16::from_bits(self.mins[at]).to_f32();
+                    for (i, &byte) in q.iter().enumerate() {
+                        out[i] = d * (byte & 0x0F) as f32 + m;
+                        out[i + BLOCK / 2] = d * (byte >> 4) as f32 + m;
+                    }
+                }
+            }
+        }
+    }
+
+    /// `y[m, n] = x[m, k] · Wᵀ`, allocating the result. See [`matmul_into`](Self::matmul_into).
+    pub fn matmul(&self, x: &[f32], m: usize) -> Vec<f32> {
+        let mut y = vec![0f32; m * self.rows];
+        self.matmul_into(x, m, &mut y);
+        y
+    }
+
+    /// `y[m, n] = x[m, k] · Wᵀ` on the process's [`CpuKernel::active`] path. Row `r` of the
+    /// result is bitwise independent of `m`, of the other rows, and of the path.
+    ///
+    /// # Panics
+    /// If `x` is not `[m, k]` or `y` not `[m, n]`.
+    pub fn matmul_into(&self, x: &[f32], m: usize, y: &mut [f32]) {
+        self.matmul_with(x, m, y, CpuKernel::active())
+    }
+
+    /// `y[m, n] += x[m, k] · Wᵀ`: the residual add done as the tiles are stored.
+    ///
+    /// # Panics
+    /// As [`matmul_into`](Self::matmul_into).
+    pub fn matmul_add_into(&self, x: &[f32], m: usize, y: &mut [f32]) {
+        let mut outs = [y];
+        let out = OutputWriter::new(&mut outs, m, self.rows, true);
+        self.run(x, m, &out, CpuKernel::active());
+    }
+
+    /// The result's columns written to several matrices side by side (stacked Q/K/V or
+    /// gate/up), `outs[i]` being `[m, width_i]` with `Σ width_i = n`, so no split copy
+    /// follows.
+    ///
+    /// # Panics
+    /// If the widths do not add up to `n`, or `x` is not `[m, k]`.
+    pub fn matmul_split_into(&self, x: &[f32], m: usize, outs: &mut [&mut [f32]]) {
+        let out = OutputWriter::new(outs, m, self.rows, false);
+        self.run(x, m, &out, CpuKernel::active());
+    }
+
+    /// [`matmul_into`](Self::matmul_into) on a chosen path, so tests and benchmarks can
+    /// compare every path this CPU runs.
+    ///
+    /// # Panics
+    /// If the CPU cannot run `kernel`, or the shapes are wrong.
+    pub fn matmul_with(&self, x: &[f32], m: usize, y: &mut [f32], kernel: CpuKernel) {
+        let mut outs = [y];
+        let out = OutputWriter::new(&mut outs, m, self.rows, false);
+        self.run(x, m, &out, kernel);
+    }
+
+    fn run(&self, x: &[f32], m: usize, out: &OutputWriter<'_>, kernel: CpuKernel) {
+        assert!(
+            kernel.is_supported(),
+            "this CPU cannot run the {kernel} kernel"
+        );
+        assert_eq!(
+            x.len(),
+            m * self.cols,
+            "QuantMatrix::matmul: x is not [m, k]"
+        );
+        if m == 0 || self.rows == 0 {
+            return;
+        }
+        ACT_SCRATCH.with(|cell| match cell.try_borrow_mut() {
+            Ok(mut act) => self.run_with(x, m, out, kernel, &mut act),
+            // Re-entered on this thread (not done today): use a private buffer.
+            Err(_) => self.run_with(x, m, out, kernel, &mut QuantizedRows::default()),
+        });
+    }
+
+    fn run_with(
+        &self,
+        x: &[f32],
+        m: usize,
+        out: &OutputWriter<'_>,
+        kernel: CpuKernel,
+        act: &mut QuantizedRows,
+    ) {
+        let n = self.rows;
+        act.quantize(x, m, self.cols, self.format, kernel);
+        let act = &*act;
+        let task_cols = self.task_cols(m);
+        let run = |t: usize| {
+            let cols = t * task_cols..((t + 1) * task_cols).min(n);
+            // SAFETY: task `t` alone writes columns `cols`; tasks partition `0..n`.
+            unsafe { self.task(act, cols, out, kernel) }
+        };
+        let tasks = n.div_ceil(task_cols);
+        if m * n * self.cols < MIN_PARALLEL_MACS {
+            (0..tasks).for_each(run);
+        } else {
+            (0..tasks).into_par_iter().for_each(run);
+        }
+    }
+
+    /// Output columns per parallel task: a multiple of [`NR`], small enough that the
+    /// threads get several tasks each (balance) and a task's weights fit in L2.
+    fn task_cols(&self, m: usize) -> usize {
+        let threads = rayon::current_num_threads().max(1);
+        let groups = self.rows.div_ceil(NR);
+        let per_balance = groups.div_ceil(threads * 4);
+        let group_bytes = (self.cols * NR * self.format.quant_bytes() / BLOCK).max(1);
+        let per_cache = (TASK_WEIGHT_BYTES / group_bytes).max(1);
+        // One activation row has nothing to reuse, so only balance and cache matter; larger
+        // batches want wider tasks to amortize re-reading the activations.
+        let want = if m == 1 {
+            per_balance
+        } else {
+            per_balance.max(2)
+        };
+        want.min(per_cache).max(1) * NR
+    }
+
+    /// The blocks of weight group `g`.
+    fn group(&self, g: usize) -> Group<'_> {
+        let blocks = self.cols / BLOCK;
+        let slots = g * blocks * NR..(g + 1) * blocks * NR;
+        let qb = self.format.quant_bytes();
+        Group {
+            quants: &self.quants[slots.start * qb..slots.end * qb],
+            scales: &self.scales[slots.clone()],
+            mins: if self.mins.is_empty() {
+                &[]
+            } else {
+                &self.mins[slots]
+            },
+        }
+    }
+
+    /// Computes output columns `cols` (starting at a multiple of [`NR`]) for every row.
+    ///
+    /// # Safety
+    /// No other thread may access columns `cols` of `out` meanwhile.
+    unsafe fn task(
+        &self,
+        act: &QuantizedRows,
+        cols: Range<usize>,
+        out: &OutputWriter<'_>,
+        kernel: CpuKernel,
+    ) {
+        for i0 in (0..act.m).step_by(MR) {
+            let mr = (act.m - i0).min(MR);
+            // Rows past `mr` repeat the last one; the kernels ignore them.
+            let x: [XRow; MR] = std::array::from_fn(|i| act.row(i0 + i.min(mr - 1)));
+            for c in cols.clone().step_by(NR) {
+                let tile = tile(self.format, kernel, self.group(c / NR), &x, mr);
+                let width = (cols.end - c).min(NR);
+                for (i, row) in tile.iter().take(mr).enumerate() {
+                    // SAFETY: these columns belong to this task (caller's contract).
+                    unsafe { out.write(i0 + i, c, &row[..width]) };
+                }
+            }
+        }
+    }
+}
+
+/// One weight group's blocks, as the tile kernels read them.
+#[derive(Clone, Copy)]
+struct Group<'a> {
+    quants: &'a [u8],
+    scales: &'a [u16],
+    mins: &'a [u16],
+}
+
+impl Group<'_> {
+    fn blocks(&self) -> usize {
+        self.scales.len() / NR
+    }
+}
+
+thread_local! {
+    /// The calling thread's quantized activations, reused so a steady-state step allocates
+    /// nothing here.
+    static ACT_SCRATCH: RefCell<QuantizedRows> = RefCell::new(QuantizedRows::default());
+}
+
+/// Activations quantized per row: `quants[m][k]`, per-block `scales[m][k / 32]`, and what
+/// each weight format needs besides.
+#[derive(Default)]
+struct QuantizedRows {
+    m: usize,
+    k: usize,
+    quants: Vec<i8>,
+    /// `|quants|` (Q8_0 weights): the SIMD dot takes the unsigned side from here.
+    abs: Vec<i8>,
+    /// Q4 weights: per block, its first 16 quants twice then its last 16 twice, so one
+    /// 32-byte load meets two weight rows' low (or high) nibbles.
+    halves: Vec<i8>,
+    scales: Vec<f32>,
+    /// `8 · Σ quants` over each block's first and second halves (Q4_0's offset of 8).
+    offsets: Vec<[i32; 2]>,
+    /// `d_x · Σ quants` per block (Q4_1's minimum term).
+    sums: Vec<f32>,
+}
+
+/// One quantized activation row, as the tile kernels read it.
+#[derive(Clone, Copy)]
+struct XRow<'a> {
+    quants: &'a [i8],
+    abs: &'a [i8],
+    halves: &'a [i8],
+    scales: &'a [f32],
+    offsets: &'a [[i32; 2]],
+    sums: &'a [f32],
+}
+
+impl QuantizedRows {
+    fn quantize(&mut self, x: &[f32], m: usize, k: usize, format: WeightFormat, kernel: CpuKernel) {
+        let blocks = k / BLOCK;
+        self.m = m;
+        self.k = k;
+        self.quants.resize(m * k, 0);
+        self.scales.resize(m * blocks, 0.0);
+        let one =
+            |((src, dst), d): ((&[f32], &mut [i8]), &mut [f32])| quantize_row(src, dst, d, kernel);
+        if m * k >= MIN_PARALLEL_QUANTIZE {
+            x.par_chunks_exact(k)
+                .zip(self.quants.par_chunks_exact_mut(k))
+                .zip(self.scales.par_chunks_exact_mut(blocks))
+                .with_min_len((MIN_PARALLEL_QUANTIZE / (4 * k)).max(1))
+                .for_each(one);
+        } else {
+            x.chunks_exact(k)
+                .zip(self.quants.chunks_exact_mut(k))
+                .zip(self.scales.chunks_exact_mut(blocks))
+                .for_each(one);
+        }
+        let (abs, offsets, sums) = (&mut self.abs, &mut self.offsets, &mut self.sums);
+        abs.clear();
+        offsets.clear();
+        sums.clear();
+        self.halves.clear();
+        if format != WeightFormat::Q8_0 {
+            let h = BLOCK / 2;
+            for b in self.quants.chunks_exact(BLOCK) {
+                for half in [&b[..h], &b[h..]] {
+                    self.halves.extend_from_slice(half);
+                    self.halves.extend_from_slice(half);
+                }
+            }
+        }
+        match format {
+            // Cannot overflow: quantization never produces −128.
+            WeightFormat::Q8_0 => abs.extend(self.quants.iter().map(|q| q.abs())),
+            WeightFormat::Q4_0 => offsets.extend(self.quants.chunks_exact(BLOCK).map(|b| {
+                let (lo, hi) = b.split_at(BLOCK / 2);
+                [8 * sum_i8(lo), 8 * sum_i8(hi)]
+            })),
+            WeightFormat::Q4_1 => sums.extend(
+                self.quants
+                    .chunks_exact(BLOCK)
+                    .zip(&self.scales)
+                    .map(|(b, d)| d * sum_i8(b) as f32),
+            ),
+        }
+    }
+
+    fn row(&self, r: usize) -> XRow<'_> {
+        let (k, b) = (self.k, self.k / BLOCK);
+        XRow {
+            quants: &self.quants[r * k..(r + 1) * k],
+            abs: part(&self.abs, r * k..(r + 1) * k),
+            halves: part(&self.halves, 2 * r * k..2 * (r + 1) * k),
+            scales: &self.scales[r * b..(r + 1) * b],
+            offsets: part(&self.offsets, r * b..(r + 1) * b),
+            sums: part(&self.sums, r * b..(r + 1) * b),
+        }
+    }
+}
+
+/// `v[at]`, or nothing when the format did not fill `v`.
+fn part<T>(v: &[T], at: Range<usize>) -> &[T] {
+    if v.is_empty() {
+        &[]
+    } else {
+        &v[at]
+    }
+}
+
+fn sum_i8(v: &[i8]) -> i32 {
+    v.iter().map(|&q| q as i32).sum()
+}
+
+fn quantize_row(src: &[f32], dst: &mut [i8], scales: &mut [f32], kernel: CpuKernel) {
+    for ((src, dst), d) in src
+        .chunks_exact(BLOCK)
+        .zip(dst.chunks_exact_mut(BLOCK))
+        .zip(scales)
+    {
+        if let (Ok(src), Ok(dst)) = (src.try_into(), dst.try_into()) {
+            *d = match kernel {
+                CpuKernel::Portable => quantize_block(src, dst),
+                // SAFETY: every SIMD path requires AVX2, checked by `matmul_with`.
+                #[cfg(target_arch = "x86_64")]
+                _ => unsafe { x86::quantize_block(src, dst) },
+                #[cfg(not(target_arch = "x86_64"))]
+                _ => quantize_block(src, dst),
+            };
+        }
+    }
+}
+
+/// Most matrices one matmul writes side by side (Q, K and V).
+const MAX_OUTPUTS: usize = 4;
+
+/// The `[m, n]` result as parallel tasks store it, each owning a disjoint column range, so
+/// no task needs a private buffer copied into place later. Its columns may go to several
+/// row-major matrices (`[m, width_i]`), and may be added to what is there.
+struct OutputWriter<'a> {
+    /// `(first column, width, base pointer)` per output matrix, in column order.
+    segments: [(usize, usize, *mut f32); MAX_OUTPUTS],
+    count: usize,
+    m: usize,
+    add: bool,
+    /// Holds the mutable borrows of the outputs, so nothing else can touch them meanwhile.
+    _out: PhantomData<&'a mut [f32]>,
+}
+
+// SAFETY: `write`'s contract makes concurrent writers touch disjoint elements.
+unsafe impl Sync for OutputWriter<'_> {}
+
+impl<'a> OutputWriter<'a> {
+    fn new(outs: &'a mut [&mut [f32]], m: usize, n: usize, add: bool) -> Self {
+        assert!(outs.len() <= MAX_OUTPUTS, "at most {MAX_OUTPUTS} outputs");
+        let mut segments = [(0, 0, std::ptr::null_mut()); MAX_OUTPUTS];
+        let mut first = 0;
+        for (seg, out) in segments.iter_mut().zip(outs.iter_mut()) {
+            let width = if m == 0 { 0 } else { out.len() / m };
+            assert_eq!(out.len(), m * width, "an output is not [m, width]");
+            *seg = (first, width, out.as_mut_ptr());
+            first += width;
+        }
+        assert!(
+            m == 0 || first == n,
+            "output widths add up to {first}, not {n}"
+        );
+        Self {
+            segments,
+            count: outs.len(),
+            m,
+            add,
+            _out: PhantomData,
+        }
+    }
+
+    /// Stores (or adds) `vals` at `[row, col..col + vals.len()]` of the whole result.
+    ///
+    /// # Safety
+    /// No other thread may access those elements concurrently.
+    unsafe fn write(&self, row: usize, col: usize, vals: &[f32]) {
+        assert!(row < self.m);
+        let (mut col, mut vals) = (col, vals);
+        for &(first, width, ptr) in &self.segments[..self.count] {
+            if vals.is_empty() {
+                break;
+            }
+            if col >= first + width {
+                continue;
+            }
+            let take = vals.len().min(first + width - col);
+            // SAFETY: `col - first + take <= width` and `row < m`, so in bounds of this
+            // `[m, width]` output; exclusive by the caller's contract.
+            unsafe {
+                let dst = std::slice::from_raw_parts_mut(ptr.add(row * width + col - first), take);
+                if self.add {
+                    dst.iter_mut().zip(&vals[..take]).for_each(|(d, v)| *d += v);
+                } else {
+                    dst.copy_from_slice(&vals[..take]);
+                }
+            }
+            col += take;
+            vals = &vals[take..];
+        }
+        assert!(vals.is_empty(), "columns past the result's width");
+    }
+}
+
+/// Quantizes one 32-element block into `dst` and returns its scale (amax/127). Rounds
+/// half away from zero, like C's `roundf`.
+fn quantize_block(src: &[f32; BLOCK], dst: &mut [i8; BLOCK]) -> f32 {
+    let amax = src.iter().fold(0f32, |a, v| a.max(v.abs()));
+    let (d, id) = scale_and_inverse(amax);
+    for (q, v) in dst.iter_mut().zip(src) {
+        // −128 is excluded: it would let maddubs pairs saturate i16.
+        *q = (v * id).round().clamp(-127.0, 127.0) as i8;
+    }
+    d
+}
+
+/// The block scale and the multiplier that maps the block onto [−127, 127].
+fn scale_and_inverse(amax: f32) -> (f32, f32) {
+    let d = amax / 127.0;
+    (d, if d != 0.0 { 1.0 / d } else { 0.0 })
+}
+
+/// One tile's result: `[activation row][weight row in group]`.
+type Tile = [[f32; NR]; MR];
+
+/// Multiplies activation rows `x[..mr]` by one weight group on the chosen path.
+fn tile(format: WeightFormat, kernel: CpuKernel, w: Group, x: &[XRow; MR], mr: usize) -> Tile {
+    match kernel {
+        CpuKernel::Portable => {
+            let mut out = [[0f32; NR]; MR];
+            for (o, row) in out.iter_mut().zip(x).take(mr) {
+                *o = portable::row(format, w, row);
+            }
+            out
+        }
+        // SAFETY: `matmul_with` checked the CPU supports `kernel`.
+        #[cfg(target_arch = "x86_64")]
+        _ => unsafe { x86::tile(format, kernel, w, x, mr) },
+        #[cfg(not(target_arch = "x86_64"))]
+        _ => unreachable!("only the portable kernel exists off x86_64"),
+    }
+}
+
+mod portable {
+    use super::{f16, Group, WeightFormat, XRow, BLOCK, NR};
+
+    /// One activation row against one weight group, in the shared per-element sequence.
+    pub(super) fn row(format: WeightFormat, w: Group, x: &XRow) -> [f32; NR] {
+        let qb = w.quants.len() / (w.blocks() * NR).max(1);
+        let mut lo = [0f32; NR];
+        let mut hi = [0f32; NR];
+        let mut mn = [0f32; NR];
+        for b in 0..w.blocks() {
+            let xb = &x.quants[b * BLOCK..(b + 1) * BLOCK];
+            for j in 0..NR {
+                let at = b * NR + j;
+                let wb = &w.quants[at * qb..(at + 1) * qb];
+                let s = x.scales[b] * f16::from_bits(w.scales[at]).to_f32();
+                let (l, h) = match format {
+                    WeightFormat::Q8_0 => q8_halves(wb, xb),
+                    WeightFormat::Q4_0 => {
+                        let (l, h) = q4_halves(wb, xb);
+                        (l - x.offsets[b][0], h - x.offsets[b][1])
+                    }
+                    WeightFormat::Q4_1 => q4_halves(wb, xb),
+                };
+                lo[j] = (l as f32).mul_add(s, lo[j]);
+                hi[j] = (h as f32).mul_add(s, hi[j]);
+                if format == WeightFormat::Q4_1 {
+                    let m = f16::from_bits(w.mins[at]).to_f32();
+                    mn[j] = m.mul_add(x.sums[b], mn[j]);
+                }
+            }
+        }
+        std::array::from_fn(|j| {
+            let v = lo[j] + hi[j];
+            if format == WeightFormat::Q4_1 {
+                v + mn[j]
+            } else {
+                v
+            }
+        })
+    }
+
+    fn dot(w: impl Iterator<Item = i32>, x: &[i8]) -> i32 {
+        w.zip(x).map(|(w, &x)| w * x as i32).sum()
+    }
+
+    /// Integer dots of the first and second 16 elements of a Q8_0 block.
+    fn q8_halves(w: &[u8], x: &[i8]) -> (i32, i32) {
+        let h = BLOCK / 2;
+        (
+            dot(w[..h].iter().map(|&q| q as i8 as i32), &x[..h]),
+            dot(w[h..].iter().map(|&q| q as i8 as i32), &x[h..]),
+        )
+    }
+
+    /// Integer dots of the unsigned nibbles (low: elements 0..16, high: 16..32).
+    fn q4_halves(w: &[u8], x: &[i8]) -> (i32, i32) {
+        let h = BLOCK / 2;
+        (
+            dot(w.iter().map(|&b| (b & 0x0F) as i32), &x[..h]),
+            dot(w.iter().map(|&b| (b >> 4) as i32), &x[h..]),
+        )
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    //! The SIMD paths. One tile body per format, stamped out per instruction set by
+    //! `simd_path!`; only the integer dot of four adjacent u8×i8 products differs.
+    use super::{scale_and_inverse, CpuKernel, Group, Tile, WeightFormat, XRow, BLOCK, MR, NR};
+    use std::arch::x86_64::*;
+
+    /// # Safety
+    /// The CPU must support `kernel` (and so AVX2, FMA and F16C).
+    pub(super) unsafe fn tile(
+        format: WeightFormat,
+        kernel: CpuKernel,
+        w: Group,
+        x: &[XRow; MR],
+        mr: usize,
+    ) -> Tile {
+        macro_rules! by_rows {
+            ($path:ident, $f:ident $(, $c:expr)?) => {
+                match mr {
+                    1 => $path::$f::<1 $(, $c)?>(w, x),
+                    2 => $path::$f::<2 $(, $c)?>(w, x),
+                    3 => $path::$f::<3 $(, $c)?>(w, x),
+                    _ => $path::$f::<4 $(, $c)?>(w, x),
+                }
+            };
+        }
+        macro_rules! by_format {
+            ($path:ident) => {
+                match format {
+                    WeightFormat::Q8_0 => by_rows!($path, q8_0),
+                    WeightFormat::Q4_0 => by_rows!($path, q4, false),
+                    WeightFormat::Q4_1 => by_rows!($path, q4, true),
+                }
+            };
+        }
+        // SAFETY: the caller guarantees the CPU supports `kernel`.
+        unsafe {
+            match kernel {
+                CpuKernel::Avx512Vnni => by_format!(avx512_vnni),
+                CpuKernel::AvxVnni => by_format!(avx_vnni),
+                _ => by_format!(avx2),
+            }
+        }
+    }
+
+    /// Vectorized [`super::quantize_block`], bit for bit: `f32::round` is a libm call on
+    /// baseline x86-64, which would cost more than the matmul for small `n`.
+    ///
+    /// # Safety
+    /// The CPU must support AVX2.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn quantize_block(src: &[f32; BLOCK], dst: &mut [i8; BLOCK]) -> f32 {
+        let p = src.as_ptr();
+        // SAFETY: `src` holds 32 f32s, four unaligned 8-wide loads.
+        let v = unsafe {
+            [
+                _mm256_loadu_ps(p),
+                _mm256_loadu_ps(p.add(8)),
+                _mm256_loadu_ps(p.add(16)),
+                _mm256_loadu_ps(p.add(24)),
+            ]
+        };
+        let m = _mm256_max_ps(
+            _mm256_max_ps(abs(v[0]), abs(v[1])),
+            _mm256_max_ps(abs(v[2]), abs(v[3])),
+        );
+        let m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps::<1>(m));
+        let m2 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        let amax = _mm_cvtss_f32(_mm_max_ss(m2, _mm_shuffle_ps::<1>(m2, m2)));
+        let (d, id) = scale_and_inverse(amax);
+        let id = _mm256_set1_ps(id);
+        let q = [
+            to_i32(v[0], id),
+            to_i32(v[1], id),
+            to_i32(v[2], id),
+            to_i32(v[3], id),
+        ];
+        let bytes = _mm256_packs_epi16(
+            _mm256_packs_epi32(q[0], q[1]),
+            _mm256_packs_epi32(q[2], q[3]),
+        );
+        // The packs work within 128-bit lanes; this puts the 4-byte groups back in order.
+        let ordered = _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+        // SAFETY: `dst` is 32 bytes; storeu has no alignment requirement.
+        unsafe { _mm256_storeu_si256(dst.as_mut_ptr() as *mut __m256i, ordered) };
+        d
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn abs(v: __m256) -> __m256 {
+        _mm256_andnot_ps(_mm256_set1_ps(-0.0), v)
+    }
+
+    /// `round(v * id)` clamped to [−127, 127], half away from zero like `f32::round`:
+    /// truncate, then step away from zero when the (exact) dropped fraction is ≥ 0.5.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn to_i32(v: __m256, id: __m256) -> __m256i {
+        let y = _mm256_mul_ps(v, id);
+        let t = _mm256_round_ps::<{ _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC }>(y);
+        let away = _mm256_cmp_ps::<_CMP_GE_OQ>(abs(_mm256_sub_ps(y, t)), _mm256_set1_ps(0.5));
+        let unit = _mm256_or_ps(_mm256_and_ps(y, _mm256_set1_ps(-0.0)), _mm256_set1_ps(1.0));
+        let r = _mm256_add_ps(t, _mm256_and_ps(away, unit));
+        let r = _mm256_min_ps(
+            _mm256_max_ps(r, _mm256_set1_ps(-127.0)),
+            _mm256_set1_ps(127.0),
+        );
+        _mm256_cvttps_epi32(r)
+    }
+
+    /// Eight i32 sums of four adjacent u8×i8 products (lane `l` covers bytes `4l..4l+4`).
+    /// With the unsigned side ≤ 127 (|x|) or ≤ 15 (nibbles) the i16 pair sums of maddubs
+    /// cannot saturate, so this equals the exact VNNI result.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn dot_avx2(u: __m256i, s: __m256i) -> __m256i {
+        _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1))
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,avxvnni")]
+    fn dot_avx_vnni(u: __m256i, s: __m256i) -> __m256i {
+        _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u, s)
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl,avx512vnni")]
+    fn dot_avx512_vnni(u: __m256i, s: __m256i) -> __m256i {
+        _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s)
+    }
+
+    /// Sums the four lanes of each 128-bit half of `a`, `b`, `c`, `d` (i32 lanes 0..4 and
+    /// 4..8 of each) into `[a₀, b₀, c₀, d₀, a₁, b₁, c₁, d₁]`, where `x₀`/`x₁` are the low
+    /// and high half sums. Interleave-and-add rather than `hadd`, which is microcoded as
+    /// several uops on AMD; integer sums are exact, so the grouping does not matter.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn reduce4(a: __m256i, b: __m256i, c: __m256i, d: __m256i) -> __m256i {
+        let ab = _mm256_add_epi32(_mm256_unpacklo_epi32(a, b), _mm256_unpackhi_epi32(a, b));
+        let cd = _mm256_add_epi32(_mm256_unpacklo_epi32(c, d), _mm256_unpackhi_epi32(c, d));
+        _mm256_add_epi32(_mm256_unpacklo_epi64(ab, cd), _mm256_unpackhi_epi64(ab, cd))
+    }
+
+    /// The group's four f16 values of one block, twice: `[v₀..v₃, v₀..v₃]`.
+    ///
+    /// # Safety
+    /// `p` must point at four readable u16s.
+    #[inline]
+    #[target_feature(enable = "avx2,f16c")]
+    unsafe fn f16x4_twice(p: *const u16) -> __m256 {
+        // SAFETY: the caller's contract; loadl reads 8 bytes unaligned.
+        let v = _mm_cvtph_ps(unsafe { _mm_loadl_epi64(p as *const __m128i) });
+        _mm256_set_m128(v, v)
+    }
+
+    /// Lanes `[j]` + `[j + 4]` of `acc` (plus Q4_1's minimum term) per weight row.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn finish(acc: __m256, mn: Option<__m128>) -> [f32; NR] {
+        let mut lanes = [0f32; 8];
+        // SAFETY: `lanes` is 8 f32s; storeu has no alignment requirement.
+        unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), acc) };
+        let mut m = [0f32; NR];
+        if let Some(mn) = mn {
+            // SAFETY: `m` is 4 f32s.
+            unsafe { _mm_storeu_ps(m.as_mut_ptr(), mn) };
+        }
+        std::array::from_fn(|j| {
+            let v = lanes[j] + lanes[j + NR];
+            if mn.is_some() {
+                v + m[j]
+            } else {
+                v
+            }
+        })
+    }
+
+    /// Like [`finish`] for lanes `[r0lo r0hi r2lo r2hi | r1lo r1hi r3lo r3hi]`.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn finish_spread(acc: __m256, mn: Option<__m128>) -> [f32; NR] {
+        let mut lanes = [0f32; 8];
+        // SAFETY: `lanes` is 8 f32s; storeu has no alignment requirement.
+        unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), acc) };
+        let mut m = [0f32; NR];
+        if let Some(mn) = mn {
+            // SAFETY: `m` is 4 f32s.
+            unsafe { _mm_storeu_ps(m.as_mut_ptr(), mn) };
+        }
+        // Row j's (lo, hi) lanes.
+        const AT: [usize; NR] = [0, 4, 2, 6];
+        std::array::from_fn(|j| {
+            let v = lanes[AT[j]] + lanes[AT[j] + 1];
+            if mn.is_some() {
+                v + m[j]
+            } else {
+                v
+            }
+        })
+    }
+
+    /// Checks every read a tile makes is in bounds, so the loops can use raw loads.
+    fn check<const R: usize>(w: &Group, x: &[XRow; MR], format: WeightFormat) {
+        let blocks = w.blocks();
+        assert!(w.quants.len() >= blocks * NR * format.quant_bytes());
+        assert!(format != WeightFormat::Q4_1 || w.mins.len() >= blocks * NR);
+        for row in &x[..R] {
+            assert!(row.quants.len() >= blocks * BLOCK && row.scales.len() >= blocks);
+            match format {
+                WeightFormat::Q8_0 => assert!(row.abs.len() >= blocks * BLOCK),
+                WeightFormat::Q4_0 => {
+                    assert!(row.offsets.len() >= blocks && row.halves.len() >= 2 * blocks * BLOCK)
+                }
+                WeightFormat::Q4_1 => {
+                    assert!(row.sums.len() >= blocks && row.halves.len() >= 2 * blocks * BLOCK)
+                }
+            }
+        }
+    }
+
+    macro_rules! simd_path {
+        ($name:ident, $features:literal, $dot:ident) => {
+            pub(super) mod $name {
+                use super::*;
+
+                /// `R` activation rows against one Q8_0 weight group: per row, `|x|`
+                /// against the weights signed by `x`; lanes `[lo₀..lo₃, hi₀..hi₃]`.
+                ///
+                /// # Safety
+                /// The CPU must support the path's features.
+                #[target_feature(enable = $features)]
+                pub(in super::super) unsafe fn q8_0<const R: usize>(
+                    w: Group,
+                    x: &[XRow; MR],
+                ) -> Tile {
+                    check::<R>(&w, x, WeightFormat::Q8_0);
+                    let mut acc = [_mm256_setzero_ps(); R];
+                    for b in 0..w.blocks() {
+                        // SAFETY: `check` keeps every load below in bounds.
+                        unsafe {
+                            let wp = w.quants.as_ptr().add(b * NR * BLOCK) as *const __m256i;
+                            let wv = [
+                                _mm256_loadu_si256(wp),
+                                _mm256_loadu_si256(wp.add(1)),
+                                _mm256_loadu_si256(wp.add(2)),
+                                _mm256_loadu_si256(wp.add(3)),
+                            ];
+                            let dw = f16x4_twice(w.scales.as_ptr().add(b * NR));
+                            for r in 0..R {
+                                let at = b * BLOCK;
+                                let xq = _mm256_loadu_si256(
+                                    x[r].quants.as_ptr().add(at) as *const __m256i
+                                );
+                                let xa =
+                                    _mm256_loadu_si256(x[r].abs.as_ptr().add(at) as *const __m256i);
+                                let halves = reduce4(
+                                    $dot(xa, _mm256_sign_epi8(wv[0], xq)),
+                                    $dot(xa, _mm256_sign_epi8(wv[1], xq)),
+                                    $dot(xa, _mm256_sign_epi8(wv[2], xq)),
+                                    $dot(xa, _mm256_sign_epi8(wv[3], xq)),
+                                );
+                                let s = _mm256_mul_ps(_mm256_set1_ps(x[r].scales[b]), dw);
+                                acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(halves), s, acc[r]);
+                            }
+                        }
+                    }
+                    let mut out = [[0f32; NR]; MR];
+                    for (o, a) in out.iter_mut().zip(acc) {
+                        *o = finish(a, None);
+                    }
+                    out
+                }
+
+                /// `R` activation rows against one Q4_0 (`MIN = false`) or Q4_1 group. A
+                /// 32-byte load holds two rows' nibbles; the low nibbles meet `x₀..x₁₆`
+                /// and the high ones `x₁₆..x₃₂`, each half duplicated across both lanes.
+                ///
+                /// # Safety
+                /// The CPU must support the path's features.
+                #[target_feature(enable = $features)]
+                pub(in super::super) unsafe fn q4<const R: usize, const MIN: bool>(
+                    w: Group,
+                    x: &[XRow; MR],
+                ) -> Tile {
+                    let format = if MIN {
+                        WeightFormat::Q4_1
+                    } else {
+                        WeightFormat::Q4_0
+                    };
+                    check::<R>(&w, x, format);
+                    let nib = _mm256_set1_epi8(0x0F);
+                    // After `reduce4` the lanes are [r0lo r0hi r2lo r2hi | r1lo r1hi r3lo r3hi];
+                    // the scales are spread to match rather than the sums reordered.
+                    let spread = _mm256_setr_epi32(0, 0, 2, 2, 1, 1, 3, 3);
+                    let mut acc = [_mm256_setzero_ps(); R];
+                    let mut mn = [_mm_setzero_ps(); R];
+                    for b in 0..w.blocks() {
+                        // SAFETY: `check` keeps every load below in bounds.
+                        unsafe {
+                            let wp = w.quants.as_ptr().add(b * NR * BLOCK / 2) as *const __m256i;
+                            let (r01, r23) =
+                                (_mm256_loadu_si256(wp), _mm256_loadu_si256(wp.add(1)));
+                            let lo01 = _mm256_and_si256(r01, nib);
+                            let hi01 = _mm256_and_si256(_mm256_srli_epi16::<4>(r01), nib);
+                            let lo23 = _mm256_and_si256(r23, nib);
+                            let hi23 = _mm256_and_si256(_mm256_srli_epi16::<4>(r23), nib);
+                            let d4 = _mm_cvtph_ps(_mm_loadl_epi64(
+                                w.scales.as_ptr().add(b * NR) as *const __m128i
+                            ));
+                            let dw = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(d4), spread);
+                            let mw = if MIN {
+                                _mm_cvtph_ps(_mm_loadl_epi64(
+                                    w.mins.as_ptr().add(b * NR) as *const __m128i
+                                ))
+                            } else {
+                                _mm_setzero_ps()
+                            };
+                            for r in 0..R {
+                                let xp = x[r].halves.as_ptr().add(2 * b * BLOCK) as *const __m256i;
+                                let (xlo, xhi) =
+                                    (_mm256_loadu_si256(xp), _mm256_loadu_si256(xp.add(1)));
+                                let mut halves = reduce4(
+                                    $dot(lo01, xlo),
+                                    $dot(hi01, xhi),
+                                    $dot(lo23, xlo),
+                                    $dot(hi23, xhi),
+                                );
+                                if !MIN {
+                                    // [8Σx_lo, 8Σx_hi] repeated: Q4_0's offset of 8, exactly.
+                                    let off = std::ptr::read_unaligned(
+                                        x[r].offsets.as_ptr().add(b) as *const i64,
+                                    );
+                                    halves = _mm256_sub_epi32(halves, _mm256_set1_epi64x(off));
+                                }
+                                let s = _mm256_mul_ps(_mm256_set1_ps(x[r].scales[b]), dw);
+                                acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(halves), s, acc[r]);
+                                if MIN {
+                                    mn[r] = _mm_fmadd_ps(mw, _mm_set1_ps(x[r].sums[b]), mn[r]);
+                                }
+                            }
+                        }
+                    }
+                    let mut out = [[0f32; NR]; MR];
+                    for r in 0..R {
+                        out[r] = finish_spread(acc[r], MIN.then_some(mn[r]));
+                    }
+                    out
+                }
+            }
+        };
+    }
+
+    simd_path!(avx2, "avx2,fma,f16c", dot_avx2);
+    simd_path!(avx_vnni, "avx2,fma,f16c,avxvnni", dot_avx_vnni);
+    simd_path!(
+        avx512_vnni,
+        "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni",
+        dot_avx512_vnni
+    );
+}

@@ -1,0 +1,307 @@
+//! `QuantMatrix`: every GGUF format it runs natively, against a dequantize-then-f64
+//! reference, bit for bit across every CPU path this machine has, and batch-invariant.
+//!
+//! Tolerance: the weights are used exactly (their dequantized values are the reference's),
+//! so the only approximation is quantizing the activations to int8 blocks. Rounding moves
+//! each activation by at most half a step, `amax_block / 254`, so output `j` of row `i` is
+//! off by at most `Σ_b amax_x(i, b) / 254 · Σ_{e ∈ b} |w(j, e)|`, plus f32 accumulation
+//! rounding, which a relative slack on `Σ |w·x|` covers. The bound is per element, so a
+//! wrong block, scale, nibble or lane in any element exceeds it.
+
+use candle_core::quantized::{GgmlDType, QTensor};
+use candle_core::{Device, Tensor};
+use tokenmill_engine::cpu_kernel::CpuKernel;
+use tokenmill_engine::models::quant_matrix::{QuantMatrix, WeightFormat};
+
+const FORMATS: [(WeightFormat, GgmlDType); 3] = [
+    (WeightFormat::Q4_0, GgmlDType::Q4_0),
+    (WeightFormat::Q4_1, GgmlDType::Q4_1),
+    (WeightFormat::Q8_0, GgmlDType::Q8_0),
+];
+
+/// Deterministic xorshift so failures reproduce without a seed printout.
+struct Rng(u64);
+
+impl Rng {
+    fn next_u32(&mut self) -> u32 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 >> 32) as u32
+    }
+
+    /// Uniform in [-1, 1).
+    fn unit(&mut self) -> f32 {
+        self.next_u32() as f32 / 2_147_483_648.0 - 1.0
+    }
+
+    fn vec(&mut self, len: usize, scale: f32) -> Vec<f32> {
+        (0..len).map(|_| self.unit() * scale).collect()
+    }
+}
+
+/// Weights `[n, k]` quantized by candle (ggml's block encoders) into `format`'s GGUF bytes,
+/// with an offset so Q4_1's minimums are not all alike.
+fn ggml_weights(rng: &mut Rng, dtype: GgmlDType, n: usize, k: usize) -> (Vec<u8>, QTensor) {
+    let w: Vec<f32> = (0..n * k)
+        .map(|i| rng.unit() * 0.05 + if (i / 32) % 3 == 0 { 0.02 } else { 0.0 })
+        .collect();
+    let t = Tensor::from_vec(w, (n, k), &Device::Cpu).unwrap();
+    let q = QTensor::quantize(&t, dtype).unwrap();
+    (q.data().unwrap().into_owned(), q)
+}
+
+fn packed(format: WeightFormat, dtype: GgmlDType, seed: u64, n: usize, k: usize) -> QuantMatrix {
+    let (bytes, _) = ggml_weights(&mut Rng(seed), dtype, n, k);
+    QuantMatrix::from_ggml(format, &bytes, n, k).expect("whole blocks")
+}
+
+fn dequantized(q: &QuantMatrix) -> Vec<f32> {
+    let k = q.cols();
+    let mut w = vec![0f32; q.rows() * k];
+    for (r, row) in w.chunks_exact_mut(k).enumerate() {
+        q.dequantize_row(r, row);
+    }
+    w
+}
+
+fn matmul(q: &QuantMatrix, x: &[f32], m: usize, kernel: CpuKernel) -> Vec<f32> {
+    let mut y = vec![f32::NAN; m * q.rows()];
+    q.matmul_with(x, m, &mut y, kernel);
+    y
+}
+
+fn bits(v: &[f32]) -> Vec<u32> {
+    v.iter().map(|v| v.to_bits()).collect()
+}
+
+fn assert_close_to_reference(q: &QuantMatrix, x: &[f32], m: usize, kernel: CpuKernel) {
+    let (n, k) = (q.rows(), q.cols());
+    let w = dequantized(q);
+    let got = matmul(q, x, m, kernel);
+    for i in 0..m {
+        let xr = &x[i * k..(i + 1) * k];
+        for j in 0..n {
+            let wr = &w[j * k..(j + 1) * k];
+            let (mut want, mut bound, mut mag) = (0f64, 0f64, 0f64);
+            for (xb, wb) in xr.chunks(32).zip(wr.chunks(32)) {
+                let amax = xb.iter().fold(0f32, |a, v| a.max(v.abs())) as f64;
+                bound += amax / 254.0 * wb.iter().map(|v| v.abs() as f64).sum::<f64>();
+                for (a, b) in xb.iter().zip(wb) {
+                    want += *a as f64 * *b as f64;
+                    mag += (*a as f64 * *b as f64).abs();
+                }
+            }
+            let g = got[i * n + j] as f64;
+            let tol = bound * 1.001 + 4e-6 * mag + 1e-7;
+            assert!(
+                (g - want).abs() <= tol,
+                "{:?} {kernel} m={m} n={n} k={k} ({i}, {j}): got {g}, want {want}, tol {tol}",
+                q.format()
+            );
+        }
+    }
+}
+
+#[test]
+fn packed_rows_dequantize_to_exactly_what_candle_reads_from_the_same_bytes() {
+    let (n, k) = (7, 96);
+    for (format, dtype) in FORMATS {
+        let (bytes, qt) = ggml_weights(&mut Rng(1), dtype, n, k);
+        let q = QuantMatrix::from_ggml(format, &bytes, n, k).unwrap();
+        let want = qt
+            .dequantize(&Device::Cpu)
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1::<f32>()
+            .unwrap();
+        assert_eq!(bits(&dequantized(&q)), bits(&want), "{format:?}");
+    }
+}
+
+#[test]
+fn every_format_matches_a_dequantized_reference_within_the_activation_rounding_bound() {
+    for (f, (format, dtype)) in FORMATS.into_iter().enumerate() {
+        for (i, &(m, n, k)) in [(1, 64, 576), (8, 96, 576), (33, 40, 1536), (5, 7, 1024)]
+            .iter()
+            .enumerate()
+        {
+            let q = packed(format, dtype, 100 + (f * 10 + i) as u64, n, k);
+            let x = Rng(7 + i as u64).vec(m * k, 3.0);
+            for kernel in CpuKernel::supported() {
+                assert_close_to_reference(&q, &x, m, kernel);
+            }
+        }
+    }
+}
+
+#[test]
+fn remainder_rows_and_columns_are_correct() {
+    for (format, dtype) in FORMATS {
+        let mut seed = 7;
+        for n in [1, 2, 3, 5, 6, 7, 9] {
+            for m in [1, 2, 3, 5, 6, 7] {
+                seed += 1;
+                let q = packed(format, dtype, seed, n, 64);
+                let x = Rng(seed).vec(m * 64, 1.0);
+                assert_close_to_reference(&q, &x, m, CpuKernel::active());
+            }
+        }
+    }
+}
+
+#[test]
+fn every_cpu_path_is_bitwise_equal_to_the_portable_one() {
+    let kernels = CpuKernel::supported();
+    eprintln!("paths on this CPU: {kernels:?}");
+    for (format, dtype) in FORMATS {
+        for (s, &(n, k)) in [(45, 320), (8, 32), (203, 576), (13, 1536), (96, 64)]
+            .iter()
+            .enumerate()
+        {
+            let q = packed(format, dtype, 40 + s as u64, n, k);
+            for m in [1, 2, 3, 4, 5, 9, 17] {
+                // Rows of very different magnitudes, zeros included.
+                let mut rng = Rng((s * 100 + m) as u64 + 1);
+                let mut x: Vec<f32> = (0..m)
+                    .flat_map(|r| rng.vec(k, 10f32.powi(r as i32 % 5 - 2)))
+                    .collect();
+                x[..k.min(40)].fill(0.0);
+                let portable = bits(&matmul(&q, &x, m, CpuKernel::Portable));
+                for &kernel in &kernels[1..] {
+                    let got = bits(&matmul(&q, &x, m, kernel));
+                    assert_eq!(got, portable, "{format:?} {kernel} n={n} k={k} m={m}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn requantized_q8_0_weights_are_bitwise_equal_across_paths_too() {
+    let (n, k, m) = (45, 320, 11);
+    let mut rng = Rng(11);
+    let q = QuantMatrix::quantize_q8_0(&rng.vec(n * k, 0.1), n, k).unwrap();
+    let x = rng.vec(m * k, 2.0);
+    let portable = bits(&matmul(&q, &x, m, CpuKernel::Portable));
+    for kernel in CpuKernel::supported() {
+        assert_eq!(bits(&matmul(&q, &x, m, kernel)), portable, "{kernel}");
+    }
+    assert_close_to_reference(&q, &x, m, CpuKernel::active());
+}
+
+#[test]
+fn each_output_row_is_bitwise_independent_of_the_batch() {
+    let (n, k) = (203, 576);
+    for (format, dtype) in FORMATS {
+        let q = packed(format, dtype, 42, n, k);
+        let mut rng = Rng(43);
+        for m in [3, 4, 5, 17, 64] {
+            let x: Vec<f32> = (0..m)
+                .flat_map(|r| rng.vec(k, 10f32.powi(r as i32 % 5 - 2)))
+                .collect();
+            let all = q.matmul(&x, m);
+            for r in 0..m {
+                let alone = q.matmul(&x[r * k..(r + 1) * k], 1);
+                assert_eq!(
+                    bits(&alone),
+                    bits(&all[r * n..(r + 1) * n]),
+                    "{format:?} m={m} row {r}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn a_q8_0_quant_of_minus_128_is_read_as_minus_127() {
+    // One block of one row: scale 1.0 (f16 0x3C00), quant 0 = −128, the rest 0.
+    let mut block = vec![0x00, 0x3C];
+    block.extend(std::iter::repeat_n(0u8, 32));
+    block[2] = 0x80;
+    let q = QuantMatrix::from_ggml(WeightFormat::Q8_0, &block, 1, 32).unwrap();
+    let mut row = [0f32; 32];
+    q.dequantize_row(0, &mut row);
+    assert_eq!(row[0], -127.0);
+    let mut x = [0f32; 32];
+    x[0] = -1.0;
+    for kernel in CpuKernel::supported() {
+        assert_eq!(matmul(&q, &x, 1, kernel), vec![127.0], "{kernel}");
+    }
+}
+
+#[test]
+fn widths_not_a_multiple_of_32_and_wrong_lengths_are_refused() {
+    assert!(QuantMatrix::quantize_q8_0(&[0.0; 2 * 48], 2, 48).is_none());
+    assert!(QuantMatrix::quantize_q8_0(&[0.0; 63], 2, 32).is_none());
+    assert!(QuantMatrix::from_ggml(WeightFormat::Q4_1, &[0; 20], 1, 48).is_none());
+    assert!(QuantMatrix::from_ggml(WeightFormat::Q4_1, &[0; 39], 2, 32).is_none());
+    assert!(QuantMatrix::from_ggml(WeightFormat::Q4_0, &[0; 36], 2, 32).is_some());
+}
+
+#[test]
+fn shape_accessors_and_empty_batches() {
+    let q = QuantMatrix::quantize_q8_0(&[0.5; 3 * 64], 3, 64).unwrap();
+    assert_eq!(
+        (q.rows(), q.cols(), q.format()),
+        (3, 64, WeightFormat::Q8_0)
+    );
+    assert!(q.matmul(&[], 0).is_empty());
+    assert_eq!(q.matmul(&[0.0; 64], 1), vec![0.0; 3]);
+}
+
+#[test]
+fn activations_round_half_away_from_zero_on_every_path() {
+    // Weight row j picks activation j with weight 127 (f16 scale exactly 1); an activation
+    // block with amax 127 has scale 1, so each output is 127 × the quantized activation.
+    let k = 32;
+    let w: Vec<f32> = (0..k * k)
+        .map(|i| if i / k == i % k { 127.0 } else { 0.0 })
+        .collect();
+    let q = QuantMatrix::quantize_q8_0(&w, k, k).unwrap();
+    let mut x = vec![
+        127.0,
+        0.5,
+        -0.5,
+        1.5,
+        -1.5,
+        2.5,
+        -2.5,
+        0.499_999_97,
+        -0.499_999_97,
+        126.5,
+        -126.5,
+        0.0,
+        -0.0,
+        3.499_999_8,
+        -3.500_000_2,
+        64.5,
+        -64.5,
+        0.7,
+        -0.7,
+        100.49999,
+        1e-30,
+    ];
+    x.resize(k, 5.5);
+    for kernel in CpuKernel::supported() {
+        let y = matmul(&q, &x, 1, kernel);
+        for (j, v) in x.iter().enumerate() {
+            assert_eq!(y[j], 127.0 * v.round(), "{kernel}: {v}");
+        }
+    }
+}
+
+#[test]
+fn kernel_names_parse_and_unknown_ones_are_refused() {
+    for k in CpuKernel::ALL {
+        assert_eq!(k.name().parse::<CpuKernel>(), Ok(k));
+    }
+    let err = "avx9000".parse::<CpuKernel>().unwrap_err();
+    assert!(
+        err.contains("portable") && err.contains("avx512_vnni"),
+        "{err}"
+    );
+    assert!(CpuKernel::Portable.is_supported());
+    assert!(CpuKernel::supported().contains(&CpuKernel::active()));
+}
