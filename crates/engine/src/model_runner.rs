@@ -58,8 +58,11 @@ impl ModelRunner {
 
     /// Runs one forward pass; its logits stay readable through [`logits`](Self::logits).
     pub fn execute(&mut self, batch: &ForwardBatch) -> Result<&Logits> {
-        self.model
-            .forward_into(batch, &mut self.kv_cache, &mut self.logits.data)?;
+        let (model, kv, logits) = (&self.model, &mut self.kv_cache, &mut self.logits.data);
+        // The whole pass runs on a compute-pool thread: its parallel loops then fork to the
+        // other workers directly, instead of this thread waking the pool and sleeping on a
+        // latch for each of the ~150 matmuls and loops of a decode step.
+        rayon::scope(|_| model.forward_into(batch, kv, logits))?;
         Ok(&self.logits)
     }
 

@@ -1,9 +1,11 @@
 //! `Sampler`: turns one row of logits into a token, applying penalties, temperature and
 //! truncation (top-k, top-p, min-p), and reports logprobs.
 
+use crate::models::layers::exp;
 use crate::sampling_params::SamplingParams;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use std::borrow::Cow;
 use std::collections::HashMap;
 
 #[derive(Debug, Clone, PartialEq)]
@@ -30,13 +32,19 @@ pub struct Sampler;
 
 impl Sampler {
     pub fn sample(logits: &[f32], ctx: &SamplingContext) -> SampledToken {
-        let mut work = logits.to_vec();
-        apply_penalties(&mut work, ctx);
-        for &id in ctx.banned {
-            if let Some(l) = work.get_mut(id as usize) {
-                *l = f32::NEG_INFINITY;
+        // A vocab-sized copy only when something rewrites the logits.
+        let work: Cow<[f32]> = if has_penalties(ctx.params) || !ctx.banned.is_empty() {
+            let mut work = logits.to_vec();
+            apply_penalties(&mut work, ctx);
+            for &id in ctx.banned {
+                if let Some(l) = work.get_mut(id as usize) {
+                    *l = f32::NEG_INFINITY;
+                }
             }
-        }
+            Cow::Owned(work)
+        } else {
+            Cow::Borrowed(logits)
+        };
         let token_id = if ctx.params.is_greedy() {
             argmax(&work)
         } else {
@@ -61,9 +69,13 @@ impl Sampler {
     }
 }
 
+fn has_penalties(p: &SamplingParams) -> bool {
+    p.repetition_penalty != 1.0 || p.frequency_penalty != 0.0 || p.presence_penalty != 0.0
+}
+
 fn apply_penalties(logits: &mut [f32], ctx: &SamplingContext) {
     let p = ctx.params;
-    if p.repetition_penalty == 1.0 && p.frequency_penalty == 0.0 && p.presence_penalty == 0.0 {
+    if !has_penalties(p) {
         return;
     }
     let mut counts: HashMap<u32, u32> = HashMap::new();
@@ -103,10 +115,28 @@ pub fn argmax(logits: &[f32]) -> u32 {
     best as u32
 }
 
+/// `ln Σ eˡ` over a vocab row. Eight running sums (a fixed order, so the same bits in any
+/// batch) and an `exp` without libm calls, so the loop vectorizes: this runs for every
+/// sampled token.
 fn logsumexp(logits: &[f32]) -> f32 {
     let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let sum: f32 = logits.iter().map(|l| (l - max).exp()).sum();
-    max + sum.ln()
+    if max == f32::NEG_INFINITY {
+        return max;
+    }
+    max + sum_exp(logits, max).ln()
+}
+
+/// `Σ e^(l − max)`, as [`logsumexp`] sums.
+fn sum_exp(logits: &[f32], max: f32) -> f32 {
+    let mut lanes = [0f32; 8];
+    let chunks = logits.chunks_exact(8);
+    let tail: f32 = chunks.remainder().iter().map(|&l| exp(l - max)).sum();
+    for c in chunks {
+        for (acc, &l) in lanes.iter_mut().zip(c) {
+            *acc += exp(l - max);
+        }
+    }
+    lanes.iter().sum::<f32>() + tail
 }
 
 /// Indices of the `k` largest values, largest first (ties: lower index first).
@@ -128,11 +158,11 @@ fn sample_random(logits: &[f32], ctx: &SamplingContext) -> u32 {
     // Candidates, most likely first: top-k (or everything), grown until top-p is covered.
     let limit = p.top_k.unwrap_or(scaled.len()).min(scaled.len());
     let max = scaled.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let total: f32 = scaled.iter().map(|l| (l - max).exp()).sum();
+    let total = sum_exp(&scaled, max);
     let mut take = limit.min(64);
     let candidates = loop {
         let c = top_k_indices(&scaled, take);
-        let mass: f32 = c.iter().map(|&i| (scaled[i] - max).exp()).sum::<f32>() / total;
+        let mass: f32 = c.iter().map(|&i| exp(scaled[i] - max)).sum::<f32>() / total;
         if take >= limit || mass >= p.top_p {
             break c;
         }
@@ -141,7 +171,7 @@ fn sample_random(logits: &[f32], ctx: &SamplingContext) -> u32 {
     let mut kept = Vec::with_capacity(candidates.len());
     let mut cumulative = 0.0;
     for &i in &candidates {
-        let prob = (scaled[i] - max).exp() / total;
+        let prob = exp(scaled[i] - max) / total;
         kept.push((i, prob));
         cumulative += prob;
         if cumulative >= p.top_p {

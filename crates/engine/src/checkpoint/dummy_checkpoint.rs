@@ -12,6 +12,8 @@ use std::path::{Path, PathBuf};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DummyDType {
+    Q4_0,
+    Q4_1,
     Q8_0,
     /// Values rounded to BF16, computed in f32 (candle has no fast BF16 CPU matmul).
     BF16,
@@ -22,10 +24,14 @@ impl std::str::FromStr for DummyDType {
     type Err = String;
     fn from_str(s: &str) -> std::result::Result<Self, String> {
         match s.to_ascii_lowercase().as_str() {
+            "q4_0" => Ok(Self::Q4_0),
+            "q4_1" => Ok(Self::Q4_1),
             "q8_0" => Ok(Self::Q8_0),
             "bf16" => Ok(Self::BF16),
             "f32" => Ok(Self::F32),
-            other => Err(format!("unknown dummy dtype {other:?} (q8_0, bf16, f32)")),
+            other => Err(format!(
+                "unknown dummy dtype {other:?} (q4_0, q4_1, q8_0, bf16, f32)"
+            )),
         }
     }
 }
@@ -125,6 +131,8 @@ impl Checkpoint for DummyCheckpoint {
         };
         let tensor = Tensor::from_vec(values, shape.as_slice(), &Device::Cpu)?;
         let dtype = match self.dtype {
+            DummyDType::Q4_0 if shape.len() == 2 => GgmlDType::Q4_0,
+            DummyDType::Q4_1 if shape.len() == 2 => GgmlDType::Q4_1,
             DummyDType::Q8_0 if shape.len() == 2 => GgmlDType::Q8_0,
             _ => GgmlDType::F32,
         };
