@@ -1,5 +1,7 @@
-//! Measures this machine's roofline inputs: memory read bandwidth (1 and all threads) and
-//! candle's f32 matmul rate, so benchmark results can be put against what is possible.
+//! Measures this machine's roofline inputs: memory read bandwidth (1 and all threads), the
+//! int8 dot-product peak of the instructions our kernels use (register-only, per core and
+//! all cores) and candle's f32 matmul rate, so benchmark results can be put against what
+//! is possible.
 use candle_core::{Device, Tensor};
 use rayon::prelude::*;
 use std::time::Instant;
@@ -45,6 +47,13 @@ fn main() -> candle_core::Result<()> {
         read_bandwidth(&buf, all)
     );
     drop(buf);
+    #[cfg(target_arch = "x86_64")]
+    if is_x86_feature_detected!("avx2") {
+        let one = int8_peak(1);
+        let every = int8_peak(all);
+        println!("int8 dot peak (AVX2 maddubs+madd), 1 thread: {one:.1} GOP/s");
+        println!("int8 dot peak (AVX2 maddubs+madd), {all} threads: {every:.1} GOP/s");
+    }
     for &m in &[1usize, 64, 512] {
         let (k, n) = (1024, 4096);
         let x = Tensor::randn(0f32, 1.0, (m, k), &Device::Cpu)?;
@@ -62,4 +71,50 @@ fn main() -> candle_core::Result<()> {
         );
     }
     Ok(())
+}
+
+/// Best int8 multiply-add rate over `threads` threads, counting a multiply and an add as two
+/// operations: independent `maddubs`+`madd` chains on registers only (no memory traffic),
+/// the instruction pair our AVX2 kernel spends per 32 byte products.
+#[cfg(target_arch = "x86_64")]
+fn int8_peak(threads: usize) -> f64 {
+    const ITERS: usize = 20_000_000;
+    let t = Instant::now();
+    let sums: Vec<i32> = (0..threads)
+        .into_par_iter()
+        .map(|_| {
+            // SAFETY: the caller checked AVX2.
+            unsafe { int8_chains(ITERS) }
+        })
+        .collect();
+    std::hint::black_box(sums);
+    // 8 chains × 32 byte products × 2 operations per iteration, per thread.
+    (threads * ITERS * 8 * 32 * 2) as f64 / t.elapsed().as_secs_f64() / 1e9
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn int8_chains(iters: usize) -> i32 {
+    use std::arch::x86_64::*;
+    let ones = _mm256_set1_epi16(1);
+    let a = _mm256_set1_epi8(3);
+    let mut b = [_mm256_set1_epi8(1); 8];
+    let mut acc = [_mm256_setzero_si256(); 8];
+    for (i, v) in b.iter_mut().enumerate() {
+        *v = _mm256_set1_epi8(i as i8 - 4);
+    }
+    for _ in 0..iters {
+        for j in 0..8 {
+            let d = _mm256_madd_epi16(_mm256_maddubs_epi16(a, b[j]), ones);
+            acc[j] = _mm256_add_epi32(acc[j], d);
+        }
+        b[0] = std::hint::black_box(b[0]);
+    }
+    let mut lanes = [0i32; 8];
+    let total = acc
+        .iter()
+        .fold(_mm256_setzero_si256(), |s, v| _mm256_add_epi32(s, *v));
+    // SAFETY: `lanes` is 8 i32s; storeu has no alignment requirement.
+    unsafe { _mm256_storeu_si256(lanes.as_mut_ptr() as *mut __m256i, total) };
+    lanes.iter().sum()
 }
