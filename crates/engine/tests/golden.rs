@@ -17,7 +17,7 @@ use tokenmill_engine::models::WeightMode;
 use tokenmill_engine::{EngineConfig, Request, SamplingParams};
 
 const F32_LOGIT_TOL: f64 = 2e-3;
-const F16_KV_LOGIT_TOL: f64 = 0.05;
+const F16_KV_LOGIT_TOL: f64 = 0.01;
 const QUANTIZED_LOGIT_TOL: f64 = 0.6;
 
 fn config(mode: WeightMode, kv: KvCacheDtype) -> EngineConfig {
