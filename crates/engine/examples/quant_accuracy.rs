@@ -7,7 +7,7 @@
 use tokenmill_engine::block_manager::BlockManager;
 use tokenmill_engine::checkpoint;
 use tokenmill_engine::forward_batch::ForwardBatch;
-use tokenmill_engine::kv_cache::KvCache;
+use tokenmill_engine::kv_cache::{KvCache, KvCacheDtype};
 use tokenmill_engine::models::{Llama, WeightMode};
 
 const BLOCK_SIZE: usize = 16;
@@ -22,6 +22,7 @@ fn all_logits(model: &Llama, prompt: &[u32]) -> Vec<f32> {
         blocks,
         BLOCK_SIZE,
         c.num_kv_heads * c.head_dim,
+        KvCacheDtype::F32,
     );
     // Block ids are only minted by a block manager.
     let table = BlockManager::new(blocks, BLOCK_SIZE, false)

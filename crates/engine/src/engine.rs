@@ -6,6 +6,7 @@
 use crate::block_manager::BlockManager;
 use crate::checkpoint::Checkpoint;
 use crate::error::{EngineError, Result};
+use crate::kv_cache::KvCacheDtype;
 use crate::model_runner::{Logits, ModelRunner};
 use crate::models::{Llama, WeightMode};
 use crate::request::{FinishReason, Request, RequestEvent, RequestTimings, SeqId};
@@ -27,6 +28,9 @@ pub struct EngineConfig {
     /// Exact pool size; when `None` it is `kv_cache_memory_bytes` worth of blocks.
     pub num_kv_blocks: Option<usize>,
     pub kv_cache_memory_bytes: usize,
+    /// Element type of the KV cache; `Auto` is f16, so the same memory holds twice the
+    /// tokens of f32.
+    pub kv_cache_dtype: KvCacheDtype,
     pub max_num_batched_tokens: usize,
     pub max_num_seqs: usize,
     /// Defaults to the model's context length, capped by what the KV pool holds.
@@ -45,6 +49,7 @@ impl Default for EngineConfig {
             block_size: 16,
             num_kv_blocks: None,
             kv_cache_memory_bytes: 2 << 30,
+            kv_cache_dtype: KvCacheDtype::Auto,
             max_num_batched_tokens: 512,
             max_num_seqs: 128,
             max_model_len: None,
@@ -133,7 +138,8 @@ impl Engine {
             Some(n) => n,
             None => {
                 config.kv_cache_memory_bytes
-                    / (model_config.kv_bytes_per_token() * config.block_size)
+                    / (model_config.kv_bytes_per_token(config.kv_cache_dtype.element_size())
+                        * config.block_size)
             }
         };
         if num_blocks == 0 || config.block_size == 0 {
@@ -153,6 +159,11 @@ impl Engine {
             None => model_config.max_position_embeddings.min(pool_tokens),
         };
         let model = Llama::load(ckpt, config.weight_mode, max_model_len)?;
+        tracing::info!(
+            "KV cache: {:?}, {num_blocks} blocks of {} tokens ({pool_tokens} tokens)",
+            config.kv_cache_dtype.resolve(),
+            config.block_size
+        );
         Ok(Self::new(model, num_blocks, max_model_len, &config))
     }
 
@@ -177,7 +188,8 @@ impl Engine {
             },
             BlockManager::new(num_blocks, config.block_size, config.enable_prefix_caching),
         );
-        let mut runner = ModelRunner::new(model, num_blocks, config.block_size);
+        let mut runner =
+            ModelRunner::new(model, num_blocks, config.block_size, config.kv_cache_dtype);
         runner.reserve(config.max_num_batched_tokens, config.max_num_seqs);
         Self {
             runner,

@@ -55,8 +55,9 @@ impl ModelConfig {
     }
 
     /// Bytes of keys plus values one token occupies in the f32 KV cache, over all layers.
-    pub fn kv_bytes_per_token(&self) -> usize {
-        2 * self.num_layers * self.num_kv_heads * self.head_dim * std::mem::size_of::<f32>()
+    /// Keys and values of every layer for one token, at `element_size` bytes per number.
+    pub fn kv_bytes_per_token(&self, element_size: usize) -> usize {
+        2 * self.num_layers * self.num_kv_heads * self.head_dim * element_size
     }
 
     /// Qwen3-0.6B's published shape, for random-weight benchmarking.

@@ -3,7 +3,7 @@
 
 use crate::error::Result;
 use crate::forward_batch::ForwardBatch;
-use crate::kv_cache::KvCache;
+use crate::kv_cache::{KvCache, KvCacheDtype};
 use crate::models::Llama;
 
 pub struct ModelRunner {
@@ -26,13 +26,14 @@ impl Logits {
 }
 
 impl ModelRunner {
-    pub fn new(model: Llama, num_blocks: usize, block_size: usize) -> Self {
+    pub fn new(model: Llama, num_blocks: usize, block_size: usize, kv_dtype: KvCacheDtype) -> Self {
         let c = model.config();
         let kv_cache = KvCache::new(
             c.num_layers,
             num_blocks,
             block_size,
             c.num_kv_heads * c.head_dim,
+            kv_dtype,
         );
         let logits = Logits {
             data: Vec::new(),

@@ -1,14 +1,28 @@
-//! Causal attention over the paged KV cache, our own CPU kernel.
+//! Causal attention over the paged KV cache: one pass of online softmax, our own CPU kernel.
 //!
-//! Each query token attends to positions `0..=pos` of its own sequence, reading keys and
-//! values through the sequence's block table. Work is split into (token, KV head) tasks:
-//! the query heads sharing a KV head (GQA) are processed together so every key and value
-//! row is loaded once per group. Every task is independent of the rest of the batch, so a
-//! token's output does not depend on what else is batched with it.
+//! Work is one task per (sequence, tile of up to `TILE_ROWS` query rows). A task walks its
+//! sequence's context in chunks of `CHUNK` positions; each chunk's keys and values are read
+//! through the block table and widened to f32 once, then used by every query row and every
+//! query head of the GQA group, so a prefill reads K/V once per tile instead of once per
+//! token. Each (row, head) keeps a running max, sum and accumulator (flash attention) and
+//! rescales them as the max grows; scores are never materialised.
+//!
+//! The context is cut into partitions of `PARTITION` positions. Within a partition chunks
+//! are folded in order; partitions are merged in order. A lone decode row with a long
+//! context computes its partitions in parallel (flash-decoding) and merges them in that
+//! same order, so it performs exactly the same float operations as a row inside a prefill
+//! tile. Cuts depend only on positions, never on the batch: a token's output has the same
+//! bits whatever it is batched with.
+//!
+//! Every path uses the same operation order and fused multiply-adds, so the AVX2 build of
+//! the kernel and the portable build give identical bits.
 
-use crate::forward_batch::ForwardBatch;
-use crate::kv_cache::KvLayer;
+use crate::block_manager::BlockId;
+use crate::forward_batch::{BatchSeq, ForwardBatch};
+use crate::kv_cache::{KvLayer, KvSlab};
 use rayon::prelude::*;
+use std::cell::RefCell;
+use std::ops::Range;
 
 #[derive(Debug, Clone, Copy)]
 pub struct AttentionShape {
@@ -18,6 +32,13 @@ pub struct AttentionShape {
     pub block_size: usize,
 }
 
+/// Positions per online-softmax step: two AVX2 registers of scores.
+pub const CHUNK: usize = 16;
+/// Positions per flash-decoding partition (a multiple of `CHUNK`).
+pub const PARTITION: usize = 512;
+/// Query rows per prefill task: enough reuse of each K/V chunk, small enough state for L1.
+pub const TILE_ROWS: usize = 16;
+
 /// `q`: `[T, num_heads * head_dim]` (already rotated) → `[T, num_heads * head_dim]`.
 pub fn paged_attention(
     q: &[f32],
@@ -25,126 +46,762 @@ pub fn paged_attention(
     batch: &ForwardBatch,
     shape: AttentionShape,
 ) -> Vec<f32> {
-    let group = shape.num_heads / shape.num_kv_heads;
-    let chunk = group * shape.head_dim;
     let mut out = vec![0.0f32; q.len()];
-    out.par_chunks_mut(chunk)
-        .enumerate()
-        .for_each(|(task, out)| {
-            let (token, kv_head) = (task / shape.num_kv_heads, task % shape.num_kv_heads);
-            let q_start = token * shape.num_heads * shape.head_dim + kv_head * chunk;
-            let task = Task {
-                q: &q[q_start..q_start + chunk],
-                kv,
-                block_table: &batch.seqs[batch.seq_index[token]].block_table,
-                context_len: batch.positions[token] + 1,
-                kv_head,
-                shape,
-            };
-            task.run(out);
-        });
+    paged_attention_into(q, kv, batch, shape, &mut out);
     out
 }
 
-struct Task<'a> {
-    /// `[group, head_dim]` query heads sharing `kv_head`.
-    q: &'a [f32],
-    kv: &'a KvLayer,
-    block_table: &'a [crate::block_manager::BlockId],
-    context_len: usize,
-    kv_head: usize,
+/// As `paged_attention`, writing into `out` (`q.len()` floats, every element overwritten).
+pub fn paged_attention_into(
+    q: &[f32],
+    kv: &KvLayer,
+    batch: &ForwardBatch,
     shape: AttentionShape,
+    out: &mut [f32],
+) {
+    attend(q, kv, batch, shape, out, Isa::detected());
 }
 
-impl Task<'_> {
-    fn run(&self, out: &mut [f32]) {
-        #[cfg(target_arch = "x86_64")]
-        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
-        {
-            // SAFETY: the CPU supports the features the function is compiled for.
-            return unsafe { self.run_avx2(out) };
+/// The portable build of the kernel, whatever the CPU: for tests that compare it with the
+/// detected one bit for bit.
+pub fn paged_attention_portable_into(
+    q: &[f32],
+    kv: &KvLayer,
+    batch: &ForwardBatch,
+    shape: AttentionShape,
+    out: &mut [f32],
+) {
+    attend(q, kv, batch, shape, out, Isa::Portable);
+}
+
+fn attend(
+    q: &[f32],
+    kv: &KvLayer,
+    batch: &ForwardBatch,
+    shape: AttentionShape,
+    out: &mut [f32],
+    isa: Isa,
+) {
+    assert_eq!(out.len(), q.len(), "output and query sizes differ");
+    assert_eq!(
+        shape.num_heads % shape.num_kv_heads,
+        0,
+        "query heads must be a multiple of KV heads"
+    );
+    let ctx = Ctx {
+        q,
+        kv,
+        positions: &batch.positions,
+        shape,
+        isa,
+    };
+    for_each_seq(
+        &batch.seqs,
+        0,
+        out,
+        &|seq, out| ctx.seq(seq, out),
+        ctx.row_width(),
+    );
+}
+
+/// Runs `f` on every sequence with its own rows of `out`, in parallel. Sequences' rows are
+/// contiguous and in order, so halving the list halves `out` at a row boundary.
+fn for_each_seq(
+    seqs: &[BatchSeq],
+    first_row: usize,
+    out: &mut [f32],
+    f: &(dyn Fn(&BatchSeq, &mut [f32]) + Sync),
+    width: usize,
+) {
+    match seqs {
+        [] => {}
+        [seq] => f(seq, out),
+        _ => {
+            let (left, right) = seqs.split_at(seqs.len() / 2);
+            let mid = right[0].rows.start;
+            let (a, b) = out.split_at_mut((mid - first_row) * width);
+            rayon::join(
+                || for_each_seq(left, first_row, a, f, width),
+                || for_each_seq(right, mid, b, f, width),
+            );
         }
-        self.run_portable(out)
+    }
+}
+
+struct Ctx<'a> {
+    q: &'a [f32],
+    kv: &'a KvLayer,
+    positions: &'a [usize],
+    shape: AttentionShape,
+    isa: Isa,
+}
+
+impl Ctx<'_> {
+    fn row_width(&self) -> usize {
+        self.shape.num_heads * self.shape.head_dim
     }
 
-    #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn run_avx2(&self, out: &mut [f32]) {
-        self.run_portable(out)
+    fn group(&self) -> usize {
+        self.shape.num_heads / self.shape.num_kv_heads
     }
 
+    /// One sequence's rows: tiles in parallel, or a long decode row split by partition.
+    fn seq(&self, seq: &BatchSeq, out: &mut [f32]) {
+        let rows = seq.rows.clone();
+        if rows.len() == 1 && self.positions[rows.start] >= PARTITION {
+            return self.split_decode(seq, rows.start, out);
+        }
+        let w = self.row_width();
+        out.par_chunks_mut(TILE_ROWS * w)
+            .enumerate()
+            .for_each(|(t, out)| {
+                let start = rows.start + t * TILE_ROWS;
+                let job = TileJob {
+                    ctx: self,
+                    table: &seq.block_table,
+                    rows: start..start + out.len() / w,
+                    out,
+                };
+                dispatch(self.isa, self.kv, job);
+            });
+    }
+
+    /// Flash-decoding: every (KV head, partition) of one row in parallel, then an in-order
+    /// merge per head — the same operations, in the same order, as a tile would perform.
+    fn split_decode(&self, seq: &BatchSeq, row: usize, out: &mut [f32]) {
+        let (g, d) = (self.group(), self.shape.head_dim);
+        let parts = self.positions[row] / PARTITION + 1;
+        let per_part = g * (d + 2);
+        let mut partials = vec![0.0f32; self.shape.num_kv_heads * parts * per_part];
+        partials
+            .par_chunks_mut(per_part)
+            .enumerate()
+            .for_each(|(i, dst)| {
+                let job = PartitionJob {
+                    ctx: self,
+                    table: &seq.block_table,
+                    row,
+                    kv_head: i / parts,
+                    part: i % parts,
+                    dst,
+                };
+                dispatch(self.isa, self.kv, job);
+            });
+        let job = MergeJob {
+            group: g,
+            head_dim: d,
+            partials: &partials,
+            parts,
+            out,
+        };
+        dispatch(self.isa, self.kv, job);
+    }
+
+    /// Query heads of `kv_head` at batch `row`, pre-multiplied by `log2(e) / sqrt(d)` so
+    /// scores come out in base 2 and the softmax needs `exp2` only.
     #[inline(always)]
-    fn run_portable(&self, out: &mut [f32]) {
+    fn load_queries(&self, row: usize, kv_head: usize, dst: &mut [f32]) {
+        let (g, d) = (self.group(), self.shape.head_dim);
+        let scale = std::f32::consts::LOG2_E / (d as f32).sqrt();
+        let start = row * self.row_width() + kv_head * g * d;
+        for (o, x) in dst.iter_mut().zip(&self.q[start..start + g * d]) {
+            *o = x * scale;
+        }
+    }
+}
+
+/// Which build of the kernel runs, chosen once per process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Isa {
+    Portable,
+    #[cfg(target_arch = "x86_64")]
+    Avx2,
+}
+
+impl Isa {
+    fn detected() -> Self {
+        static ISA: std::sync::OnceLock<Isa> = std::sync::OnceLock::new();
+        *ISA.get_or_init(|| {
+            if std::env::var("TOKENMILL_CPU_KERNEL").as_deref() == Ok("portable") {
+                return Isa::Portable;
+            }
+            #[cfg(target_arch = "x86_64")]
+            if std::arch::is_x86_feature_detected!("avx2")
+                && std::arch::is_x86_feature_detected!("fma")
+                && std::arch::is_x86_feature_detected!("f16c")
+            {
+                return Isa::Avx2;
+            }
+            Isa::Portable
+        })
+    }
+}
+
+/// Reads one head's key or value row at an element offset, widened to f32.
+trait Rows: Sync {
+    fn key(&self, start: usize, dst: &mut [f32]);
+    fn value(&self, start: usize, dst: &mut [f32]);
+}
+
+struct F32Rows<'a> {
+    keys: &'a [f32],
+    values: &'a [f32],
+}
+
+impl Rows for F32Rows<'_> {
+    #[inline(always)]
+    fn key(&self, start: usize, dst: &mut [f32]) {
+        dst.copy_from_slice(&self.keys[start..start + dst.len()]);
+    }
+    #[inline(always)]
+    fn value(&self, start: usize, dst: &mut [f32]) {
+        dst.copy_from_slice(&self.values[start..start + dst.len()]);
+    }
+}
+
+/// f16 bits; `F16C` widens 8 at a time with `vcvtph2ps` (only instantiated where detected).
+struct F16Rows<'a, const F16C: bool> {
+    keys: &'a [u16],
+    values: &'a [u16],
+}
+
+impl<const F16C: bool> Rows for F16Rows<'_, F16C> {
+    #[inline(always)]
+    fn key(&self, start: usize, dst: &mut [f32]) {
+        widen_f16::<F16C>(&self.keys[start..start + dst.len()], dst);
+    }
+    #[inline(always)]
+    fn value(&self, start: usize, dst: &mut [f32]) {
+        widen_f16::<F16C>(&self.values[start..start + dst.len()], dst);
+    }
+}
+
+#[inline(always)]
+fn widen_f16<const F16C: bool>(src: &[u16], dst: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if F16C {
+        // SAFETY: `F16C` rows are only built when the CPU has F16C (see `dispatch`).
+        return unsafe { widen_f16_f16c(src, dst) };
+    }
+    for (o, &h) in dst.iter_mut().zip(src) {
+        *o = half::f16::from_bits(h).to_f32();
+    }
+}
+
+/// Hardware f16→f32; exact, so the same bits as `half`.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn widen_f16_f16c(src: &[u16], dst: &mut [f32]) {
+    use std::arch::x86_64::{__m128i, _mm256_cvtph_ps, _mm256_storeu_ps, _mm_loadu_si128};
+    let n = dst.len().min(src.len());
+    let mut i = 0;
+    while i + 8 <= n {
+        // SAFETY: `i + 8 <= n` keeps both 8-element accesses inside the slices.
+        unsafe {
+            let h = _mm_loadu_si128(src.as_ptr().add(i) as *const __m128i);
+            _mm256_storeu_ps(dst.as_mut_ptr().add(i), _mm256_cvtph_ps(h));
+        }
+        i += 8;
+    }
+    for j in i..n {
+        dst[j] = half::f16::from_bits(src[j]).to_f32();
+    }
+}
+
+/// bf16 bits: the top half of an f32, so widening is a shift.
+struct Bf16Rows<'a> {
+    keys: &'a [u16],
+    values: &'a [u16],
+}
+
+impl Rows for Bf16Rows<'_> {
+    #[inline(always)]
+    fn key(&self, start: usize, dst: &mut [f32]) {
+        widen_bf16(&self.keys[start..start + dst.len()], dst);
+    }
+    #[inline(always)]
+    fn value(&self, start: usize, dst: &mut [f32]) {
+        widen_bf16(&self.values[start..start + dst.len()], dst);
+    }
+}
+
+#[inline(always)]
+fn widen_bf16(src: &[u16], dst: &mut [f32]) {
+    for (o, &h) in dst.iter_mut().zip(src) {
+        *o = f32::from_bits((h as u32) << 16);
+    }
+}
+
+/// A unit of work, generic over how K/V rows are read so each cache type and ISA gets its
+/// own compiled copy.
+trait Job {
+    fn run<R: Rows>(self, rows: &R);
+}
+
+fn dispatch<J: Job>(isa: Isa, kv: &KvLayer, job: J) {
+    match (&kv.keys, &kv.values) {
+        (KvSlab::F32(keys), KvSlab::F32(values)) => with_isa(isa, job, &F32Rows { keys, values }),
+        (KvSlab::F16(keys), KvSlab::F16(values)) => match isa {
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => with_isa(isa, job, &F16Rows::<true> { keys, values }),
+            Isa::Portable => with_isa(isa, job, &F16Rows::<false> { keys, values }),
+        },
+        (KvSlab::Bf16(keys), KvSlab::Bf16(values)) => {
+            with_isa(isa, job, &Bf16Rows { keys, values })
+        }
+        _ => unreachable!("keys and values share one dtype"),
+    }
+}
+
+fn with_isa<J: Job, R: Rows>(isa: Isa, job: J, rows: &R) {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `Isa::Avx2` is only chosen when the CPU has AVX2, FMA and F16C.
+        Isa::Avx2 => unsafe { run_avx2(job, rows) },
+        Isa::Portable => job.run(rows),
+    }
+}
+
+/// The same code as the portable build, compiled with 256-bit vectors and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn run_avx2<J: Job, R: Rows>(job: J, rows: &R) {
+    job.run(rows)
+}
+
+/// Online-softmax state of several (row, head) pairs: running max (base 2), sum, and
+/// unnormalised output.
+#[derive(Default)]
+struct State {
+    max: Vec<f32>,
+    sum: Vec<f32>,
+    acc: Vec<f32>,
+}
+
+impl State {
+    fn reset(&mut self, n: usize, d: usize) {
+        self.max.clear();
+        self.max.resize(n, f32::NEG_INFINITY);
+        self.sum.clear();
+        self.sum.resize(n, 0.0);
+        self.acc.clear();
+        self.acc.resize(n * d, 0.0);
+    }
+}
+
+/// Per-thread buffers, grown once and reused so steady-state steps do not allocate.
+#[derive(Default)]
+struct Scratch {
+    /// One chunk of keys, transposed: `[head_dim, CHUNK]`.
+    keys_t: Vec<f32>,
+    /// One chunk of values: `[CHUNK, head_dim]`.
+    values: Vec<f32>,
+    row: Vec<f32>,
+    /// Scaled queries of the tile: `[rows * group, head_dim]`.
+    queries: Vec<f32>,
+    partition: State,
+    total: State,
+}
+
+impl Scratch {
+    fn prepare(&mut self, d: usize, queries: usize) {
+        self.keys_t.resize(d * CHUNK, 0.0);
+        self.values.resize(CHUNK * d, 0.0);
+        self.row.resize(d, 0.0);
+        self.queries.resize(queries * d, 0.0);
+    }
+}
+
+thread_local! {
+    static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
+}
+
+/// Walks positions `span` (chunk-aligned) of one KV head for a run of consecutive query
+/// rows at `positions`, folding each chunk into `state` for every row that sees it.
+struct Span<'a, R> {
+    rows: &'a R,
+    table: &'a [BlockId],
+    shape: AttentionShape,
+    kv_head: usize,
+    positions: &'a [usize],
+}
+
+impl<R: Rows> Span<'_, R> {
+    #[inline(always)]
+    fn fold(&self, span: Range<usize>, queries: &[f32], bufs: &mut ChunkBufs, state: &mut State) {
+        let d = self.shape.head_dim;
+        let g = queries.len() / d / self.positions.len();
+        let last = *self.positions.iter().max().expect("a tile has rows");
+        let end = span.end.min(last + 1);
+        let mut start = span.start;
+        while start < end {
+            let n = CHUNK.min(end - start);
+            self.load_chunk(start, n, bufs);
+            for (r, &pos) in self.positions.iter().enumerate() {
+                if pos < start {
+                    continue;
+                }
+                let valid = (pos - start + 1).min(CHUNK);
+                for i in r * g..(r + 1) * g {
+                    fold_chunk(
+                        &queries[i * d..(i + 1) * d],
+                        bufs,
+                        valid,
+                        &mut state.max[i],
+                        &mut state.sum[i],
+                        &mut state.acc[i * d..(i + 1) * d],
+                    );
+                }
+            }
+            start += CHUNK;
+        }
+    }
+
+    /// Keys (transposed) and values of positions `start..start + n`, widened to f32.
+    #[inline(always)]
+    fn load_chunk(&self, start: usize, n: usize, bufs: &mut ChunkBufs) {
         let AttentionShape {
-            head_dim,
-            block_size,
+            head_dim: d,
+            block_size: bs,
             num_kv_heads,
             ..
         } = self.shape;
-        let group = self.q.len() / head_dim;
-        let width = num_kv_heads * head_dim;
-        let scale = 1.0 / (head_dim as f32).sqrt();
-        let n = self.context_len;
-        // 1. scores[g, j] = q_g · k_j / sqrt(d)
-        let mut scores = vec![0.0f32; group * n];
         for j in 0..n {
-            let k = self.row(&self.kv.keys, j, width, block_size);
-            for g in 0..group {
-                scores[g * n + j] = dot(&self.q[g * head_dim..(g + 1) * head_dim], k) * scale;
+            let pos = start + j;
+            let slot = self.table[pos / bs].index() * bs + pos % bs;
+            let at = slot * num_kv_heads * d + self.kv_head * d;
+            self.rows.key(at, bufs.row);
+            for (k, &x) in bufs.row.iter().enumerate() {
+                bufs.keys_t[k * CHUNK + j] = x;
+            }
+            self.rows.value(at, &mut bufs.values[j * d..(j + 1) * d]);
+        }
+    }
+}
+
+struct ChunkBufs<'a> {
+    keys_t: &'a mut [f32],
+    values: &'a mut [f32],
+    row: &'a mut [f32],
+}
+
+/// Folds one chunk into one (row, head): scores for the first `valid` positions, a new
+/// running max, rescaled sum and accumulator, then the weighted values.
+#[inline(always)]
+fn fold_chunk(
+    q: &[f32],
+    bufs: &ChunkBufs,
+    valid: usize,
+    max: &mut f32,
+    sum: &mut f32,
+    acc: &mut [f32],
+) {
+    let s = chunk_scores(q, bufs.keys_t);
+    let chunk_max = s[..valid].iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let new_max = max.max(chunk_max);
+    let alpha = exp2(*max - new_max);
+    let mut p = [0.0f32; CHUNK];
+    for j in 0..CHUNK {
+        let e = exp2(s[j] - new_max);
+        // Lanes past `valid` hold other positions' (or stale) keys: weight zero.
+        p[j] = if j < valid { e } else { 0.0 };
+    }
+    let mut chunk_sum = 0.0f32;
+    for &x in &p[..valid] {
+        chunk_sum += x;
+    }
+    *sum = sum.mul_add(alpha, chunk_sum);
+    *max = new_max;
+    accumulate(acc, alpha, &p[..valid], bufs.values);
+}
+
+/// `acc = acc * alpha + Σ_j p_j v_j`, j in order. `ACC_LANES` of `acc` stay in registers
+/// across the positions (independent FMA chains), the tail takes the same steps one by one.
+#[inline(always)]
+fn accumulate(acc: &mut [f32], alpha: f32, p: &[f32], values: &[f32]) {
+    const ACC_LANES: usize = 32;
+    let d = acc.len();
+    let mut c = 0;
+    while c + ACC_LANES <= d {
+        let mut a = [0.0f32; ACC_LANES];
+        for (x, &y) in a.iter_mut().zip(&acc[c..c + ACC_LANES]) {
+            *x = y * alpha;
+        }
+        for (j, &w) in p.iter().enumerate() {
+            let v = &values[j * d + c..j * d + c + ACC_LANES];
+            for (x, &y) in a.iter_mut().zip(v) {
+                *x = w.mul_add(y, *x);
             }
         }
-        // 2. softmax over j, per head
-        for row in scores.chunks_exact_mut(n) {
-            let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-            let mut sum = 0.0;
-            for s in row.iter_mut() {
-                *s = (*s - max).exp();
-                sum += *s;
-            }
-            let inv = 1.0 / sum;
-            row.iter_mut().for_each(|s| *s *= inv);
+        acc[c..c + ACC_LANES].copy_from_slice(&a);
+        c += ACC_LANES;
+    }
+    for (i, x) in acc.iter_mut().enumerate().skip(c) {
+        let mut a = *x * alpha;
+        for (j, &w) in p.iter().enumerate() {
+            a = w.mul_add(values[j * d + i], a);
         }
-        // 3. out_g = Σ_j p[g, j] · v_j
-        out.fill(0.0);
-        for j in 0..n {
-            let v = self.row(&self.kv.values, j, width, block_size);
-            for g in 0..group {
-                axpy(
-                    &mut out[g * head_dim..(g + 1) * head_dim],
-                    scores[g * n + j],
-                    v,
-                );
+        *x = a;
+    }
+}
+
+/// `q · k_j` for the chunk's `CHUNK` positions from transposed keys `[d, CHUNK]`: lanes are
+/// positions, so no horizontal sums; four partial sums over `d` hide FMA latency.
+#[inline(always)]
+fn chunk_scores(q: &[f32], keys_t: &[f32]) -> [f32; CHUNK] {
+    let mut part = [[0.0f32; CHUNK]; 4];
+    let quads = q.chunks_exact(4);
+    let rest = quads.remainder();
+    let kt_quads = keys_t.chunks_exact(4 * CHUNK);
+    let kt_rest = kt_quads.remainder();
+    for (qs, kt) in quads.zip(kt_quads) {
+        for u in 0..4 {
+            let row = &kt[u * CHUNK..(u + 1) * CHUNK];
+            for j in 0..CHUNK {
+                part[u][j] = qs[u].mul_add(row[j], part[u][j]);
             }
         }
     }
+    for (k, &qk) in rest.iter().enumerate() {
+        let row = &kt_rest[k * CHUNK..(k + 1) * CHUNK];
+        for j in 0..CHUNK {
+            part[0][j] = qk.mul_add(row[j], part[0][j]);
+        }
+    }
+    let mut s = [0.0f32; CHUNK];
+    for j in 0..CHUNK {
+        s[j] = (part[0][j] + part[1][j]) + (part[2][j] + part[3][j]);
+    }
+    s
+}
 
-    /// This task's KV head at position `pos`, found through the block table.
+/// Merges a finished partition's state into the running total of one (row, head).
+#[inline(always)]
+fn merge(total: (&mut f32, &mut f32, &mut [f32]), part: (f32, f32, &[f32])) {
+    let (t_max, t_sum, t_acc) = total;
+    let (p_max, p_sum, p_acc) = part;
+    let new_max = t_max.max(p_max);
+    let a = exp2(*t_max - new_max);
+    let b = exp2(p_max - new_max);
+    *t_sum = t_sum.mul_add(a, p_sum * b);
+    for (t, &p) in t_acc.iter_mut().zip(p_acc) {
+        *t = t.mul_add(a, p * b);
+    }
+    *t_max = new_max;
+}
+
+/// `acc / sum` into `out`.
+#[inline(always)]
+fn normalise(sum: f32, acc: &[f32], out: &mut [f32]) {
+    let inv = 1.0 / sum;
+    for (o, &a) in out.iter_mut().zip(acc) {
+        *o = a * inv;
+    }
+}
+
+/// 2^x for x ≤ 0 in plain f32 arithmetic, so it vectorises and gives the same bits on
+/// every path: x = n + f with n an integer and |f| ≤ 1/2; 2^f from its degree-6 Taylor
+/// polynomial (relative error below 3e-7), 2^n put straight into the exponent bits.
+/// Inputs below -126 (weights under 1e-38 of the max) give exactly 0.
+#[inline(always)]
+pub fn exp2(x: f32) -> f32 {
+    // Adding 1.5 * 2^23 rounds to an integer in the low mantissa bits.
+    const ROUND: f32 = 12_582_912.0;
+    const C: [f32; 7] = [
+        1.0,
+        std::f32::consts::LN_2,
+        0.240_226_5,
+        0.055_504_11,
+        0.009_618_129,
+        0.001_333_355_8,
+        0.000_154_035_3,
+    ];
+    let xc = x.max(-126.0);
+    let t = xc + ROUND;
+    let n = t - ROUND;
+    let f = xc - n;
+    let mut p = C[6];
+    for &c in C[..6].iter().rev() {
+        p = p.mul_add(f, c);
+    }
+    let ni = (t.to_bits() as i32).wrapping_sub(ROUND.to_bits() as i32);
+    let scale = f32::from_bits(((ni + 127) << 23) as u32);
+    if x < -126.0 {
+        0.0
+    } else {
+        p * scale
+    }
+}
+
+/// One tile: its rows of every KV head, partition after partition.
+struct TileJob<'a> {
+    ctx: &'a Ctx<'a>,
+    table: &'a [BlockId],
+    /// Batch rows (consecutive positions of one sequence).
+    rows: Range<usize>,
+    /// `[rows, num_heads * head_dim]`
+    out: &'a mut [f32],
+}
+
+impl Job for TileJob<'_> {
     #[inline(always)]
-    fn row<'b>(&self, slab: &'b [f32], pos: usize, width: usize, block_size: usize) -> &'b [f32] {
-        let slot = self.block_table[pos / block_size].index() * block_size + pos % block_size;
-        let start = slot * width + self.kv_head * self.shape.head_dim;
-        &slab[start..start + self.shape.head_dim]
+    fn run<R: Rows>(self, rows: &R) {
+        let ctx = self.ctx;
+        let (g, d) = (ctx.group(), ctx.shape.head_dim);
+        let positions = &ctx.positions[self.rows.clone()];
+        let n = positions.len() * g;
+        let last = *positions.iter().max().expect("a tile has rows");
+        SCRATCH.with_borrow_mut(|sc| {
+            sc.prepare(d, n);
+            let Scratch {
+                keys_t,
+                values,
+                row,
+                queries,
+                partition,
+                total,
+            } = sc;
+            let mut bufs = ChunkBufs {
+                keys_t,
+                values,
+                row,
+            };
+            for kv_head in 0..ctx.shape.num_kv_heads {
+                for (r, row) in self.rows.clone().enumerate() {
+                    ctx.load_queries(row, kv_head, &mut queries[r * g * d..(r + 1) * g * d]);
+                }
+                let span = Span {
+                    rows,
+                    table: self.table,
+                    shape: ctx.shape,
+                    kv_head,
+                    positions,
+                };
+                total.reset(n, d);
+                for p in 0..=last / PARTITION {
+                    let lo = p * PARTITION;
+                    partition.reset(n, d);
+                    span.fold(lo..lo + PARTITION, &queries[..n * d], &mut bufs, partition);
+                    for (r, &pos) in positions.iter().enumerate() {
+                        if pos < lo {
+                            continue;
+                        }
+                        for i in r * g..(r + 1) * g {
+                            merge(
+                                (
+                                    &mut total.max[i],
+                                    &mut total.sum[i],
+                                    &mut total.acc[i * d..(i + 1) * d],
+                                ),
+                                (
+                                    partition.max[i],
+                                    partition.sum[i],
+                                    &partition.acc[i * d..(i + 1) * d],
+                                ),
+                            );
+                        }
+                    }
+                }
+                let w = ctx.row_width();
+                for r in 0..positions.len() {
+                    for h in 0..g {
+                        let i = r * g + h;
+                        let at = r * w + (kv_head * g + h) * d;
+                        normalise(
+                            total.sum[i],
+                            &total.acc[i * d..(i + 1) * d],
+                            &mut self.out[at..at + d],
+                        );
+                    }
+                }
+            }
+        });
     }
 }
 
-/// Dot product with 8 independent accumulators so the compiler can use SIMD lanes.
-#[inline(always)]
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    let mut acc = [0.0f32; 8];
-    let (ca, cb) = (a.chunks_exact(8), b.chunks_exact(8));
-    let (ra, rb) = (ca.remainder(), cb.remainder());
-    for (x, y) in ca.zip(cb) {
-        for i in 0..8 {
-            acc[i] += x[i] * y[i];
+/// One partition of one KV head of a lone decode row; writes `[group, max, sum, acc[d]]`.
+struct PartitionJob<'a> {
+    ctx: &'a Ctx<'a>,
+    table: &'a [BlockId],
+    row: usize,
+    kv_head: usize,
+    part: usize,
+    /// `[group * (head_dim + 2)]`: per head max, sum, then acc.
+    dst: &'a mut [f32],
+}
+
+impl Job for PartitionJob<'_> {
+    #[inline(always)]
+    fn run<R: Rows>(self, rows: &R) {
+        let ctx = self.ctx;
+        let (g, d) = (ctx.group(), ctx.shape.head_dim);
+        SCRATCH.with_borrow_mut(|sc| {
+            sc.prepare(d, g);
+            let Scratch {
+                keys_t,
+                values,
+                row,
+                queries,
+                partition,
+                ..
+            } = sc;
+            ctx.load_queries(self.row, self.kv_head, &mut queries[..g * d]);
+            let span = Span {
+                rows,
+                table: self.table,
+                shape: ctx.shape,
+                kv_head: self.kv_head,
+                positions: &ctx.positions[self.row..self.row + 1],
+            };
+            let mut bufs = ChunkBufs {
+                keys_t,
+                values,
+                row,
+            };
+            partition.reset(g, d);
+            let lo = self.part * PARTITION;
+            span.fold(lo..lo + PARTITION, &queries[..g * d], &mut bufs, partition);
+            for (h, dst) in self.dst.chunks_exact_mut(d + 2).enumerate() {
+                dst[0] = partition.max[h];
+                dst[1] = partition.sum[h];
+                dst[2..].copy_from_slice(&partition.acc[h * d..(h + 1) * d]);
+            }
+        });
+    }
+}
+
+/// Merges a lone decode row's partitions in order, per head, and normalises.
+struct MergeJob<'a> {
+    group: usize,
+    head_dim: usize,
+    /// `[kv_heads, parts, group, head_dim + 2]`
+    partials: &'a [f32],
+    parts: usize,
+    /// `[num_heads * head_dim]`
+    out: &'a mut [f32],
+}
+
+impl Job for MergeJob<'_> {
+    #[inline(always)]
+    fn run<R: Rows>(self, _rows: &R) {
+        let (g, d) = (self.group, self.head_dim);
+        let per_head = self.parts * g * (d + 2);
+        let mut acc = vec![0.0f32; d];
+        for (kv_head, partials) in self.partials.chunks_exact(per_head).enumerate() {
+            for h in 0..g {
+                let (mut max, mut sum) = (f32::NEG_INFINITY, 0.0f32);
+                acc.fill(0.0);
+                for p in 0..self.parts {
+                    let at = (p * g + h) * (d + 2);
+                    let part = &partials[at..at + d + 2];
+                    merge(
+                        (&mut max, &mut sum, &mut acc),
+                        (part[0], part[1], &part[2..]),
+                    );
+                }
+                let at = (kv_head * g + h) * d;
+                normalise(sum, &acc, &mut self.out[at..at + d]);
+            }
         }
-    }
-    let tail: f32 = ra.iter().zip(rb).map(|(x, y)| x * y).sum();
-    acc.iter().sum::<f32>() + tail
-}
-
-#[inline(always)]
-fn axpy(out: &mut [f32], w: f32, v: &[f32]) {
-    for (o, x) in out.iter_mut().zip(v) {
-        *o += w * x;
     }
 }

@@ -1,11 +1,13 @@
 //! The real model batched: many requests through a tiny token budget (chunked prefill
 //! over many steps) and a tiny KV pool (preemption) give exactly the tokens each gives
-//! alone; a shared prefix is computed once.
+//! alone; a shared prefix is computed once. The default KV cache is f16; the f32 cache is
+//! checked too.
 
 mod common;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use tokenmill_engine::kv_cache::KvCacheDtype;
 use tokenmill_engine::{Completion, EngineConfig, Request, SamplingParams};
 
 /// 32 prompts of mixed lengths (5–100 tokens) built from the golden prompts' real text
@@ -26,9 +28,14 @@ fn prompts() -> Vec<Vec<u32>> {
         .collect()
 }
 
-fn alone(prompts: &[Vec<u32>], params: impl Fn(usize) -> SamplingParams) -> Vec<Completion> {
+fn alone(
+    prompts: &[Vec<u32>],
+    kv: KvCacheDtype,
+    params: impl Fn(usize) -> SamplingParams,
+) -> Vec<Completion> {
     let mut engine = common::load_engine(EngineConfig {
         num_kv_blocks: Some(64),
+        kv_cache_dtype: kv,
         enable_prefix_caching: false,
         ..EngineConfig::default()
     });
@@ -48,11 +55,13 @@ fn alone(prompts: &[Vec<u32>], params: impl Fn(usize) -> SamplingParams) -> Vec<
 
 fn together(
     prompts: &[Vec<u32>],
+    kv: KvCacheDtype,
     params: impl Fn(usize) -> SamplingParams,
 ) -> (Vec<Completion>, u64) {
     // 24 tokens a step and 12 blocks of 16 for 32 requests needing up to 7 blocks each.
     let mut engine = common::load_engine(EngineConfig {
         num_kv_blocks: Some(12),
+        kv_cache_dtype: kv,
         max_num_batched_tokens: 24,
         max_num_seqs: 32,
         ..EngineConfig::default()
@@ -84,16 +93,25 @@ fn assert_same(alone: &[Completion], together: &[Completion]) {
     }
 }
 
-#[test]
-fn greedy_outputs_are_identical_alone_and_batched_with_chunking_and_preemption() {
+fn greedy_alone_and_batched(kv: KvCacheDtype) {
     let prompts = prompts();
     let params = |_| SamplingParams::greedy(10);
-    let (batched, preemptions) = together(&prompts, params);
+    let (batched, preemptions) = together(&prompts, kv, params);
     assert!(
         preemptions > 0,
         "the tiny pool should have forced preemption"
     );
-    assert_same(&alone(&prompts, params), &batched);
+    assert_same(&alone(&prompts, kv, params), &batched);
+}
+
+#[test]
+fn greedy_outputs_are_identical_alone_and_batched_with_chunking_and_preemption() {
+    greedy_alone_and_batched(KvCacheDtype::Auto);
+}
+
+#[test]
+fn greedy_outputs_with_the_f32_kv_cache_are_identical_alone_and_batched() {
+    greedy_alone_and_batched(KvCacheDtype::F32);
 }
 
 #[test]
@@ -107,12 +125,14 @@ fn seeded_sampling_is_reproducible_alone_and_batched() {
         max_tokens: 10,
         ..SamplingParams::default()
     };
-    let (batched, preemptions) = together(&prompts, params);
+    let (batched, preemptions) = together(&prompts, KvCacheDtype::Auto, params);
     assert!(preemptions > 0);
-    let solo = alone(&prompts, params);
+    let solo = alone(&prompts, KvCacheDtype::Auto, params);
     assert_same(&solo, &batched);
     // Different seeds really sample differently (the test could not pass by being greedy).
-    let greedy = alone(&prompts[..4], |_| SamplingParams::greedy(10));
+    let greedy = alone(&prompts[..4], KvCacheDtype::Auto, |_| {
+        SamplingParams::greedy(10)
+    });
     assert!(greedy
         .iter()
         .zip(&solo)

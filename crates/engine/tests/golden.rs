@@ -4,29 +4,34 @@
 //! differences from the reference are summation order, so logits agree to ~1e-3. The
 //! quantized path repacks Q4_1 to Q8_0 and quantizes activations to 8 bits inside each
 //! matmul (as llama.cpp does); its measured worst error is printed below and bounded by
-//! `QUANTIZED_LOGIT_TOL`. Greedy tokens are compared up to the first step whose reference
+//! `QUANTIZED_LOGIT_TOL`. The f32 path runs with an f32 KV cache (`--kv-cache-dtype f32`);
+//! with the default f16 cache keys and values are rounded to 11 significant bits, and that
+//! path's measured error is bounded by `F16_KV_LOGIT_TOL`. Greedy tokens are compared up to the first step whose reference
 //! top-1/top-2 margin is below twice the path's tolerance: past that, rounding alone may
 //! legitimately pick the other token and everything after diverges.
 
 mod common;
 
+use tokenmill_engine::kv_cache::KvCacheDtype;
 use tokenmill_engine::models::WeightMode;
 use tokenmill_engine::{EngineConfig, Request, SamplingParams};
 
 const F32_LOGIT_TOL: f64 = 2e-3;
+const F16_KV_LOGIT_TOL: f64 = 0.01;
 const QUANTIZED_LOGIT_TOL: f64 = 0.6;
 
-fn config(mode: WeightMode) -> EngineConfig {
+fn config(mode: WeightMode, kv: KvCacheDtype) -> EngineConfig {
     EngineConfig {
         weight_mode: mode,
+        kv_cache_dtype: kv,
         num_kv_blocks: Some(256),
         ..EngineConfig::default()
     }
 }
 
-fn check(mode: WeightMode, tol: f64) {
+fn check(mode: WeightMode, kv: KvCacheDtype, tol: f64) {
     let golden = common::golden();
-    let mut engine = common::load_engine(config(mode));
+    let mut engine = common::load_engine(config(mode, kv));
     let mut worst: f64 = 0.0;
     for case in &golden.cases {
         let mut params = SamplingParams::greedy(case.greedy_ids.len());
@@ -83,8 +88,13 @@ fn check(mode: WeightMode, tol: f64) {
         );
         assert!(ours.len() >= trusted, "{}: stopped early", case.name);
     }
-    eprintln!("{mode:?}: worst first-step relative logit error {worst:.5} (tolerance {tol})");
-    assert!(worst < tol, "{mode:?}: logit error {worst} exceeds {tol}");
+    eprintln!(
+        "{mode:?} weights, {kv:?} KV cache: worst first-step relative logit error {worst:.5} (tolerance {tol})"
+    );
+    assert!(
+        worst < tol,
+        "{mode:?}/{kv:?}: logit error {worst} exceeds {tol}"
+    );
 }
 
 fn logsumexp(v: &[f64]) -> f64 {
@@ -94,10 +104,19 @@ fn logsumexp(v: &[f64]) -> f64 {
 
 #[test]
 fn dequantized_f32_path_matches_reference_logits_and_greedy_tokens() {
-    check(WeightMode::F32, F32_LOGIT_TOL);
+    check(WeightMode::F32, KvCacheDtype::F32, F32_LOGIT_TOL);
+}
+
+#[test]
+fn dequantized_f32_path_with_the_f16_kv_cache_stays_within_its_measured_error() {
+    check(WeightMode::F32, KvCacheDtype::F16, F16_KV_LOGIT_TOL);
 }
 
 #[test]
 fn quantized_path_stays_within_measured_error_of_reference() {
-    check(WeightMode::Quantized, QUANTIZED_LOGIT_TOL);
+    check(
+        WeightMode::Quantized,
+        KvCacheDtype::Auto,
+        QUANTIZED_LOGIT_TOL,
+    );
 }

@@ -8,6 +8,7 @@ use clap::Args;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use tokenmill_engine::checkpoint::{self, Checkpoint, DummyCheckpoint, DummyDType};
+use tokenmill_engine::kv_cache::KvCacheDtype;
 use tokenmill_engine::models::WeightMode;
 use tokenmill_engine::scheduler::SchedulingPolicy;
 use tokenmill_engine::{Engine, EngineConfig};
@@ -35,6 +36,10 @@ pub struct EngineArgs {
     /// Memory for the KV cache, in GiB.
     #[arg(long, default_value_t = 2.0)]
     pub kv_cache_memory_gib: f64,
+    /// KV cache element type: auto (= f16), f32, f16 or bf16. Halves hold twice the tokens
+    /// in the same --kv-cache-memory-gib.
+    #[arg(long, default_value = "auto")]
+    pub kv_cache_dtype: KvCacheDtype,
     /// Exact number of KV blocks (overrides --kv-cache-memory-gib).
     #[arg(long)]
     pub num_kv_blocks: Option<usize>,
@@ -72,6 +77,7 @@ impl EngineArgs {
             block_size: self.block_size,
             num_kv_blocks: self.num_kv_blocks,
             kv_cache_memory_bytes: (self.kv_cache_memory_gib * (1u64 << 30) as f64) as usize,
+            kv_cache_dtype: self.kv_cache_dtype,
             max_num_batched_tokens: self.max_num_batched_tokens,
             max_num_seqs: self.max_num_seqs,
             max_model_len: self.max_model_len,

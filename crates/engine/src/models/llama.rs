@@ -11,7 +11,7 @@ use crate::error::{EngineError, Result};
 use crate::forward_batch::ForwardBatch;
 use crate::kv_cache::KvCache;
 use crate::model_config::ModelConfig;
-use crate::paged_attention::{paged_attention, AttentionShape};
+use crate::paged_attention::{paged_attention_into, AttentionShape};
 use candle_core::Device;
 use std::sync::Mutex;
 
@@ -225,8 +225,8 @@ impl Llama {
             head_dim: c.head_dim,
             block_size: kv.block_size(),
         };
-        let attn = paged_attention(&s.q, kv.layer(layer), batch, shape);
-        b.attn_output.forward_add_into(&attn, t, &mut s.x)
+        paged_attention_into(&s.q, kv.layer(layer), batch, shape, &mut s.attn);
+        b.attn_output.forward_add_into(&s.attn, t, &mut s.x)
     }
 
     /// `x += down(silu(gate(h)) · up(h))`, `h = norm(x)`.
