@@ -13,11 +13,13 @@ struct Cli {
 enum Command {
     Serve(tokenmill_bench::ServeArgs),
     Sweep(tokenmill_bench::SweepArgs),
+    Compare(tokenmill_bench::CompareArgs),
 }
 
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Serve(args) => tokenmill_bench::run_serve(args),
         Command::Sweep(args) => tokenmill_bench::run_sweep(args),
+        Command::Compare(args) => tokenmill_bench::run_compare(args),
     }
 }

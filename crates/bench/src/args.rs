@@ -1,10 +1,11 @@
-//! Command-line options of `bench serve` and `bench sweep`.
+//! Command-line options of `bench serve`, `bench sweep` and `bench compare`.
 
 use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
 
 use crate::goodput::Slo;
+use crate::named_server::NamedServer;
 use crate::request_rate::RequestRate;
 
 /// Which OpenAI endpoint carries the prompts.
@@ -154,6 +155,53 @@ pub struct SweepArgs {
     pub output_dir: PathBuf,
 }
 
+/// `bench compare`: the same sweep against several servers, one after the other, on one address.
+#[derive(Args, Clone, Debug)]
+pub struct CompareArgs {
+    #[command(flatten)]
+    pub common: CommonArgs,
+
+    /// A server to measure, as NAME=COMMAND; repeat for each. Each is started on --base-url in
+    /// turn; ratios compare every later server with the first.
+    #[arg(long = "server", required = true, conflicts_with_all = ["spawn", "spawn_log"])]
+    pub servers: Vec<NamedServer>,
+
+    /// Concurrency levels (users at the same time); each sets `--max-concurrency`.
+    #[arg(long, value_delimiter = ',', conflicts_with = "request_rates")]
+    pub concurrency: Vec<usize>,
+
+    /// Request rates (req/s); each sets `--request-rate`.
+    #[arg(long, value_delimiter = ',')]
+    pub request_rates: Vec<f64>,
+
+    /// Runs per level and server; the summaries keep their min, median and max.
+    #[arg(long, default_value_t = 3)]
+    pub runs: usize,
+
+    /// Receives comparison.json, table.md, comparison.svg, comparison.png and one folder per
+    /// server with its own sweep outputs and server.log.
+    #[arg(long, default_value = "bench-compare")]
+    pub output_dir: PathBuf,
+}
+
+impl CompareArgs {
+    /// The sweep that measures `server`: started with its command, logged and written to its
+    /// own folder.
+    pub fn sweep_for(&self, server: &NamedServer) -> SweepArgs {
+        let output_dir = self.output_dir.join(&server.name);
+        let mut common = self.common.clone();
+        common.spawn = Some(server.command.clone());
+        common.spawn_log = Some(output_dir.join("server.log"));
+        SweepArgs {
+            common,
+            concurrency: self.concurrency.clone(),
+            request_rates: self.request_rates.clone(),
+            runs: self.runs,
+            output_dir,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -169,6 +217,7 @@ mod tests {
     enum Bench {
         Serve(ServeArgs),
         Sweep(SweepArgs),
+        Compare(CompareArgs),
     }
 
     fn parse(words: &[&str]) -> Result<Bench, clap::Error> {
@@ -211,5 +260,38 @@ mod tests {
         assert!(parse(&["serve", "--request-rate", "fast"]).is_err());
         assert!(parse(&["serve", "--goodput", "latency:5"]).is_err());
         assert!(parse(&["serve", "--endpoint", "embeddings"]).is_err());
+    }
+
+    #[test]
+    fn compare_takes_repeated_servers_and_refuses_spawn() {
+        let Ok(Bench::Compare(args)) = parse(&[
+            "compare",
+            "--server",
+            "llama-server=llama-server --port 8012",
+            "--server",
+            "tokenmill=tokenmill serve --port 8012",
+            "--concurrency",
+            "1,64",
+            "--output-dir",
+            "out",
+        ]) else {
+            panic!("compare arguments should parse");
+        };
+        let names: Vec<&str> = args.servers.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, ["llama-server", "tokenmill"]);
+        let sweep = args.sweep_for(&args.servers[1]);
+        assert_eq!(
+            sweep.common.spawn.as_deref(),
+            Some("tokenmill serve --port 8012")
+        );
+        assert_eq!(sweep.output_dir, PathBuf::from("out/tokenmill"));
+        assert_eq!(
+            sweep.common.spawn_log,
+            Some(PathBuf::from("out/tokenmill/server.log"))
+        );
+        assert_eq!(sweep.concurrency, vec![1, 64]);
+
+        assert!(parse(&["compare", "--server", "a=x", "--spawn", "y"]).is_err());
+        assert!(parse(&["compare", "--concurrency", "1"]).is_err());
     }
 }

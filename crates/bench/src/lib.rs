@@ -6,11 +6,14 @@ mod arrivals;
 mod benchmark_result;
 mod chart;
 mod client;
+mod compare;
+mod comparison;
 mod cpu_time;
 mod dataset;
 mod distribution;
 mod goodput;
 mod load_plan;
+mod named_server;
 mod prepared_benchmark;
 mod progress;
 mod random_prompts;
@@ -24,9 +27,12 @@ mod sweep_summary;
 mod token_counter;
 mod tokenizer;
 
-pub use args::{CommonArgs, DatasetKind, Endpoint, ServeArgs, SweepArgs};
+pub use args::{CommonArgs, CompareArgs, DatasetKind, Endpoint, ServeArgs, SweepArgs};
 pub use arrivals::ArrivalSchedule;
 pub use benchmark_result::BenchmarkResult;
+pub use compare::compare;
+pub use comparison::{Comparison, ServerSweep};
+pub use named_server::NamedServer;
 pub use request_rate::RequestRate;
 pub use spawn::SpawnedServer;
 pub use sweep::sweep;
@@ -42,6 +48,11 @@ pub fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
 /// `bench sweep`: runs every level `--runs` times, then writes the summary, table and charts.
 pub fn run_sweep(args: SweepArgs) -> anyhow::Result<()> {
     runtime()?.block_on(sweep::sweep(&args)).map(|_| ())
+}
+
+/// `bench compare`: sweeps each server in turn, then writes one table and one chart with all.
+pub fn run_compare(args: CompareArgs) -> anyhow::Result<()> {
+    runtime()?.block_on(compare::compare(&args)).map(|_| ())
 }
 
 /// The async body of `bench serve`, returning the result for callers that want the numbers.

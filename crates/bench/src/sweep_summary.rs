@@ -114,8 +114,8 @@ impl LevelSummary {
     }
 }
 
-/// Columns of the comparison table: heading and metric key.
-const TABLE_COLUMNS: [(&str, &str); 4] = [
+/// The metrics a table shows: heading and metric key. `bench compare` shows the same ones.
+pub(crate) const TABLE_COLUMNS: [(&str, &str); 4] = [
     ("Median TTFT (ms)", "median_ttft_ms"),
     ("Median TPOT (ms)", "median_tpot_ms"),
     ("P99 ITL (ms)", "p99_itl_ms"),

@@ -19,6 +19,7 @@ fn mock_healthy_once(pid_file: &Path) -> MockServer {
     MockServer::start(MockOptions {
         tokenizer: true,
         healthy_once_exists: Some(pid_file.to_owned()),
+        ..Default::default()
     })
 }
 

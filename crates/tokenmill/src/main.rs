@@ -22,7 +22,7 @@ enum Command {
     Serve(tokenmill_server::api_server::ServeArgs),
     /// Generate completions for prompts, batched through the engine.
     Generate(generate::GenerateArgs),
-    /// Benchmarks: engine-only (latency, throughput) and over HTTP (serve, sweep).
+    /// Benchmarks: engine-only (latency, throughput) and over HTTP (serve, sweep, compare).
     #[command(subcommand)]
     Bench(BenchCommand),
 }
@@ -37,6 +37,8 @@ enum BenchCommand {
     Serve(tokenmill_bench::ServeArgs),
     /// Run `serve` at several load levels, several times each; write a table and charts.
     Sweep(tokenmill_bench::SweepArgs),
+    /// Run the same sweep against several servers in turn; write one table and chart with all.
+    Compare(tokenmill_bench::CompareArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -53,5 +55,6 @@ fn main() -> anyhow::Result<()> {
         Command::Bench(BenchCommand::Throughput(args)) => engine_bench::throughput(args),
         Command::Bench(BenchCommand::Serve(args)) => tokenmill_bench::run_serve(args),
         Command::Bench(BenchCommand::Sweep(args)) => tokenmill_bench::run_sweep(args),
+        Command::Bench(BenchCommand::Compare(args)) => tokenmill_bench::run_compare(args),
     }
 }

@@ -21,6 +21,9 @@ pub struct MockOptions {
     pub tokenizer: bool,
     /// `/health` answers 503 until this file exists, like a server still loading its model.
     pub healthy_once_exists: Option<std::path::PathBuf>,
+    /// A file holding a whole number that multiplies every scripted delay, read per request:
+    /// commands that write different numbers make one mock play several servers in turn.
+    pub slowdown_file: Option<std::path::PathBuf>,
 }
 
 pub struct MockServer {
@@ -43,6 +46,7 @@ impl MockServer {
         let state = Arc::new(State {
             tokenizer: options.tokenizer,
             healthy_once_exists: options.healthy_once_exists,
+            slowdown_file: options.slowdown_file,
             bodies: bodies.clone(),
         });
         // Every worker waits in accept before the first request, so none arrives to an empty house.
@@ -68,7 +72,19 @@ impl MockServer {
 struct State {
     tokenizer: bool,
     healthy_once_exists: Option<std::path::PathBuf>,
+    slowdown_file: Option<std::path::PathBuf>,
     bodies: Arc<Mutex<Vec<Value>>>,
+}
+
+impl State {
+    /// The factor in `slowdown_file`, 1 without one.
+    fn slowdown(&self) -> u32 {
+        self.slowdown_file
+            .as_ref()
+            .and_then(|file| std::fs::read_to_string(file).ok())
+            .and_then(|text| text.trim().parse().ok())
+            .unwrap_or(1)
+    }
 }
 
 /// Connections served at once. Threads wait in `accept` beforehand, because spawning one per
@@ -124,7 +140,13 @@ fn answer(
         }
         ("POST", "/v1/completions") | ("POST", "/v1/chat/completions") => {
             state.bodies.lock().unwrap().push(body.clone());
-            stream_reply(stream, body, path.contains("chat"), received)
+            stream_reply(
+                stream,
+                body,
+                path.contains("chat"),
+                received,
+                state.slowdown(),
+            )
         }
         _ => respond_json(stream, 404, &json!({"error": "not found"})),
     }
@@ -223,8 +245,11 @@ fn stream_reply(
     body: &Value,
     chat: bool,
     received: Instant,
+    slowdown: u32,
 ) -> std::io::Result<()> {
-    let script = script(body);
+    let mut script = script(body);
+    script.ttft *= slowdown;
+    script.itl *= slowdown;
     if script.status != 200 {
         return respond_json(
             stream,
