@@ -1,14 +1,21 @@
 //! `EngineHandle`: runs the `Engine` on its own OS thread (not inside an async runtime)
 //! and lets any thread add or abort requests. Each request gets its own event channel.
+//!
+//! A step that fails (an error, or a panic caught at the step boundary) finishes its batch's
+//! requests with an error and the engine goes on: the failure may belong to that batch alone,
+//! and the other requests deserve their answers. Failing steps back off rather than spin, and
+//! `health` reports the engine unhealthy once several fail in a row or the thread has ended.
 
 use crate::engine::{Engine, EngineLimits};
 use crate::error::{EngineError, Result};
 use crate::request::{Request, RequestEvent, SeqId};
 use crate::scheduler::SchedulerStats;
 use std::sync::mpsc::{channel, Receiver, Sender};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 
 enum Command {
@@ -29,7 +36,41 @@ pub struct EngineHandle {
     commands: Sender<Command>,
     limits: EngineLimits,
     stats: Arc<Mutex<SchedulerStats>>,
+    health: Arc<HealthState>,
     thread: Arc<Mutex<Option<JoinHandle<()>>>>,
+}
+
+/// Consecutive failed steps after which the engine reports itself unhealthy: one failure may
+/// be one bad batch; several in a row mean the engine itself is broken.
+pub const MAX_CONSECUTIVE_STEP_FAILURES: u32 = 3;
+
+/// The longest pause between two failing steps.
+const MAX_FAILURE_BACKOFF: Duration = Duration::from_secs(1);
+
+/// What `/health` reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EngineHealth {
+    Healthy,
+    /// The last `consecutive` steps failed (at least `MAX_CONSECUTIVE_STEP_FAILURES`).
+    Failing { consecutive: u32 },
+    /// The engine thread has ended (shut down, or died).
+    Stopped,
+}
+
+/// Written by the engine thread, read by any handle.
+#[derive(Default)]
+struct HealthState {
+    consecutive_failures: AtomicU32,
+    stopped: AtomicBool,
+}
+
+/// Marks the engine stopped however its thread ends, a panic included.
+struct StoppedOnDrop(Arc<HealthState>);
+
+impl Drop for StoppedOnDrop {
+    fn drop(&mut self) {
+        self.0.stopped.store(true, Ordering::SeqCst);
+    }
 }
 
 /// A queued request: its id (for abort) and its event stream.
@@ -45,15 +86,29 @@ impl EngineHandle {
         let limits = engine.limits().clone();
         let stats = Arc::new(Mutex::new(engine.stats()));
         let shared = stats.clone();
+        let health = Arc::new(HealthState::default());
+        let guard = StoppedOnDrop(health.clone());
         let thread = std::thread::Builder::new()
             .name("tokenmill-engine".into())
-            .spawn(move || run(engine, rx, shared))
+            .spawn(move || run(engine, rx, shared, guard))
             .expect("spawning the engine thread");
         Self {
             commands: tx,
             limits,
             stats,
+            health,
             thread: Arc::new(Mutex::new(Some(thread))),
+        }
+    }
+
+    /// Whether the engine thread is alive and its steps are succeeding.
+    pub fn health(&self) -> EngineHealth {
+        if self.health.stopped.load(Ordering::SeqCst) {
+            return EngineHealth::Stopped;
+        }
+        match self.health.consecutive_failures.load(Ordering::SeqCst) {
+            n if n >= MAX_CONSECUTIVE_STEP_FAILURES => EngineHealth::Failing { consecutive: n },
+            _ => EngineHealth::Healthy,
         }
     }
 
@@ -102,7 +157,13 @@ impl EngineHandle {
     }
 }
 
-fn run(mut engine: Engine, commands: Receiver<Command>, stats: Arc<Mutex<SchedulerStats>>) {
+fn run(
+    mut engine: Engine,
+    commands: Receiver<Command>,
+    stats: Arc<Mutex<SchedulerStats>>,
+    stopped: StoppedOnDrop,
+) {
+    let health = &stopped.0;
     loop {
         // Idle: sleep until a command arrives instead of spinning.
         if !engine.has_unfinished() {
@@ -121,14 +182,46 @@ fn run(mut engine: Engine, commands: Receiver<Command>, stats: Arc<Mutex<Schedul
             }
         }
         if engine.has_unfinished() {
-            if let Err(err) = engine.step() {
-                tracing::error!("engine step failed: {err}");
+            match guarded_step(&mut engine) {
+                Ok(_) => health.consecutive_failures.store(0, Ordering::SeqCst),
+                Err(why) => {
+                    let failures = health.consecutive_failures.fetch_add(1, Ordering::SeqCst) + 1;
+                    tracing::error!("engine step failed ({failures} in a row): {why}");
+                    engine.fail_step();
+                    std::thread::sleep(failure_backoff(failures));
+                }
             }
         }
         if let Ok(mut s) = stats.lock() {
             *s = engine.stats();
         }
     }
+}
+
+/// One step with its panics caught at the step boundary, as an error message.
+fn guarded_step(engine: &mut Engine) -> std::result::Result<usize, String> {
+    // The step's sequences are failed and removed right after a panic, so the state a panic
+    // may have left half-updated is not used again.
+    match catch_unwind(AssertUnwindSafe(|| engine.step())) {
+        Ok(Ok(tokens)) => Ok(tokens),
+        Ok(Err(error)) => Err(error.to_string()),
+        Err(panic) => Err(panic_message(panic.as_ref())),
+    }
+}
+
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    let text = panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".into());
+    format!("panicked: {text}")
+}
+
+/// 10 ms after the first failure, doubling up to `MAX_FAILURE_BACKOFF`.
+fn failure_backoff(failures: u32) -> Duration {
+    let doublings = failures.saturating_sub(1).min(10);
+    (Duration::from_millis(10) * (1 << doublings)).min(MAX_FAILURE_BACKOFF)
 }
 
 /// Applies one command; `false` means stop.

@@ -3,6 +3,7 @@
 
 pub mod block_manager;
 pub mod checkpoint;
+pub mod config_validation;
 pub mod error;
 pub mod forward_batch;
 pub mod kv_cache;
@@ -20,7 +21,8 @@ pub mod sampling_params;
 pub mod scheduler;
 pub mod sequence;
 
+pub use config_validation::ConfigError;
 pub use engine::{Completion, Engine, EngineConfig, EngineLimits};
-pub use engine_handle::EngineHandle;
+pub use engine_handle::{EngineHandle, EngineHealth};
 pub use request::{FinishReason, Request, RequestEvent, SeqId};
 pub use sampling_params::SamplingParams;

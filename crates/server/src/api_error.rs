@@ -95,6 +95,26 @@ impl ApiError {
         }
     }
 
+    /// The server cannot serve at all (its engine failed or stopped); no retry hint.
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        Self {
+            code: Some("engine_unavailable"),
+            ..Self::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", message)
+        }
+    }
+
+    /// The engine failed while computing the request (see the server log for why).
+    pub fn engine_failed() -> Self {
+        Self {
+            code: Some("engine_error"),
+            ..Self::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "server_error",
+                "the engine failed while computing this request; the server log has the cause",
+            )
+        }
+    }
+
     /// A fault of the server, never of the client; the message is logged as well.
     pub fn internal(message: impl Into<String>) -> Self {
         let message = message.into();

@@ -18,6 +18,9 @@ use crate::choice_run::{ChoiceDelta, ChoiceRun, ChoiceSetup};
 use crate::reply_builder::{ChoiceTotal, ReplyBuilder, Usage};
 use crate::request_plan::{Endpoint, RequestPlan};
 
+/// The finish reason of a choice whose engine step failed; never shown as a finish reason.
+const ENGINE_FAILED: &str = "error";
+
 pub async fn generate(
     state: Arc<AppState>,
     plan: RequestPlan,
@@ -35,7 +38,7 @@ pub async fn generate(
         Ok(stream_reply(runs, reply, prompt_tokens, plan.include_usage).into_response())
     } else {
         Ok(collect_reply(runs, reply, prompt_tokens)
-            .await
+            .await?
             .into_response())
     }
 }
@@ -85,17 +88,21 @@ fn queue_all(
     Ok(streams)
 }
 
+/// The whole reply, or a 500 if the engine failed while computing any choice.
 async fn collect_reply(
     runs: Vec<ChoiceRun>,
     reply: ReplyBuilder,
     prompt_tokens: usize,
-) -> Json<serde_json::Value> {
+) -> Result<Json<serde_json::Value>, ApiError> {
     let totals = join_all(runs.into_iter().map(collect_choice)).await;
+    if totals.iter().any(|t| t.finish_reason == Some(ENGINE_FAILED)) {
+        return Err(ApiError::engine_failed());
+    }
     let usage = Usage {
         prompt_tokens,
         completion_tokens: totals.iter().map(|t| t.tokens.len()).sum(),
     };
-    Json(reply.full(&totals, usage))
+    Ok(Json(reply.full(&totals, usage)))
 }
 
 async fn collect_choice(mut run: ChoiceRun) -> ChoiceTotal {
@@ -155,6 +162,11 @@ fn stream_reply(
 async fn next_event(mut s: StreamState) -> Option<(Event, StreamState)> {
     let data = match s.phase {
         Phase::Choices => match s.merged.next().await {
+            // The stream ends with an error object, then `[DONE]`, as vLLM ends it.
+            Some((_, delta)) if delta.finish_reason == Some(ENGINE_FAILED) => {
+                s.phase = Phase::UsageSent;
+                ApiError::engine_failed().body().to_string()
+            }
             Some((index, delta)) => {
                 s.usage.completion_tokens += delta.tokens.len();
                 let offset = s.streamed[index];
