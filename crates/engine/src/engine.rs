@@ -120,7 +120,8 @@ impl Completion {
 /// Test support: runs before every forward pass with the batch about to run. An `Err` or a
 /// panic from it is handled exactly like one from the model, so tests can exercise the
 /// failure path of a real engine.
-pub type StepFault = Box<dyn FnMut(&crate::forward_batch::ForwardBatch) -> Result<()> + Send>;
+pub type StepFault =
+    Box<dyn FnMut(&crate::forward_batch::ForwardBatch) -> Result<()> + Send + Sync>;
 
 pub struct Engine {
     runner: ModelRunner,
@@ -213,6 +214,11 @@ impl Engine {
         arrival: Instant,
     ) -> Result<SeqId> {
         self.limits.validate(&req)?;
+        let mut req = req;
+        if req.params.logprobs == Some(0) {
+            // No alternatives wanted: the sampler need not rank the vocabulary per token.
+            req.params.logprobs = None;
+        }
         if self.scheduler.num_waiting() >= self.limits.max_waiting {
             return Err(EngineError::Overloaded(self.limits.max_waiting));
         }

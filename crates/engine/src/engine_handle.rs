@@ -19,12 +19,12 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 
 enum Command {
+    /// Queues every request or none of them.
     Add {
-        request: Request,
-        events: UnboundedSender<RequestEvent>,
+        requests: Vec<(Request, UnboundedSender<RequestEvent>)>,
         arrival: Instant,
-        /// Where the id (or the reason for refusal) goes.
-        reply: Sender<Result<SeqId>>,
+        /// Where the ids (or the reason for refusal) go.
+        reply: Sender<Result<Vec<SeqId>>>,
     },
     Abort(SeqId),
     Shutdown,
@@ -125,22 +125,40 @@ impl EngineHandle {
     /// can answer bad input before streaming anything; queueing waits for the engine thread
     /// only to learn the id (at most one step).
     pub fn add_request(&self, request: Request) -> Result<RequestStream> {
-        self.limits.validate(&request)?;
-        if self.stats().num_waiting >= self.limits.max_waiting {
+        let mut streams = self.add_requests(vec![request])?;
+        Ok(streams.remove(0))
+    }
+
+    /// Validates and queues several requests (the choices of one API request) in one trip to
+    /// the engine thread: all of them are queued, or none and the reason is returned.
+    pub fn add_requests(&self, requests: Vec<Request>) -> Result<Vec<RequestStream>> {
+        for request in &requests {
+            self.limits.validate(request)?;
+        }
+        if self.stats().num_waiting + requests.len() > self.limits.max_waiting {
             return Err(EngineError::Overloaded(self.limits.max_waiting));
         }
-        let (events, rx) = unbounded_channel();
+        let (requests, receivers): (Vec<_>, Vec<_>) = requests
+            .into_iter()
+            .map(|request| {
+                let (events, rx) = unbounded_channel();
+                ((request, events), rx)
+            })
+            .unzip();
         let (reply, answer) = channel();
         self.commands
             .send(Command::Add {
-                request,
-                events,
+                requests,
                 arrival: Instant::now(),
                 reply,
             })
             .map_err(|_| EngineError::EngineStopped)?;
-        let id = answer.recv().map_err(|_| EngineError::EngineStopped)??;
-        Ok(RequestStream { id, events: rx })
+        let ids = answer.recv().map_err(|_| EngineError::EngineStopped)??;
+        Ok(ids
+            .into_iter()
+            .zip(receivers)
+            .map(|(id, events)| RequestStream { id, events })
+            .collect())
     }
 
     /// Cancels a request; its blocks are freed before the next step.
@@ -224,16 +242,40 @@ fn failure_backoff(failures: u32) -> Duration {
     (Duration::from_millis(10) * (1 << doublings)).min(MAX_FAILURE_BACKOFF)
 }
 
+/// Queues every request or, if the queue lacks room or one is refused, none.
+fn enqueue_all(
+    engine: &mut Engine,
+    requests: Vec<(Request, UnboundedSender<RequestEvent>)>,
+    arrival: Instant,
+) -> Result<Vec<SeqId>> {
+    let max_waiting = engine.limits().max_waiting;
+    if engine.stats().num_waiting + requests.len() > max_waiting {
+        return Err(EngineError::Overloaded(max_waiting));
+    }
+    let mut ids = Vec::with_capacity(requests.len());
+    for (request, events) in requests {
+        match engine.enqueue(request, events, arrival) {
+            Ok(id) => ids.push(id),
+            Err(error) => {
+                for id in ids {
+                    engine.abort(id);
+                }
+                return Err(error);
+            }
+        }
+    }
+    Ok(ids)
+}
+
 /// Applies one command; `false` means stop.
 fn apply(engine: &mut Engine, cmd: Command) -> bool {
     match cmd {
         Command::Add {
-            request,
-            events,
+            requests,
             arrival,
             reply,
         } => {
-            let _ = reply.send(engine.enqueue(request, events, arrival));
+            let _ = reply.send(enqueue_all(engine, requests, arrival));
         }
         Command::Abort(id) => engine.abort(id),
         Command::Shutdown => return false,

@@ -35,7 +35,9 @@ fn finish_reason(handle: &EngineHandle) -> FinishReason {
     }
 }
 
-fn engine_with_fault(fault: impl FnMut(u32) -> Result<(), EngineError> + Send + 'static) -> EngineHandle {
+fn engine_with_fault(
+    fault: impl FnMut(u32) -> Result<(), EngineError> + Send + Sync + 'static,
+) -> EngineHandle {
     let mut engine = common::load_engine(EngineConfig {
         num_kv_blocks: Some(16),
         ..EngineConfig::default()

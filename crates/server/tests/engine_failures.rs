@@ -15,7 +15,7 @@ use tokenmill_server::api_server::{spawn_server, ServerHandle, ServerOptions};
 
 /// A server whose engine runs `fault(step number)` before every forward pass.
 fn server_with_fault(
-    fault: impl Fn(u32) -> Result<(), EngineError> + Send + 'static,
+    fault: impl Fn(u32) -> Result<(), EngineError> + Send + Sync + 'static,
 ) -> ServerHandle {
     let mut model = load_model(&[]);
     let calls = Arc::new(AtomicU32::new(0));
