@@ -87,6 +87,17 @@ impl ApiError {
         }
     }
 
+    pub fn timeout(message: impl Into<String>) -> Self {
+        Self {
+            code: Some("request_timeout"),
+            ..Self::new(
+                StatusCode::REQUEST_TIMEOUT,
+                "invalid_request_error",
+                message,
+            )
+        }
+    }
+
     pub fn overloaded(message: impl Into<String>) -> Self {
         Self {
             retry_after: Some(1),

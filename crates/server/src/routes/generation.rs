@@ -9,8 +9,6 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use futures_util::future::join_all;
 use futures_util::stream::{self, BoxStream, SelectAll, StreamExt};
-use tokenmill_engine::engine_handle::RequestStream;
-use tokenmill_engine::{EngineHandle, Request};
 
 use crate::api_error::ApiError;
 use crate::app_state::AppState;
@@ -46,8 +44,9 @@ pub async fn generate(
 async fn start_runs(state: &AppState, plan: &RequestPlan) -> Result<Vec<ChoiceRun>, ApiError> {
     let handle = state.handle.clone();
     let requests = plan.requests.clone();
-    // `add_request` blocks for up to one engine step while the engine thread assigns the id.
-    let streams = tokio::task::spawn_blocking(move || queue_all(&handle, requests))
+    // `add_requests` blocks for up to one engine step while the engine thread assigns ids.
+    // A client that leaves meanwhile drops the streams, and the engine aborts them next step.
+    let streams = tokio::task::spawn_blocking(move || handle.add_requests(requests))
         .await
         .map_err(|e| ApiError::internal(format!("queueing the request failed: {e}")))??;
     let runs = streams
@@ -66,26 +65,6 @@ async fn start_runs(state: &AppState, plan: &RequestPlan) -> Result<Vec<ChoiceRu
         })
         .collect();
     Ok(runs)
-}
-
-/// Queues every choice or none: if one is refused, the ones already queued are cancelled.
-fn queue_all(
-    handle: &EngineHandle,
-    requests: Vec<Request>,
-) -> Result<Vec<RequestStream>, ApiError> {
-    let mut streams: Vec<RequestStream> = Vec::with_capacity(requests.len());
-    for request in requests {
-        match handle.add_request(request) {
-            Ok(stream) => streams.push(stream),
-            Err(error) => {
-                for stream in &streams {
-                    handle.abort(stream.id);
-                }
-                return Err(error.into());
-            }
-        }
-    }
-    Ok(streams)
 }
 
 /// The whole reply, or a 500 if the engine failed while computing any choice.
