@@ -153,7 +153,12 @@ impl BlockManager {
             let want = &tokens[i * self.block_size..(i + 1) * self.block_size];
             let verified = |c: &CachedContent| c.parent == parent && c.tokens == want;
             match self.by_hash.get(hash) {
-                Some(&id) if self.blocks[id.index()].cached.as_ref().is_some_and(verified) => {
+                Some(&id)
+                    if self.blocks[id.index()]
+                        .cached
+                        .as_ref()
+                        .is_some_and(verified) =>
+                {
                     hits.push(id);
                     parent = Some(*hash);
                 }

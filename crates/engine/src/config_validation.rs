@@ -161,8 +161,12 @@ fn physical_memory_bytes() -> Option<u64> {
     #[cfg(unix)]
     {
         // SAFETY: sysconf reads system constants and has no preconditions.
-        let (pages, page_size) =
-            unsafe { (libc::sysconf(libc::_SC_PHYS_PAGES), libc::sysconf(libc::_SC_PAGESIZE)) };
+        let (pages, page_size) = unsafe {
+            (
+                libc::sysconf(libc::_SC_PHYS_PAGES),
+                libc::sysconf(libc::_SC_PAGESIZE),
+            )
+        };
         if pages > 0 && page_size > 0 {
             return Some(pages as u64 * page_size as u64);
         }

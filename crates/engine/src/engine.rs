@@ -140,7 +140,12 @@ impl Engine {
     pub fn load(ckpt: &mut dyn Checkpoint, config: EngineConfig) -> Result<Self> {
         let plan = config.plan(ckpt.config())?;
         let model = Llama::load(ckpt, config.weight_mode, plan.max_model_len)?;
-        Ok(Self::new(model, plan.num_blocks, plan.max_model_len, &config))
+        Ok(Self::new(
+            model,
+            plan.num_blocks,
+            plan.max_model_len,
+            &config,
+        ))
     }
 
     fn new(model: Llama, num_blocks: usize, max_model_len: usize, config: &EngineConfig) -> Self {

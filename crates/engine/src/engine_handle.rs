@@ -10,9 +10,9 @@ use crate::engine::{Engine, EngineLimits};
 use crate::error::{EngineError, Result};
 use crate::request::{Request, RequestEvent, SeqId};
 use crate::scheduler::SchedulerStats;
-use std::sync::mpsc::{channel, Receiver, Sender};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -52,7 +52,9 @@ const MAX_FAILURE_BACKOFF: Duration = Duration::from_secs(1);
 pub enum EngineHealth {
     Healthy,
     /// The last `consecutive` steps failed (at least `MAX_CONSECUTIVE_STEP_FAILURES`).
-    Failing { consecutive: u32 },
+    Failing {
+        consecutive: u32,
+    },
     /// The engine thread has ended (shut down, or died).
     Stopped,
 }

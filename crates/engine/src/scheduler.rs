@@ -358,7 +358,9 @@ impl Scheduler {
             let b = seq.block_hashes.len();
             let tokens = &seq.tokens[b * bs..(b + 1) * bs];
             let parent = seq.block_hashes.last().copied();
-            let hash = self.blocks.register_full(seq.block_table[b], parent, tokens);
+            let hash = self
+                .blocks
+                .register_full(seq.block_table[b], parent, tokens);
             seq.block_hashes.push(hash);
         }
     }

@@ -19,26 +19,34 @@ fn the_default_configuration_is_valid_and_sized_by_memory() {
 
 #[test]
 fn each_bad_setting_is_refused_by_name() {
-    let base = EngineConfig::default;
-    let cases: Vec<(EngineConfig, &str)> = vec![
-        (EngineConfig { block_size: 0, ..base() }, "block_size"),
-        (EngineConfig { block_size: 4, ..base() }, "block_size"),
-        (EngineConfig { block_size: 24, ..base() }, "block_size"),
-        (EngineConfig { block_size: 1 << 62, ..base() }, "block_size"),
-        (EngineConfig { max_num_seqs: 0, ..base() }, "max_num_seqs"),
-        (EngineConfig { max_num_batched_tokens: 0, ..base() }, "max_num_batched_tokens"),
-        (EngineConfig { max_num_batched_tokens: 64, max_num_seqs: 128, ..base() }, "max_num_batched_tokens"),
-        (EngineConfig { long_prefill_token_threshold: Some(0), ..base() }, "long_prefill_token_threshold"),
-        (EngineConfig { num_kv_blocks: Some(0), ..base() }, "num_kv_blocks"),
-        (EngineConfig { num_kv_blocks: Some(usize::MAX), ..base() }, "num_kv_blocks"),
-        (EngineConfig { kv_cache_memory_bytes: 0, ..base() }, "kv_cache_memory_bytes"),
-        (EngineConfig { kv_cache_memory_bytes: 1000, ..base() }, "kv_cache_memory_bytes"),
-        (EngineConfig { kv_cache_memory_bytes: usize::MAX, ..base() }, "kv_cache_memory_bytes"),
-        (EngineConfig { max_model_len: Some(0), ..base() }, "max_model_len"),
-        (EngineConfig { max_model_len: Some(1), ..base() }, "max_model_len"),
-        (EngineConfig { max_model_len: Some(1 << 40), ..base() }, "max_model_len"),
+    type Change = fn(&mut EngineConfig);
+    let cases: [(Change, &str); 16] = [
+        (|c| c.block_size = 0, "block_size"),
+        (|c| c.block_size = 4, "block_size"),
+        (|c| c.block_size = 24, "block_size"),
+        (|c| c.block_size = 1 << 62, "block_size"),
+        (|c| c.max_num_seqs = 0, "max_num_seqs"),
+        (|c| c.max_num_batched_tokens = 0, "max_num_batched_tokens"),
+        (|c| c.max_num_batched_tokens = 64, "max_num_batched_tokens"),
+        (
+            |c| c.long_prefill_token_threshold = Some(0),
+            "long_prefill_token_threshold",
+        ),
+        (|c| c.num_kv_blocks = Some(0), "num_kv_blocks"),
+        (|c| c.num_kv_blocks = Some(usize::MAX), "num_kv_blocks"),
+        (|c| c.kv_cache_memory_bytes = 0, "kv_cache_memory_bytes"),
+        (|c| c.kv_cache_memory_bytes = 1000, "kv_cache_memory_bytes"),
+        (
+            |c| c.kv_cache_memory_bytes = usize::MAX,
+            "kv_cache_memory_bytes",
+        ),
+        (|c| c.max_model_len = Some(0), "max_model_len"),
+        (|c| c.max_model_len = Some(1), "max_model_len"),
+        (|c| c.max_model_len = Some(1 << 40), "max_model_len"),
     ];
-    for (config, setting) in cases {
+    for (change, setting) in cases {
+        let mut config = EngineConfig::default();
+        change(&mut config);
         let error = config.validate(&model()).unwrap_err();
         assert_eq!(error.setting, setting, "{config:?}: {error}");
         assert!(!error.reason.is_empty());

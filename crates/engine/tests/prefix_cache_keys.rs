@@ -21,7 +21,11 @@ fn a_key_collision_with_the_same_tokens_after_another_parent_is_not_a_hit() {
 
     let prompt_b = [B0, X].concat();
     let hits = blocks.lookup_prefix(&prompt_b, &BlockHash::of_full_blocks(&prompt_b, 4));
-    assert_eq!(hits, vec![ids[1]], "B0 is shared; A's X block (after A0) is not");
+    assert_eq!(
+        hits,
+        vec![ids[1]],
+        "B0 is shared; A's X block (after A0) is not"
+    );
 }
 
 #[test]
@@ -39,6 +43,9 @@ fn a_genuine_shared_prefix_is_still_a_hit_block_for_block() {
 fn the_same_tokens_after_different_parents_get_different_keys() {
     let a0 = BlockHash::chain(None, &A0);
     let b0 = BlockHash::chain(None, &B0);
-    assert_ne!(BlockHash::chain(Some(a0), &X), BlockHash::chain(Some(b0), &X));
+    assert_ne!(
+        BlockHash::chain(Some(a0), &X),
+        BlockHash::chain(Some(b0), &X)
+    );
     assert_ne!(BlockHash::chain(None, &X), BlockHash::chain(Some(a0), &X));
 }

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use tokenmill_engine::engine_handle::MAX_CONSECUTIVE_STEP_FAILURES;
 use tokenmill_engine::{
-    EngineConfig, EngineHandle, EngineHealth, EngineError, FinishReason, Request, RequestEvent,
+    EngineConfig, EngineError, EngineHandle, EngineHealth, FinishReason, Request, RequestEvent,
     SamplingParams,
 };
 
@@ -44,7 +44,9 @@ fn engine_with_fault(
     });
     let calls = Arc::new(AtomicU32::new(0));
     let mut fault = fault;
-    engine.set_step_fault(Box::new(move |_| fault(calls.fetch_add(1, Ordering::SeqCst))));
+    engine.set_step_fault(Box::new(move |_| {
+        fault(calls.fetch_add(1, Ordering::SeqCst))
+    }));
     EngineHandle::spawn(engine)
 }
 
@@ -67,7 +69,9 @@ fn steps_failing_in_a_row_make_the_engine_unhealthy_and_a_success_heals_it() {
     let healthy_from = MAX_CONSECUTIVE_STEP_FAILURES;
     let handle = engine_with_fault(move |call| {
         if call < healthy_from {
-            Err(EngineError::InvalidRequest(format!("injected failure {call}")))
+            Err(EngineError::InvalidRequest(format!(
+                "injected failure {call}"
+            )))
         } else {
             Ok(())
         }
@@ -76,7 +80,9 @@ fn steps_failing_in_a_row_make_the_engine_unhealthy_and_a_success_heals_it() {
         let expected = if failed < MAX_CONSECUTIVE_STEP_FAILURES {
             EngineHealth::Healthy
         } else {
-            EngineHealth::Failing { consecutive: failed }
+            EngineHealth::Failing {
+                consecutive: failed,
+            }
         };
         assert_eq!(finish_reason(&handle), FinishReason::Error);
         assert_eq!(handle.health(), expected, "after {failed} failures");

@@ -77,7 +77,10 @@ impl RequestLimits {
         if prompts * n > self.max_choices_per_request {
             return Err(over(
                 "n",
-                format!("{prompts} prompts × n = {n} ask for {} choices", prompts * n),
+                format!(
+                    "{prompts} prompts × n = {n} ask for {} choices",
+                    prompts * n
+                ),
                 self.max_choices_per_request,
                 "max-choices-per-request",
             ));

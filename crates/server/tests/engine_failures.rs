@@ -19,9 +19,9 @@ fn server_with_fault(
 ) -> ServerHandle {
     let mut model = load_model(&[]);
     let calls = Arc::new(AtomicU32::new(0));
-    model
-        .engine
-        .set_step_fault(Box::new(move |_| fault(calls.fetch_add(1, Ordering::SeqCst))));
+    model.engine.set_step_fault(Box::new(move |_| {
+        fault(calls.fetch_add(1, Ordering::SeqCst))
+    }));
     let addr: SocketAddr = "127.0.0.1:0".parse().unwrap();
     spawn_server(model, ServerOptions::default(), addr).unwrap()
 }
@@ -61,7 +61,9 @@ async fn stream_payloads(base: &str) -> Vec<String> {
 #[tokio::test]
 async fn an_engine_whose_steps_keep_failing_answers_errors_and_reports_503_health() {
     let server = server_with_fault(|step| {
-        Err(EngineError::InvalidRequest(format!("injected failure of step {step}")))
+        Err(EngineError::InvalidRequest(format!(
+            "injected failure of step {step}"
+        )))
     });
     let base = server.base_url();
     assert_eq!(health(&base).await, 200, "no step has failed yet");
@@ -83,7 +85,10 @@ async fn an_engine_whose_steps_keep_failing_answers_errors_and_reports_503_healt
     assert_eq!(response.status(), 503);
     let body: Value = response.json().await.unwrap();
     assert!(
-        body["error"]["message"].as_str().unwrap().contains("failing"),
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("failing"),
         "{body}"
     );
 }

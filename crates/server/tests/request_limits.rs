@@ -29,14 +29,56 @@ async fn each_request_limit_is_a_400_naming_the_limit() {
         body
     };
     let prompts: Vec<&str> = vec!["a"; 257];
-    refused("/v1/completions", json!({"prompt": prompts}), Some("prompt"), "--max-prompts-per-request").await;
+    refused(
+        "/v1/completions",
+        json!({"prompt": prompts}),
+        Some("prompt"),
+        "--max-prompts-per-request",
+    )
+    .await;
     let token_prompts: Vec<Vec<u32>> = vec![vec![1]; 100_000];
-    refused("/v1/completions", json!({"prompt": token_prompts}), Some("prompt"), "--max-prompts-per-request").await;
-    refused("/v1/completions", json!({"prompt": vec!["a"; 20], "n": 16}), Some("n"), "--max-choices-per-request").await;
-    refused("/v1/completions", json!({"prompt": "a", "n": 17}), Some("n"), "--max-n").await;
-    refused("/v1/completions", json!({"prompt": "a", "stop": vec!["x"; 17]}), Some("stop"), "--max-stop-strings").await;
-    refused("/v1/chat/completions", chat(json!({"stop": "y".repeat(257)})), Some("stop"), "--max-stop-string-bytes").await;
-    refused("/v1/chat/completions", chat(json!({"stop_token_ids": vec![1; 257]})), Some("stop_token_ids"), "--max-stop-token-ids").await;
+    refused(
+        "/v1/completions",
+        json!({"prompt": token_prompts}),
+        Some("prompt"),
+        "--max-prompts-per-request",
+    )
+    .await;
+    refused(
+        "/v1/completions",
+        json!({"prompt": vec!["a"; 20], "n": 16}),
+        Some("n"),
+        "--max-choices-per-request",
+    )
+    .await;
+    refused(
+        "/v1/completions",
+        json!({"prompt": "a", "n": 17}),
+        Some("n"),
+        "--max-n",
+    )
+    .await;
+    refused(
+        "/v1/completions",
+        json!({"prompt": "a", "stop": vec!["x"; 17]}),
+        Some("stop"),
+        "--max-stop-strings",
+    )
+    .await;
+    refused(
+        "/v1/chat/completions",
+        chat(json!({"stop": "y".repeat(257)})),
+        Some("stop"),
+        "--max-stop-string-bytes",
+    )
+    .await;
+    refused(
+        "/v1/chat/completions",
+        chat(json!({"stop_token_ids": vec![1; 257]})),
+        Some("stop_token_ids"),
+        "--max-stop-token-ids",
+    )
+    .await;
     let deep = format!(
         r#"{{"prompt": "a", "stream_options": {}{}}}"#,
         "[".repeat(100_000),
@@ -51,7 +93,13 @@ async fn each_request_limit_is_a_400_naming_the_limit() {
         .unwrap();
     assert_eq!(response.status(), 400);
     let reply: Value = response.json().await.unwrap();
-    assert!(reply["error"]["message"].as_str().unwrap().contains("--max-json-depth"), "{reply}");
+    assert!(
+        reply["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("--max-json-depth"),
+        "{reply}"
+    );
 }
 
 #[tokio::test]
@@ -84,23 +132,36 @@ async fn logprobs_of_zero_report_the_chosen_token_and_no_alternatives() {
     )
     .await;
     assert_eq!(status, 200, "{reply}");
-    for token in reply["choices"][0]["logprobs"]["content"].as_array().unwrap() {
+    for token in reply["choices"][0]["logprobs"]["content"]
+        .as_array()
+        .unwrap()
+    {
         assert!(token["logprob"].is_number());
-        assert_eq!(token["top_logprobs"].as_array().unwrap().len(), 0, "{reply}");
+        assert_eq!(
+            token["top_logprobs"].as_array().unwrap().len(),
+            0,
+            "{reply}"
+        );
     }
 }
 
 #[tokio::test]
 async fn developer_messages_are_rendered_as_system_messages() {
-    let ask = |role: &str| {
-        json!({"messages": [{"role": role, "content": "Answer briefly."}, {"role": "user", "content": "Hi"}], "add_generation_prompt": true})
-    };
+    let ask = |role: &str| json!({"messages": [{"role": role, "content": "Answer briefly."}, {"role": "user", "content": "Hi"}], "add_generation_prompt": true});
     let tokenize = |body: Value| async move {
-        let response = client().post(url("/tokenize")).json(&body).send().await.unwrap();
+        let response = client()
+            .post(url("/tokenize"))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
         assert_eq!(response.status(), 200);
         response.json::<Value>().await.unwrap()["tokens"].clone()
     };
-    assert_eq!(tokenize(ask("developer")).await, tokenize(ask("system")).await);
+    assert_eq!(
+        tokenize(ask("developer")).await,
+        tokenize(ask("system")).await
+    );
     let (status, reply) = post_json(
         "/v1/chat/completions",
         json!({"messages": [{"role": "developer", "content": "Be brief."}, {"role": "user", "content": "Hi"}], "max_tokens": 2}),
@@ -125,9 +186,9 @@ async fn tool_messages_reach_the_chat_template() {
 
 #[tokio::test]
 async fn a_body_that_stops_arriving_gets_408_instead_of_holding_the_connection() {
+    use std::io::{Read, Write};
     use tokenmill_server::api_server::ServerOptions;
     use tokenmill_server::request_limits::RequestLimits;
-    use std::io::{Read, Write};
 
     let options = ServerOptions {
         request_limits: RequestLimits {

@@ -23,10 +23,8 @@ pub async fn chat_completions(
     state.limits.check(&body, 1)?;
     let rendering = state.clone();
     let add_generation_prompt = body.add_generation_prompt.unwrap_or(true);
-    let prompt = off_runtime(move || {
-        chat_prompt_ids(&rendering, &messages, add_generation_prompt)
-    })
-    .await?;
+    let prompt =
+        off_runtime(move || chat_prompt_ids(&rendering, &messages, add_generation_prompt)).await?;
     let plan = RequestPlan::new(
         &body,
         Endpoint::Chat,

@@ -74,7 +74,10 @@ async fn collect_reply(
     prompt_tokens: usize,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let totals = join_all(runs.into_iter().map(collect_choice)).await;
-    if totals.iter().any(|t| t.finish_reason == Some(ENGINE_FAILED)) {
+    if totals
+        .iter()
+        .any(|t| t.finish_reason == Some(ENGINE_FAILED))
+    {
         return Err(ApiError::engine_failed());
     }
     let usage = Usage {

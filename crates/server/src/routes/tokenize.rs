@@ -50,8 +50,7 @@ pub async fn tokenize(
         (None, Some(messages)) => {
             let messages = chat_messages(Some(&messages))?;
             let add_generation_prompt = body.add_generation_prompt.unwrap_or(true);
-            off_runtime(move || chat_prompt_ids(&working, &messages, add_generation_prompt))
-                .await?
+            off_runtime(move || chat_prompt_ids(&working, &messages, add_generation_prompt)).await?
         }
         _ => {
             return Err(ApiError::bad_request(
