@@ -3,9 +3,14 @@
 //!
 //! It never decides anything: allocation returns `None` when the pool is short, and the
 //! scheduler chooses what to preempt.
+//!
+//! Prefix-cache keys are SHA-256 over (parent key, tokens), as vLLM keys them since
+//! CVE-2025-25183: a 64-bit unkeyed hash lets a client craft a prompt whose blocks alias
+//! another user's. A hit is still verified: the block's own tokens and its parent's key
+//! must both match, so even a key collision cannot hand out KV computed for another prefix.
 
+use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, HashMap};
-use std::hash::{Hash, Hasher};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct BlockId(u32);
@@ -18,15 +23,33 @@ impl BlockId {
 
 /// Content hash of a full block, chained with its predecessor's so equal hashes mean
 /// equal prefixes, not just equal blocks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct BlockHash(u64);
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct BlockHash([u8; 32]);
+
+impl std::fmt::Debug for BlockHash {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let head: String = self.0[..8].iter().map(|b| format!("{b:02x}")).collect();
+        write!(f, "BlockHash({head}…)")
+    }
+}
 
 impl BlockHash {
+    /// SHA-256 of an unambiguous encoding: whether there is a parent, its key, the token
+    /// count, then each token (little-endian).
     pub fn chain(parent: Option<BlockHash>, tokens: &[u32]) -> Self {
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        parent.map(|p| p.0).hash(&mut h);
-        tokens.hash(&mut h);
-        Self(h.finish())
+        let mut h = Sha256::new();
+        match parent {
+            Some(p) => {
+                h.update([1u8]);
+                h.update(p.0);
+            }
+            None => h.update([0u8]),
+        }
+        h.update((tokens.len() as u64).to_le_bytes());
+        for t in tokens {
+            h.update(t.to_le_bytes());
+        }
+        Self(h.finalize().into())
     }
 
     /// Hashes of every full block of `tokens`.
@@ -55,6 +78,9 @@ struct Block {
 #[derive(Debug, Clone)]
 struct CachedContent {
     hash: BlockHash,
+    /// The key of the block before it (`None` for a prompt's first block). Its KV depends
+    /// on every earlier token, so a hit must follow the same parent.
+    parent: Option<BlockHash>,
     /// Kept to rule out hash collisions: a hit must match token for token.
     tokens: Vec<u32>,
 }
@@ -114,22 +140,27 @@ impl BlockManager {
         self.blocks[id.index()].ref_count
     }
 
-    /// The longest run of leading full blocks of `tokens` already in the cache.
+    /// The longest run of leading full blocks of `tokens` already in the cache. Each hit
+    /// holds the same tokens and follows the block hit before it, so the whole prefix is
+    /// verified by content, whatever the keys.
     pub fn lookup_prefix(&self, tokens: &[u32], hashes: &[BlockHash]) -> Vec<BlockId> {
         if !self.prefix_caching {
             return Vec::new();
         }
         let mut hits = Vec::new();
+        let mut parent = None;
         for (i, hash) in hashes.iter().enumerate() {
             let want = &tokens[i * self.block_size..(i + 1) * self.block_size];
+            let verified = |c: &CachedContent| c.parent == parent && c.tokens == want;
             match self.by_hash.get(hash) {
                 Some(&id)
                     if self.blocks[id.index()]
                         .cached
                         .as_ref()
-                        .is_some_and(|c| c.tokens == want) =>
+                        .is_some_and(verified) =>
                 {
-                    hits.push(id)
+                    hits.push(id);
+                    parent = Some(*hash);
                 }
                 _ => break,
             }
@@ -185,14 +216,34 @@ impl BlockManager {
         }
     }
 
-    /// Records that a held block is full with `tokens` (whose chained hash is `hash`), so
-    /// later prompts with the same prefix can share it.
-    pub fn register_full(&mut self, id: BlockId, hash: BlockHash, tokens: &[u32]) {
+    /// Records that a held block is full with `tokens` after the block keyed `parent`, so
+    /// later prompts with the same prefix can share it. Returns the block's key.
+    pub fn register_full(
+        &mut self,
+        id: BlockId,
+        parent: Option<BlockHash>,
+        tokens: &[u32],
+    ) -> BlockHash {
+        let hash = BlockHash::chain(parent, tokens);
+        self.register_keyed(id, hash, parent, tokens);
+        hash
+    }
+
+    /// `register_full` with the key given, so tests can forge a key collision.
+    #[doc(hidden)]
+    pub fn register_keyed(
+        &mut self,
+        id: BlockId,
+        hash: BlockHash,
+        parent: Option<BlockHash>,
+        tokens: &[u32],
+    ) {
         if !self.prefix_caching || self.by_hash.contains_key(&hash) {
             return;
         }
         self.blocks[id.index()].cached = Some(CachedContent {
             hash,
+            parent,
             tokens: tokens.to_vec(),
         });
         self.by_hash.insert(hash, id);

@@ -122,6 +122,12 @@ impl Completion {
     }
 }
 
+/// Test support: runs before every forward pass with the batch about to run. An `Err` or a
+/// panic from it is handled exactly like one from the model, so tests can exercise the
+/// failure path of a real engine.
+pub type StepFault =
+    Box<dyn FnMut(&crate::forward_batch::ForwardBatch) -> Result<()> + Send + Sync>;
+
 pub struct Engine {
     runner: ModelRunner,
     scheduler: Scheduler,
@@ -129,42 +135,29 @@ pub struct Engine {
     streams: HashMap<SeqId, UnboundedSender<RequestEvent>>,
     next_seq: u64,
     seeds: StdRng,
+    /// The sequences of the step under way; what `fail_step` finishes if it fails.
+    in_flight: Vec<SeqId>,
+    fault: Option<StepFault>,
 }
 
 impl Engine {
+    /// Validates `config` against the checkpoint's model (see `EngineConfig::plan`), then loads.
     pub fn load(ckpt: &mut dyn Checkpoint, config: EngineConfig) -> Result<Self> {
-        let model_config = ckpt.config().clone();
-        let num_blocks = match config.num_kv_blocks {
-            Some(n) => n,
-            None => {
-                config.kv_cache_memory_bytes
-                    / (model_config.kv_bytes_per_token(config.kv_cache_dtype.element_size())
-                        * config.block_size)
-            }
-        };
-        if num_blocks == 0 || config.block_size == 0 {
-            return Err(EngineError::InvalidConfig(
-                "the KV cache has no blocks".into(),
-            ));
-        }
-        let pool_tokens = num_blocks * config.block_size;
-        let max_model_len = match config.max_model_len {
-            Some(len) if len > model_config.max_position_embeddings => {
-                return Err(EngineError::InvalidConfig(format!(
-                    "max_model_len {len} exceeds the model's context length {}",
-                    model_config.max_position_embeddings
-                )))
-            }
-            Some(len) => len,
-            None => model_config.max_position_embeddings.min(pool_tokens),
-        };
-        let model = Llama::load(ckpt, config.weight_mode, max_model_len)?;
+        let plan = config.plan(ckpt.config())?;
+        let model = Llama::load(ckpt, config.weight_mode, plan.max_model_len)?;
         tracing::info!(
-            "KV cache: {:?}, {num_blocks} blocks of {} tokens ({pool_tokens} tokens)",
+            "KV cache: {:?}, {} blocks of {} tokens ({} tokens)",
             config.kv_cache_dtype.resolve(),
-            config.block_size
+            plan.num_blocks,
+            config.block_size,
+            plan.num_blocks * config.block_size
         );
-        Ok(Self::new(model, num_blocks, max_model_len, &config))
+        Ok(Self::new(
+            model,
+            plan.num_blocks,
+            plan.max_model_len,
+            &config,
+        ))
     }
 
     fn new(model: Llama, num_blocks: usize, max_model_len: usize, config: &EngineConfig) -> Self {
@@ -198,6 +191,8 @@ impl Engine {
             streams: HashMap::new(),
             next_seq: 0,
             seeds: StdRng::from_os_rng(),
+            in_flight: Vec::new(),
+            fault: None,
         }
     }
 
@@ -239,6 +234,11 @@ impl Engine {
         arrival: Instant,
     ) -> Result<SeqId> {
         self.limits.validate(&req)?;
+        let mut req = req;
+        if req.params.logprobs == Some(0) {
+            // No alternatives wanted: the sampler need not rank the vocabulary per token.
+            req.params.logprobs = None;
+        }
         if self.scheduler.num_waiting() >= self.limits.max_waiting {
             return Err(EngineError::Overloaded(self.limits.max_waiting));
         }
@@ -264,11 +264,49 @@ impl Engine {
         if out.is_empty() {
             return Ok(0);
         }
+        self.in_flight = out.chunks.iter().map(|c| c.seq_id).collect();
+        if let Some(fault) = &mut self.fault {
+            fault(&out.batch)?;
+        }
         self.runner.execute(&out.batch)?;
         let sampled = self.sample(&out, self.runner.logits());
         let updates = self.scheduler.update(&out, sampled);
         self.dispatch(updates);
+        self.in_flight.clear();
         Ok(out.num_tokens())
+    }
+
+    /// After `step` returned an error or panicked: finishes the failed step's requests with
+    /// `FinishReason::Error` and frees their blocks, so the engine can go on with the rest.
+    pub fn fail_step(&mut self) {
+        for id in std::mem::take(&mut self.in_flight) {
+            match self.scheduler.abort(id) {
+                Some(mut seq) => {
+                    seq.finish = Some(FinishReason::Error);
+                    self.finish(seq);
+                }
+                // Gone from the scheduler mid-update: only its stream is left to end.
+                None => self.end_stream_with_error(id),
+            }
+        }
+    }
+
+    fn end_stream_with_error(&mut self, id: SeqId) {
+        if let Some(tx) = self.streams.remove(&id) {
+            let _ = tx.send(RequestEvent::Finished {
+                reason: FinishReason::Error,
+                prompt_tokens: 0,
+                completion_tokens: 0,
+                cached_prompt_tokens: 0,
+                timings: Box::new(RequestTimings::new(Instant::now())),
+            });
+        }
+    }
+
+    /// Installs a `StepFault` (tests only).
+    #[doc(hidden)]
+    pub fn set_step_fault(&mut self, fault: StepFault) {
+        self.fault = Some(fault);
     }
 
     fn sample(&self, out: &SchedulerOutput, logits: &Logits) -> Vec<(SeqId, SampledToken)> {

@@ -1,23 +1,30 @@
 //! `EngineHandle`: runs the `Engine` on its own OS thread (not inside an async runtime)
 //! and lets any thread add or abort requests. Each request gets its own event channel.
+//!
+//! A step that fails (an error, or a panic caught at the step boundary) finishes its batch's
+//! requests with an error and the engine goes on: the failure may belong to that batch alone,
+//! and the other requests deserve their answers. Failing steps back off rather than spin, and
+//! `health` reports the engine unhealthy once several fail in a row or the thread has ended.
 
 use crate::engine::{Engine, EngineLimits};
 use crate::error::{EngineError, Result};
 use crate::request::{Request, RequestEvent, SeqId};
 use crate::scheduler::SchedulerStats;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 
 enum Command {
+    /// Queues every request or none of them.
     Add {
-        request: Request,
-        events: UnboundedSender<RequestEvent>,
+        requests: Vec<(Request, UnboundedSender<RequestEvent>)>,
         arrival: Instant,
-        /// Where the id (or the reason for refusal) goes.
-        reply: Sender<Result<SeqId>>,
+        /// Where the ids (or the reason for refusal) go.
+        reply: Sender<Result<Vec<SeqId>>>,
     },
     Abort(SeqId),
     Shutdown,
@@ -29,7 +36,43 @@ pub struct EngineHandle {
     commands: Sender<Command>,
     limits: EngineLimits,
     stats: Arc<Mutex<SchedulerStats>>,
+    health: Arc<HealthState>,
     thread: Arc<Mutex<Option<JoinHandle<()>>>>,
+}
+
+/// Consecutive failed steps after which the engine reports itself unhealthy: one failure may
+/// be one bad batch; several in a row mean the engine itself is broken.
+pub const MAX_CONSECUTIVE_STEP_FAILURES: u32 = 3;
+
+/// The longest pause between two failing steps.
+const MAX_FAILURE_BACKOFF: Duration = Duration::from_secs(1);
+
+/// What `/health` reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EngineHealth {
+    Healthy,
+    /// The last `consecutive` steps failed (at least `MAX_CONSECUTIVE_STEP_FAILURES`).
+    Failing {
+        consecutive: u32,
+    },
+    /// The engine thread has ended (shut down, or died).
+    Stopped,
+}
+
+/// Written by the engine thread, read by any handle.
+#[derive(Default)]
+struct HealthState {
+    consecutive_failures: AtomicU32,
+    stopped: AtomicBool,
+}
+
+/// Marks the engine stopped however its thread ends, a panic included.
+struct StoppedOnDrop(Arc<HealthState>);
+
+impl Drop for StoppedOnDrop {
+    fn drop(&mut self) {
+        self.0.stopped.store(true, Ordering::SeqCst);
+    }
 }
 
 /// A queued request: its id (for abort) and its event stream.
@@ -45,15 +88,29 @@ impl EngineHandle {
         let limits = engine.limits().clone();
         let stats = Arc::new(Mutex::new(engine.stats()));
         let shared = stats.clone();
+        let health = Arc::new(HealthState::default());
+        let guard = StoppedOnDrop(health.clone());
         let thread = std::thread::Builder::new()
             .name("tokenmill-engine".into())
-            .spawn(move || run(engine, rx, shared))
+            .spawn(move || run(engine, rx, shared, guard))
             .expect("spawning the engine thread");
         Self {
             commands: tx,
             limits,
             stats,
+            health,
             thread: Arc::new(Mutex::new(Some(thread))),
+        }
+    }
+
+    /// Whether the engine thread is alive and its steps are succeeding.
+    pub fn health(&self) -> EngineHealth {
+        if self.health.stopped.load(Ordering::SeqCst) {
+            return EngineHealth::Stopped;
+        }
+        match self.health.consecutive_failures.load(Ordering::SeqCst) {
+            n if n >= MAX_CONSECUTIVE_STEP_FAILURES => EngineHealth::Failing { consecutive: n },
+            _ => EngineHealth::Healthy,
         }
     }
 
@@ -70,22 +127,40 @@ impl EngineHandle {
     /// can answer bad input before streaming anything; queueing waits for the engine thread
     /// only to learn the id (at most one step).
     pub fn add_request(&self, request: Request) -> Result<RequestStream> {
-        self.limits.validate(&request)?;
-        if self.stats().num_waiting >= self.limits.max_waiting {
+        let mut streams = self.add_requests(vec![request])?;
+        Ok(streams.remove(0))
+    }
+
+    /// Validates and queues several requests (the choices of one API request) in one trip to
+    /// the engine thread: all of them are queued, or none and the reason is returned.
+    pub fn add_requests(&self, requests: Vec<Request>) -> Result<Vec<RequestStream>> {
+        for request in &requests {
+            self.limits.validate(request)?;
+        }
+        if self.stats().num_waiting + requests.len() > self.limits.max_waiting {
             return Err(EngineError::Overloaded(self.limits.max_waiting));
         }
-        let (events, rx) = unbounded_channel();
+        let (requests, receivers): (Vec<_>, Vec<_>) = requests
+            .into_iter()
+            .map(|request| {
+                let (events, rx) = unbounded_channel();
+                ((request, events), rx)
+            })
+            .unzip();
         let (reply, answer) = channel();
         self.commands
             .send(Command::Add {
-                request,
-                events,
+                requests,
                 arrival: Instant::now(),
                 reply,
             })
             .map_err(|_| EngineError::EngineStopped)?;
-        let id = answer.recv().map_err(|_| EngineError::EngineStopped)??;
-        Ok(RequestStream { id, events: rx })
+        let ids = answer.recv().map_err(|_| EngineError::EngineStopped)??;
+        Ok(ids
+            .into_iter()
+            .zip(receivers)
+            .map(|(id, events)| RequestStream { id, events })
+            .collect())
     }
 
     /// Cancels a request; its blocks are freed before the next step.
@@ -102,7 +177,13 @@ impl EngineHandle {
     }
 }
 
-fn run(mut engine: Engine, commands: Receiver<Command>, stats: Arc<Mutex<SchedulerStats>>) {
+fn run(
+    mut engine: Engine,
+    commands: Receiver<Command>,
+    stats: Arc<Mutex<SchedulerStats>>,
+    stopped: StoppedOnDrop,
+) {
+    let health = &stopped.0;
     loop {
         // Idle: sleep until a command arrives instead of spinning.
         if !engine.has_unfinished() {
@@ -121,8 +202,14 @@ fn run(mut engine: Engine, commands: Receiver<Command>, stats: Arc<Mutex<Schedul
             }
         }
         if engine.has_unfinished() {
-            if let Err(err) = engine.step() {
-                tracing::error!("engine step failed: {err}");
+            match guarded_step(&mut engine) {
+                Ok(_) => health.consecutive_failures.store(0, Ordering::SeqCst),
+                Err(why) => {
+                    let failures = health.consecutive_failures.fetch_add(1, Ordering::SeqCst) + 1;
+                    tracing::error!("engine step failed ({failures} in a row): {why}");
+                    engine.fail_step();
+                    std::thread::sleep(failure_backoff(failures));
+                }
             }
         }
         if let Ok(mut s) = stats.lock() {
@@ -131,16 +218,66 @@ fn run(mut engine: Engine, commands: Receiver<Command>, stats: Arc<Mutex<Schedul
     }
 }
 
+/// One step with its panics caught at the step boundary, as an error message.
+fn guarded_step(engine: &mut Engine) -> std::result::Result<usize, String> {
+    // The step's sequences are failed and removed right after a panic, so the state a panic
+    // may have left half-updated is not used again.
+    match catch_unwind(AssertUnwindSafe(|| engine.step())) {
+        Ok(Ok(tokens)) => Ok(tokens),
+        Ok(Err(error)) => Err(error.to_string()),
+        Err(panic) => Err(panic_message(panic.as_ref())),
+    }
+}
+
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    let text = panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".into());
+    format!("panicked: {text}")
+}
+
+/// 10 ms after the first failure, doubling up to `MAX_FAILURE_BACKOFF`.
+fn failure_backoff(failures: u32) -> Duration {
+    let doublings = failures.saturating_sub(1).min(10);
+    (Duration::from_millis(10) * (1 << doublings)).min(MAX_FAILURE_BACKOFF)
+}
+
+/// Queues every request or, if the queue lacks room or one is refused, none.
+fn enqueue_all(
+    engine: &mut Engine,
+    requests: Vec<(Request, UnboundedSender<RequestEvent>)>,
+    arrival: Instant,
+) -> Result<Vec<SeqId>> {
+    let max_waiting = engine.limits().max_waiting;
+    if engine.stats().num_waiting + requests.len() > max_waiting {
+        return Err(EngineError::Overloaded(max_waiting));
+    }
+    let mut ids = Vec::with_capacity(requests.len());
+    for (request, events) in requests {
+        match engine.enqueue(request, events, arrival) {
+            Ok(id) => ids.push(id),
+            Err(error) => {
+                for id in ids {
+                    engine.abort(id);
+                }
+                return Err(error);
+            }
+        }
+    }
+    Ok(ids)
+}
+
 /// Applies one command; `false` means stop.
 fn apply(engine: &mut Engine, cmd: Command) -> bool {
     match cmd {
         Command::Add {
-            request,
-            events,
+            requests,
             arrival,
             reply,
         } => {
-            let _ = reply.send(engine.enqueue(request, events, arrival));
+            let _ = reply.send(enqueue_all(engine, requests, arrival));
         }
         Command::Abort(id) => engine.abort(id),
         Command::Shutdown => return false,

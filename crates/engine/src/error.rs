@@ -1,5 +1,6 @@
 //! The engine's error type: every failure names what went wrong and, for files, which file.
 
+use crate::config_validation::ConfigError;
 use std::path::PathBuf;
 
 #[derive(Debug, thiserror::Error)]
@@ -11,7 +12,7 @@ pub enum EngineError {
     #[error("invalid request: {0}")]
     InvalidRequest(String),
     #[error("invalid engine configuration: {0}")]
-    InvalidConfig(String),
+    InvalidConfig(#[from] ConfigError),
     #[error("the waiting queue is full ({0} requests); retry later")]
     Overloaded(usize),
     #[error("the engine has stopped")]

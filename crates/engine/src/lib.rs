@@ -3,6 +3,7 @@
 
 pub mod block_manager;
 pub mod checkpoint;
+pub mod config_validation;
 pub mod cpu_kernel;
 pub mod error;
 pub mod forward_batch;
@@ -21,7 +22,8 @@ pub mod sampling_params;
 pub mod scheduler;
 pub mod sequence;
 
+pub use config_validation::ConfigError;
 pub use engine::{Completion, Engine, EngineConfig, EngineLimits};
-pub use engine_handle::EngineHandle;
+pub use engine_handle::{EngineHandle, EngineHealth};
 pub use request::{FinishReason, Request, RequestEvent, SeqId};
 pub use sampling_params::SamplingParams;

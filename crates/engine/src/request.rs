@@ -24,6 +24,8 @@ pub enum FinishReason {
     Length,
     /// The client went away or asked to cancel.
     Abort,
+    /// The step computing it failed (an error or a panic in the model); see the server log.
+    Error,
 }
 
 impl FinishReason {
@@ -32,6 +34,7 @@ impl FinishReason {
             Self::Stop => "stop",
             Self::Length => "length",
             Self::Abort => "abort",
+            Self::Error => "error",
         }
     }
 }

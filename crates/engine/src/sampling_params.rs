@@ -1,6 +1,7 @@
 //! `SamplingParams`: how one request picks its tokens and when it stops, validated once.
 
 use crate::error::{EngineError, Result};
+use std::collections::BTreeSet;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct SamplingParams {
@@ -16,9 +17,11 @@ pub struct SamplingParams {
     pub presence_penalty: f32,
     pub max_tokens: usize,
     pub min_tokens: usize,
-    pub stop_token_ids: Vec<u32>,
+    /// Checked after every token, so a set: membership costs the same however many there are.
+    pub stop_token_ids: BTreeSet<u32>,
     pub ignore_eos: bool,
-    /// Return this many most likely alternatives (with their logprobs) for every token.
+    /// Return this many most likely alternatives (with their logprobs) for every token;
+    /// `Some(0)` means none (the chosen token's own logprob is always reported).
     pub logprobs: Option<usize>,
 }
 
@@ -35,7 +38,7 @@ impl Default for SamplingParams {
             presence_penalty: 0.0,
             max_tokens: 16,
             min_tokens: 0,
-            stop_token_ids: Vec::new(),
+            stop_token_ids: BTreeSet::new(),
             ignore_eos: false,
             logprobs: None,
         }

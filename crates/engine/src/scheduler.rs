@@ -357,8 +357,10 @@ impl Scheduler {
         while (seq.block_hashes.len() + 1) * bs <= seq.num_computed {
             let b = seq.block_hashes.len();
             let tokens = &seq.tokens[b * bs..(b + 1) * bs];
-            let hash = BlockHash::chain(seq.block_hashes.last().copied(), tokens);
-            self.blocks.register_full(seq.block_table[b], hash, tokens);
+            let parent = seq.block_hashes.last().copied();
+            let hash = self
+                .blocks
+                .register_full(seq.block_table[b], parent, tokens);
             seq.block_hashes.push(hash);
         }
     }
@@ -368,7 +370,7 @@ impl Scheduler {
         if seq.output().len() >= seq.params.min_tokens {
             return Vec::new();
         }
-        let mut banned = seq.params.stop_token_ids.clone();
+        let mut banned: Vec<u32> = seq.params.stop_token_ids.iter().copied().collect();
         if !seq.params.ignore_eos {
             banned.extend(&self.config.eos_token_ids);
         }

@@ -58,12 +58,13 @@ fn together(
     kv: KvCacheDtype,
     params: impl Fn(usize) -> SamplingParams,
 ) -> (Vec<Completion>, u64) {
-    // 24 tokens a step and 12 blocks of 16 for 32 requests needing up to 7 blocks each.
+    // 24 tokens a step (24 running at most) and 12 blocks of 16 for 32 requests needing up to
+    // 7 blocks each.
     let mut engine = common::load_engine(EngineConfig {
         num_kv_blocks: Some(12),
         kv_cache_dtype: kv,
         max_num_batched_tokens: 24,
-        max_num_seqs: 32,
+        max_num_seqs: 24,
         ..EngineConfig::default()
     });
     let reqs = prompts

@@ -84,7 +84,7 @@ fn a_stop_token_id_ends_the_request_with_stop() {
     let (_, golden) = capital();
     let done = run(
         SamplingParams {
-            stop_token_ids: vec![golden[2]],
+            stop_token_ids: [golden[2]].into(),
             ..SamplingParams::greedy(40)
         },
         config(),

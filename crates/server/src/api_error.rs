@@ -87,11 +87,42 @@ impl ApiError {
         }
     }
 
+    pub fn timeout(message: impl Into<String>) -> Self {
+        Self {
+            code: Some("request_timeout"),
+            ..Self::new(
+                StatusCode::REQUEST_TIMEOUT,
+                "invalid_request_error",
+                message,
+            )
+        }
+    }
+
     pub fn overloaded(message: impl Into<String>) -> Self {
         Self {
             retry_after: Some(1),
             code: Some("overloaded"),
             ..Self::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", message)
+        }
+    }
+
+    /// The server cannot serve at all (its engine failed or stopped); no retry hint.
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        Self {
+            code: Some("engine_unavailable"),
+            ..Self::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", message)
+        }
+    }
+
+    /// The engine failed while computing the request (see the server log for why).
+    pub fn engine_failed() -> Self {
+        Self {
+            code: Some("engine_error"),
+            ..Self::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "server_error",
+                "the engine failed while computing this request; the server log has the cause",
+            )
         }
     }
 

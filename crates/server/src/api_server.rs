@@ -17,6 +17,7 @@ use tokio::sync::oneshot;
 use crate::app_state::AppState;
 use crate::metrics::Metrics;
 use crate::model_loader::{self, EngineArgs, LoadedModel};
+use crate::request_limits::RequestLimits;
 use crate::routes;
 
 #[derive(Args, Debug, Clone)]
@@ -37,6 +38,8 @@ pub struct ServeArgs {
     /// Seconds in-flight requests may take to finish after SIGINT/SIGTERM.
     #[arg(long, default_value_t = 30)]
     pub shutdown_timeout: u64,
+    #[command(flatten)]
+    pub request_limits: RequestLimits,
 }
 
 /// Server settings that are not about the engine.
@@ -45,6 +48,7 @@ pub struct ServerOptions {
     pub served_model_name: Option<String>,
     pub api_key: Option<String>,
     pub shutdown_timeout: Duration,
+    pub request_limits: RequestLimits,
 }
 
 impl Default for ServerOptions {
@@ -53,6 +57,7 @@ impl Default for ServerOptions {
             served_model_name: None,
             api_key: None,
             shutdown_timeout: Duration::from_secs(30),
+            request_limits: RequestLimits::default(),
         }
     }
 }
@@ -63,6 +68,7 @@ impl ServeArgs {
             served_model_name: self.served_model_name.clone(),
             api_key: self.api_key.clone(),
             shutdown_timeout: Duration::from_secs(self.shutdown_timeout),
+            request_limits: self.request_limits.clone(),
         }
     }
 }
@@ -81,6 +87,7 @@ pub fn app_state(model: LoadedModel, options: &ServerOptions) -> Arc<AppState> {
         served_model_name: served,
         root: model.name,
         api_key: options.api_key.clone(),
+        limits: options.request_limits.clone(),
         created: SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_secs())

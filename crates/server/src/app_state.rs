@@ -8,6 +8,7 @@ use tokenmill_engine::EngineHandle;
 use crate::api_error::ApiError;
 use crate::chat_template::ChatTemplate;
 use crate::metrics::Metrics;
+use crate::request_limits::RequestLimits;
 use crate::tokenizer::Tokenizer;
 
 pub struct AppState {
@@ -19,6 +20,8 @@ pub struct AppState {
     /// What the model was loaded from (`root` in `/v1/models`).
     pub root: String,
     pub api_key: Option<String>,
+    /// How much work one request may ask for.
+    pub limits: RequestLimits,
     pub metrics: Arc<Metrics>,
     /// Unix seconds when the server started.
     pub created: u64,

@@ -112,7 +112,17 @@ pub fn stop_strings(stop: Option<&Value>) -> Result<Vec<String>, ApiError> {
     }
 }
 
-const ROLES: [&str; 3] = ["system", "user", "assistant"];
+/// Roles a chat template is given; `tool` is passed through, and a template that cannot
+/// render it refuses the conversation with its own message.
+const ROLES: [&str; 4] = ["system", "user", "assistant", "tool"];
+
+/// Role names as templates know them: OpenAI's newer `developer` is the `system` role.
+fn template_role(role: &str) -> Option<&'static str> {
+    match role {
+        "developer" => Some("system"),
+        other => ROLES.iter().copied().find(|&known| known == other),
+    }
+}
 
 /// Checks roles and flattens content (a string, or a list of `{"type": "text"}` parts).
 pub fn chat_messages(messages: Option<&[MessageIn]>) -> Result<Vec<ChatMessage>, ApiError> {
@@ -128,18 +138,18 @@ pub fn chat_messages(messages: Option<&[MessageIn]>) -> Result<Vec<ChatMessage>,
         .iter()
         .enumerate()
         .map(|(i, message)| {
-            if !ROLES.contains(&message.role.as_str()) {
-                return Err(ApiError::bad_param(
+            let role = template_role(&message.role).ok_or_else(|| {
+                ApiError::bad_param(
                     format!("messages[{i}].role"),
                     format!(
-                        "unsupported role `{}`; use system, user or assistant",
+                        "unsupported role `{}`; use system, developer, user, assistant or tool",
                         message.role
                     ),
-                ));
-            }
+                )
+            })?;
             let content = message_text(&message.content)
                 .map_err(|why| ApiError::bad_param(format!("messages[{i}].content"), why))?;
-            Ok(ChatMessage::new(message.role.as_str(), content))
+            Ok(ChatMessage::new(role, content))
         })
         .collect()
 }

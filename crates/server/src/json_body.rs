@@ -1,7 +1,11 @@
 //! `JsonBody<T>`: a JSON request-body extractor whose every rejection is an OpenAI error.
 //!
 //! axum's own `Json` answers with plain-text bodies and 415/422 statuses; clients of an
-//! OpenAI-compatible server expect 400 with an error object naming the bad field.
+//! OpenAI-compatible server expect 400 with an error object naming the bad field. Bodies
+//! nested deeper than the server's limit are refused before they are parsed.
+
+use std::sync::Arc;
+use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::extract::{FromRequest, Request};
@@ -9,18 +13,28 @@ use axum::http::StatusCode;
 use serde::de::DeserializeOwned;
 
 use crate::api_error::ApiError;
+use crate::app_state::AppState;
 
 pub struct JsonBody<T>(pub T);
 
-impl<S, T> FromRequest<S> for JsonBody<T>
+impl<T> FromRequest<Arc<AppState>> for JsonBody<T>
 where
-    S: Send + Sync,
     T: DeserializeOwned,
 {
     type Rejection = ApiError;
 
-    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
-        let bytes = Bytes::from_request(req, state).await.map_err(|rejection| {
+    async fn from_request(req: Request, state: &Arc<AppState>) -> Result<Self, ApiError> {
+        let limit = Duration::from_secs(state.limits.request_body_timeout);
+        let read = tokio::time::timeout(limit, Bytes::from_request(req, state))
+            .await
+            .map_err(|_| {
+                ApiError::timeout(format!(
+                    "the request body did not arrive within {} s (the server's \
+                     --request-body-timeout)",
+                    limit.as_secs()
+                ))
+            })?;
+        let bytes = read.map_err(|rejection| {
             if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
                 ApiError::too_large(format!(
                     "the request body is too large: {}",
@@ -33,6 +47,7 @@ where
                 ))
             }
         })?;
+        state.limits.check_json_depth(&bytes)?;
         parse_json(&bytes).map(JsonBody)
     }
 }

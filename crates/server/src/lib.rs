@@ -12,5 +12,6 @@ pub mod generation_request;
 pub mod json_body;
 pub mod metrics;
 pub mod reply_builder;
+pub mod request_limits;
 pub mod request_plan;
 pub mod routes;

@@ -20,7 +20,7 @@ const TOKEN_GAP_BUCKETS: &[f64] = &[
 ];
 
 /// The ways a request can end, as `request_success`'s `finished_reason` label.
-const FINISH_REASONS: [&str; 3] = ["stop", "length", "abort"];
+const FINISH_REASONS: [&str; 4] = ["stop", "length", "abort", "error"];
 
 #[derive(Debug, Clone)]
 struct Histogram {

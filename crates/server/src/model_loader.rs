@@ -3,7 +3,7 @@
 
 use crate::chat_template::ChatTemplate;
 use crate::tokenizer::{self, Tokenizer};
-use anyhow::{bail, Context};
+use anyhow::{anyhow, bail, Context};
 use clap::Args;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -11,7 +11,7 @@ use tokenmill_engine::checkpoint::{self, Checkpoint, DummyCheckpoint, DummyDType
 use tokenmill_engine::kv_cache::KvCacheDtype;
 use tokenmill_engine::models::WeightMode;
 use tokenmill_engine::scheduler::SchedulingPolicy;
-use tokenmill_engine::{Engine, EngineConfig};
+use tokenmill_engine::{Engine, EngineConfig, EngineError};
 
 pub const DEFAULT_MODEL_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
 
@@ -72,11 +72,21 @@ pub struct EngineArgs {
 }
 
 impl EngineArgs {
-    pub fn engine_config(&self) -> EngineConfig {
-        EngineConfig {
+    /// The engine configuration these flags ask for. Values only the flags have (a
+    /// fractional GiB) are checked here; everything else by `EngineConfig::validate`.
+    pub fn engine_config(&self) -> anyhow::Result<EngineConfig> {
+        let gib = self.kv_cache_memory_gib;
+        if !(gib.is_finite() && gib > 0.0) {
+            bail!("--kv-cache-memory-gib {gib}: must be a finite number of GiB above 0");
+        }
+        if self.threads == Some(0) {
+            bail!("--threads 0: must be at least 1 (omit it to use every core)");
+        }
+        Ok(EngineConfig {
             block_size: self.block_size,
             num_kv_blocks: self.num_kv_blocks,
-            kv_cache_memory_bytes: (self.kv_cache_memory_gib * (1u64 << 30) as f64) as usize,
+            // Saturates for absurd sizes, which the physical-memory check then refuses.
+            kv_cache_memory_bytes: (gib * (1u64 << 30) as f64) as usize,
             kv_cache_dtype: self.kv_cache_dtype,
             max_num_batched_tokens: self.max_num_batched_tokens,
             max_num_seqs: self.max_num_seqs,
@@ -86,6 +96,23 @@ impl EngineArgs {
             policy: self.scheduling_policy,
             weight_mode: self.weight_mode,
             max_waiting: self.max_waiting,
+        })
+    }
+
+    /// An engine error as the operator should read it: a refused setting is named by its flag.
+    fn explain(&self, error: EngineError) -> anyhow::Error {
+        match error {
+            EngineError::InvalidConfig(bad) if bad.setting == "kv_cache_memory_bytes" => {
+                anyhow!(
+                    "--kv-cache-memory-gib {}: {}",
+                    self.kv_cache_memory_gib,
+                    bad.reason
+                )
+            }
+            EngineError::InvalidConfig(bad) => {
+                anyhow!("{} {}: {}", bad.flag(), bad.value, bad.reason)
+            }
+            other => other.into(),
         }
     }
 }
@@ -133,13 +160,13 @@ pub fn init_threads(threads: Option<usize>) {
 }
 
 pub fn load(args: &EngineArgs) -> anyhow::Result<LoadedModel> {
+    let config = args.engine_config()?;
     init_threads(args.threads);
-    let config = args.engine_config();
     match args.load_format.as_str() {
         "dummy" => {
             let shape = args.model.clone().unwrap_or_else(|| "qwen3-0.6b".into());
             let mut ckpt = DummyCheckpoint::new(&shape, args.dummy_dtype, 0)?;
-            let engine = Engine::load(&mut ckpt, config)?;
+            let engine = Engine::load(&mut ckpt, config).map_err(|e| args.explain(e))?;
             Ok(LoadedModel {
                 engine,
                 tokenizer: None,
@@ -159,7 +186,10 @@ pub fn load(args: &EngineArgs) -> anyhow::Result<LoadedModel> {
                     path.display()
                 );
             }
-            load_checkpoint(&path, config)
+            load_checkpoint(&path, config).map_err(|e| match e.downcast::<EngineError>() {
+                Ok(engine_error) => args.explain(engine_error),
+                Err(other) => other,
+            })
         }
         other => bail!("unknown --load-format {other:?} (auto, dummy)"),
     }

@@ -8,9 +8,7 @@ use tokenmill_engine::{EngineLimits, Request, SamplingParams};
 
 use crate::api_error::ApiError;
 use crate::generation_request::{stop_strings, GenerationRequest};
-
-/// Most choices one prompt may ask for; each is a full engine request.
-pub const MAX_N: usize = 16;
+use crate::request_limits::RequestLimits;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Endpoint {
@@ -39,14 +37,16 @@ impl RequestPlan {
         endpoint: Endpoint,
         prompts: Vec<Vec<u32>>,
         limits: &EngineLimits,
+        request_limits: &RequestLimits,
     ) -> Result<Self, ApiError> {
+        request_limits.check(body, prompts.len())?;
         if body.echo == Some(true) {
             return Err(ApiError::bad_param("echo", "`echo` is not supported"));
         }
         if body.suffix.as_deref().is_some_and(|s| !s.is_empty()) {
             return Err(ApiError::bad_param("suffix", "`suffix` is not supported"));
         }
-        let n = choice_count(body.n)?;
+        let n = request_limits.choices_per_prompt(body.n)?;
         let max_tokens = requested_max_tokens(body)?;
         let prompt_param = match endpoint {
             Endpoint::Completions => "prompt",
@@ -86,18 +86,6 @@ impl RequestPlan {
                 .and_then(|o| o.include_usage)
                 .unwrap_or(false),
         })
-    }
-}
-
-fn choice_count(n: Option<i64>) -> Result<usize, ApiError> {
-    let n = n.unwrap_or(1);
-    if (1..=MAX_N as i64).contains(&n) {
-        Ok(n as usize)
-    } else {
-        Err(ApiError::bad_param(
-            "n",
-            format!("`n` must be between 1 and {MAX_N}, got {n}"),
-        ))
     }
 }
 
@@ -164,7 +152,7 @@ fn sampling_params(
         presence_penalty: body.presence_penalty.unwrap_or(defaults.presence_penalty),
         max_tokens: defaults.max_tokens,
         min_tokens,
-        stop_token_ids: body.stop_token_ids.clone().unwrap_or_default(),
+        stop_token_ids: body.stop_token_ids.iter().flatten().copied().collect(),
         ignore_eos: body.ignore_eos.unwrap_or(false),
         logprobs: match endpoint {
             Endpoint::Completions => completion_logprobs(body.logprobs.as_ref())?,
@@ -248,7 +236,13 @@ mod tests {
 
     fn plan(body: Value, endpoint: Endpoint) -> Result<RequestPlan, ApiError> {
         let body: GenerationRequest = serde_json::from_value(body).unwrap();
-        RequestPlan::new(&body, endpoint, vec![vec![1, 2, 3]], &limits())
+        RequestPlan::new(
+            &body,
+            endpoint,
+            vec![vec![1, 2, 3]],
+            &limits(),
+            &RequestLimits::default(),
+        )
     }
 
     #[test]
@@ -305,8 +299,14 @@ mod tests {
     #[test]
     fn a_prompt_that_fills_the_context_is_refused() {
         let body = GenerationRequest::default();
-        let error = RequestPlan::new(&body, Endpoint::Completions, vec![vec![1; 64]], &limits())
-            .unwrap_err();
+        let error = RequestPlan::new(
+            &body,
+            Endpoint::Completions,
+            vec![vec![1; 64]],
+            &limits(),
+            &RequestLimits::default(),
+        )
+        .unwrap_err();
         assert_eq!(error.code, Some("context_length_exceeded"));
     }
 }

@@ -41,14 +41,26 @@ enum BenchCommand {
     Compare(tokenmill_bench::CompareArgs),
 }
 
-fn main() -> anyhow::Result<()> {
+/// A failure (a refused flag, a bad model file, a port in use) is one line on stderr and
+/// exit status 1: operators read the reason, not a `Debug` dump or a backtrace.
+fn main() -> std::process::ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
         .with_writer(std::io::stderr)
         .init();
-    match Cli::parse().command {
+    match run(Cli::parse().command) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(command: Command) -> anyhow::Result<()> {
+    match command {
         Command::Serve(args) => tokenmill_server::api_server::run(args),
         Command::Generate(args) => generate::run(args),
         Command::Bench(BenchCommand::Latency(args)) => engine_bench::latency(args),

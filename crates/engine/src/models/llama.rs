@@ -6,7 +6,8 @@
 use super::forward_scratch::{ForwardScratch, ScratchShape};
 use super::layers::{swiglu_into, Embedding, Linear, RmsNorm, Rope, WeightMode};
 use crate::checkpoint::Checkpoint;
-use crate::cpu_kernel::CpuKernel;
+use crate::config_validation::ConfigError;
+use crate::cpu_kernel::{CpuKernel, KERNEL_ENV};
 use crate::error::{EngineError, Result};
 use crate::forward_batch::ForwardBatch;
 use crate::kv_cache::KvCache;
@@ -42,7 +43,10 @@ struct Block {
 impl Llama {
     pub fn load(ckpt: &mut dyn Checkpoint, mode: WeightMode, max_positions: usize) -> Result<Self> {
         // Refuse a bad TOKENMILL_CPU_KERNEL before any work, then fix and log the path.
-        CpuKernel::from_env().map_err(EngineError::InvalidConfig)?;
+        CpuKernel::from_env().map_err(|reason| {
+            let value = std::env::var(KERNEL_ENV).unwrap_or_default();
+            EngineError::InvalidConfig(ConfigError::new(KERNEL_ENV, value, reason))
+        })?;
         CpuKernel::active();
         let c = ckpt.config().clone();
         let (h, q_width, kv_width) = (

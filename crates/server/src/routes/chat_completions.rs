@@ -12,6 +12,7 @@ use crate::generation_request::{chat_messages, GenerationRequest};
 use crate::json_body::JsonBody;
 use crate::request_plan::{Endpoint, RequestPlan};
 use crate::routes::generation::generate;
+use crate::routes::off_runtime;
 
 pub async fn chat_completions(
     State(state): State<Arc<AppState>>,
@@ -19,12 +20,18 @@ pub async fn chat_completions(
 ) -> Result<Response, ApiError> {
     state.check_model(body.model.as_deref())?;
     let messages = chat_messages(body.messages.as_deref())?;
-    let prompt = chat_prompt_ids(
-        &state,
-        &messages,
-        body.add_generation_prompt.unwrap_or(true),
+    state.limits.check(&body, 1)?;
+    let rendering = state.clone();
+    let add_generation_prompt = body.add_generation_prompt.unwrap_or(true);
+    let prompt =
+        off_runtime(move || chat_prompt_ids(&rendering, &messages, add_generation_prompt)).await?;
+    let plan = RequestPlan::new(
+        &body,
+        Endpoint::Chat,
+        vec![prompt],
+        state.handle.limits(),
+        &state.limits,
     )?;
-    let plan = RequestPlan::new(&body, Endpoint::Chat, vec![prompt], state.handle.limits())?;
     generate(state, plan, Endpoint::Chat).await
 }
 

@@ -9,14 +9,15 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use futures_util::future::join_all;
 use futures_util::stream::{self, BoxStream, SelectAll, StreamExt};
-use tokenmill_engine::engine_handle::RequestStream;
-use tokenmill_engine::{EngineHandle, Request};
 
 use crate::api_error::ApiError;
 use crate::app_state::AppState;
 use crate::choice_run::{ChoiceDelta, ChoiceRun, ChoiceSetup};
 use crate::reply_builder::{ChoiceTotal, ReplyBuilder, Usage};
 use crate::request_plan::{Endpoint, RequestPlan};
+
+/// The finish reason of a choice whose engine step failed; never shown as a finish reason.
+const ENGINE_FAILED: &str = "error";
 
 pub async fn generate(
     state: Arc<AppState>,
@@ -35,7 +36,7 @@ pub async fn generate(
         Ok(stream_reply(runs, reply, prompt_tokens, plan.include_usage).into_response())
     } else {
         Ok(collect_reply(runs, reply, prompt_tokens)
-            .await
+            .await?
             .into_response())
     }
 }
@@ -43,8 +44,9 @@ pub async fn generate(
 async fn start_runs(state: &AppState, plan: &RequestPlan) -> Result<Vec<ChoiceRun>, ApiError> {
     let handle = state.handle.clone();
     let requests = plan.requests.clone();
-    // `add_request` blocks for up to one engine step while the engine thread assigns the id.
-    let streams = tokio::task::spawn_blocking(move || queue_all(&handle, requests))
+    // `add_requests` blocks for up to one engine step while the engine thread assigns ids.
+    // A client that leaves meanwhile drops the streams, and the engine aborts them next step.
+    let streams = tokio::task::spawn_blocking(move || handle.add_requests(requests))
         .await
         .map_err(|e| ApiError::internal(format!("queueing the request failed: {e}")))??;
     let runs = streams
@@ -65,37 +67,24 @@ async fn start_runs(state: &AppState, plan: &RequestPlan) -> Result<Vec<ChoiceRu
     Ok(runs)
 }
 
-/// Queues every choice or none: if one is refused, the ones already queued are cancelled.
-fn queue_all(
-    handle: &EngineHandle,
-    requests: Vec<Request>,
-) -> Result<Vec<RequestStream>, ApiError> {
-    let mut streams: Vec<RequestStream> = Vec::with_capacity(requests.len());
-    for request in requests {
-        match handle.add_request(request) {
-            Ok(stream) => streams.push(stream),
-            Err(error) => {
-                for stream in &streams {
-                    handle.abort(stream.id);
-                }
-                return Err(error.into());
-            }
-        }
-    }
-    Ok(streams)
-}
-
+/// The whole reply, or a 500 if the engine failed while computing any choice.
 async fn collect_reply(
     runs: Vec<ChoiceRun>,
     reply: ReplyBuilder,
     prompt_tokens: usize,
-) -> Json<serde_json::Value> {
+) -> Result<Json<serde_json::Value>, ApiError> {
     let totals = join_all(runs.into_iter().map(collect_choice)).await;
+    if totals
+        .iter()
+        .any(|t| t.finish_reason == Some(ENGINE_FAILED))
+    {
+        return Err(ApiError::engine_failed());
+    }
     let usage = Usage {
         prompt_tokens,
         completion_tokens: totals.iter().map(|t| t.tokens.len()).sum(),
     };
-    Json(reply.full(&totals, usage))
+    Ok(Json(reply.full(&totals, usage)))
 }
 
 async fn collect_choice(mut run: ChoiceRun) -> ChoiceTotal {
@@ -155,6 +144,11 @@ fn stream_reply(
 async fn next_event(mut s: StreamState) -> Option<(Event, StreamState)> {
     let data = match s.phase {
         Phase::Choices => match s.merged.next().await {
+            // The stream ends with an error object, then `[DONE]`, as vLLM ends it.
+            Some((_, delta)) if delta.finish_reason == Some(ENGINE_FAILED) => {
+                s.phase = Phase::UsageSent;
+                ApiError::engine_failed().body().to_string()
+            }
             Some((index, delta)) => {
                 s.usage.completion_tokens += delta.tokens.len();
                 let offset = s.streamed[index];

@@ -7,7 +7,9 @@ use axum::http::header;
 use axum::response::IntoResponse;
 use axum::Json;
 use serde_json::{json, Value};
+use tokenmill_engine::EngineHealth;
 
+use crate::api_error::ApiError;
 use crate::app_state::AppState;
 
 pub async fn models(State(state): State<Arc<AppState>>) -> Json<Value> {
@@ -25,8 +27,18 @@ pub async fn models(State(state): State<Arc<AppState>>) -> Json<Value> {
     }))
 }
 
-/// 200 with an empty body while the server is up, as vLLM answers.
-pub async fn health() {}
+/// 200 with an empty body while the engine is serving, as vLLM answers; 503 with the reason
+/// once the engine thread has ended or its steps keep failing, so load balancers stop
+/// sending traffic here.
+pub async fn health(State(state): State<Arc<AppState>>) -> Result<(), ApiError> {
+    match state.handle.health() {
+        EngineHealth::Healthy => Ok(()),
+        EngineHealth::Failing { consecutive } => Err(ApiError::unavailable(format!(
+            "the engine is failing: its last {consecutive} steps failed"
+        ))),
+        EngineHealth::Stopped => Err(ApiError::unavailable("the engine has stopped")),
+    }
+}
 
 pub async fn version() -> Json<Value> {
     Json(json!({ "version": env!("CARGO_PKG_VERSION") }))

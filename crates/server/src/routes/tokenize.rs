@@ -13,6 +13,7 @@ use crate::app_state::AppState;
 use crate::generation_request::{chat_messages, MessageIn};
 use crate::json_body::JsonBody;
 use crate::routes::chat_completions::chat_prompt_ids;
+use crate::routes::off_runtime;
 
 #[derive(Debug, Deserialize)]
 pub struct TokenizeRequest {
@@ -34,18 +35,22 @@ pub async fn tokenize(
     JsonBody(body): JsonBody<TokenizeRequest>,
 ) -> Result<Json<Value>, ApiError> {
     state.check_model(body.model.as_deref())?;
-    let tokens = match (&body.prompt, &body.messages) {
-        (Some(prompt), None) => state
-            .tokenizer()?
-            .encode(prompt, body.add_special_tokens.unwrap_or(true))
-            .map_err(|e| ApiError::bad_param("prompt", e.to_string()))?,
+    let working = state.clone();
+    let tokens = match (body.prompt, body.messages) {
+        (Some(prompt), None) => {
+            let add_special_tokens = body.add_special_tokens.unwrap_or(true);
+            off_runtime(move || {
+                working
+                    .tokenizer()?
+                    .encode(&prompt, add_special_tokens)
+                    .map_err(|e| ApiError::bad_param("prompt", e.to_string()))
+            })
+            .await?
+        }
         (None, Some(messages)) => {
-            let messages = chat_messages(Some(messages))?;
-            chat_prompt_ids(
-                &state,
-                &messages,
-                body.add_generation_prompt.unwrap_or(true),
-            )?
+            let messages = chat_messages(Some(&messages))?;
+            let add_generation_prompt = body.add_generation_prompt.unwrap_or(true);
+            off_runtime(move || chat_prompt_ids(&working, &messages, add_generation_prompt)).await?
         }
         _ => {
             return Err(ApiError::bad_request(
