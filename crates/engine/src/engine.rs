@@ -5,6 +5,7 @@
 
 use crate::block_manager::BlockManager;
 use crate::checkpoint::Checkpoint;
+use crate::cpu_kernel::CpuKernel;
 use crate::error::{EngineError, Result};
 use crate::kv_cache::KvCacheDtype;
 use crate::model_runner::{Logits, ModelRunner};
@@ -145,6 +146,8 @@ impl Engine {
     pub fn load(ckpt: &mut dyn Checkpoint, config: EngineConfig) -> Result<Self> {
         let plan = config.plan(ckpt.config())?;
         let model = Llama::load(ckpt, config.weight_mode, plan.max_model_len)?;
+        // Fixes the CPU kernel path now, so its log line comes with the other startup lines.
+        CpuKernel::active();
         tracing::info!(
             "KV cache: {:?}, {} blocks of {} tokens ({} tokens)",
             config.kv_cache_dtype.resolve(),

@@ -162,3 +162,22 @@ fn a_real_model_cut_off_inside_its_tensor_data_is_refused_in_one_line() {
     let path = path.to_str().unwrap();
     assert_one_line_error(&["serve", "--model", path, "--port", "0"], path);
 }
+
+#[test]
+fn an_unknown_or_unsupported_cpu_kernel_is_one_line_naming_the_variable() {
+    let args = serve_dummy_with(&[]);
+    let output = Command::new(env!("CARGO_BIN_EXE_tokenmill"))
+        .args(&args)
+        .env("TOKENMILL_CPU_KERNEL", "avx9000")
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("the binary runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert_eq!(lines.len(), 1, "{stderr}");
+    assert!(
+        lines[0].starts_with("error: ") && lines[0].contains("TOKENMILL_CPU_KERNEL"),
+        "{stderr}"
+    );
+}

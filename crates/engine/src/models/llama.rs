@@ -42,12 +42,12 @@ struct Block {
 
 impl Llama {
     pub fn load(ckpt: &mut dyn Checkpoint, mode: WeightMode, max_positions: usize) -> Result<Self> {
-        // Refuse a bad TOKENMILL_CPU_KERNEL before any work, then fix and log the path.
+        // Refuse a bad TOKENMILL_CPU_KERNEL before any work; the path is fixed (and logged)
+        // on first use.
         CpuKernel::from_env().map_err(|reason| {
             let value = std::env::var(KERNEL_ENV).unwrap_or_default();
             EngineError::InvalidConfig(ConfigError::new(KERNEL_ENV, value, reason))
         })?;
-        CpuKernel::active();
         let c = ckpt.config().clone();
         let (h, q_width, kv_width) = (
             c.hidden_size,
