@@ -70,7 +70,7 @@ fn check(mode: WeightMode, kv: KvCacheDtype, tol: f64) {
         for (id, ref_logit) in &case.first_step_top10 {
             let ours = (*id, mine(id));
             // Normalize both over the same 10 tokens so only relative logits matter.
-            let err = ((ours.1 as f64 - our_lse) - (ref_logit - ref_lse)).abs();
+            let err = ((ours.1 - our_lse) - (ref_logit - ref_lse)).abs();
             worst = worst.max(err);
         }
         // Greedy continuation up to the first step rounding could flip.

@@ -134,7 +134,7 @@ fn run(setup: Setup, events: Vec<Event>) {
     let mut next = 0u64;
     let mut live: Vec<SeqId> = Vec::new();
     let shared: Vec<u32> = (100..200).collect();
-    let mut step = |s: &mut Scheduler| {
+    let step = |s: &mut Scheduler| {
         let before: Vec<SeqId> = s.running().iter().map(|q| q.id).collect();
         let out = s.schedule();
         check_step(s, &setup, &before, &out);

@@ -53,10 +53,21 @@ fn main() -> std::process::ExitCode {
     match run(Cli::parse().command) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("error: {error:#}");
+            eprintln!("error: {}", one_line(&error));
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+/// The error chain on one line. Some errors (candle's, under `RUST_BACKTRACE=1`) carry a
+/// backtrace in their text; it is for developers, so only the first line is kept.
+fn one_line(error: &anyhow::Error) -> String {
+    let text = format!("{error:#}");
+    text.lines()
+        .next()
+        .unwrap_or_default()
+        .trim_end()
+        .to_owned()
 }
 
 fn run(command: Command) -> anyhow::Result<()> {

@@ -8,7 +8,8 @@ use std::process::Command;
 fn tokenmill(args: &[&str]) -> (Option<i32>, String) {
     let output = Command::new(env!("CARGO_BIN_EXE_tokenmill"))
         .args(args)
-        .env_remove("RUST_BACKTRACE")
+        // Backtraces on: they must still not reach the operator for a bad flag or file.
+        .env("RUST_BACKTRACE", "1")
         .env_remove("RUST_LOG")
         .output()
         .expect("the binary runs");
