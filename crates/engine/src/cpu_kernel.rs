@@ -84,7 +84,7 @@ impl CpuKernel {
     pub fn from_env() -> Result<CpuKernel, String> {
         match std::env::var(KERNEL_ENV) {
             Ok(name) if !name.is_empty() => {
-                let kernel: CpuKernel = name.parse()?;
+                let kernel: CpuKernel = name.parse().map_err(|e| format!("{KERNEL_ENV}: {e}"))?;
                 if kernel.is_supported() {
                     Ok(kernel)
                 } else {

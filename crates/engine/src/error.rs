@@ -9,6 +9,9 @@ pub enum EngineError {
     BadFile { path: PathBuf, message: String },
     #[error("unsupported model: {0}")]
     Unsupported(String),
+    /// An environment variable the engine reads holds a value it cannot use.
+    #[error("{0}")]
+    BadEnvironment(String),
     #[error("invalid request: {0}")]
     InvalidRequest(String),
     #[error("invalid engine configuration: {0}")]

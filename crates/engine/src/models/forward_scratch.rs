@@ -1,6 +1,8 @@
 //! `ForwardScratch`: every activation of one forward pass, allocated once and reused, so a
 //! steady-state step allocates nothing in the model.
 
+use super::quant_matrix::QuantizedActivations;
+
 /// Buffers sized for the largest batch seen (or reserved); each step uses a prefix.
 #[derive(Default)]
 pub struct ForwardScratch {
@@ -22,6 +24,8 @@ pub struct ForwardScratch {
     pub last: Vec<f32>,
     /// Which rows sample.
     pub sample_rows: Vec<usize>,
+    /// Quantized activations, lent to every matmul.
+    pub quantized: QuantizedActivations,
 }
 
 /// Widths of the activations, from the model's shape.

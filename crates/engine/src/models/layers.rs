@@ -3,7 +3,7 @@
 //! Activations are plain row-major `f32` slices `[rows, width]`; only matmuls go through
 //! candle, so the rest of the forward pass reads as ordinary loops.
 
-use super::quant_matrix::{QuantMatrix, WeightFormat};
+use super::quant_matrix::{QuantMatrix, QuantizedActivations, WeightFormat};
 use crate::error::Result;
 use crate::model_config::{ModelConfig, RopeStyle};
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
@@ -108,22 +108,34 @@ impl Linear {
     /// `x`: `[rows, in]` → `[rows, out]`.
     pub fn forward(&self, x: &[f32], rows: usize) -> Result<Vec<f32>> {
         let mut y = vec![0f32; rows * self.out_features];
-        self.forward_into(x, rows, &mut y)?;
+        self.forward_into(x, rows, &mut y, &mut QuantizedActivations::default())?;
         Ok(y)
     }
 
     /// `x`: `[rows, in]` → `y`: `[rows, out]`, written in place.
-    pub fn forward_into(&self, x: &[f32], rows: usize, y: &mut [f32]) -> Result<()> {
-        self.forward_split_into(x, rows, &mut [y])
+    pub fn forward_into(
+        &self,
+        x: &[f32],
+        rows: usize,
+        y: &mut [f32],
+        act: &mut QuantizedActivations,
+    ) -> Result<()> {
+        self.forward_split_into(x, rows, &mut [y], act)
     }
 
     /// `y += x · Wᵀ`: a residual add as the result is stored.
-    pub fn forward_add_into(&self, x: &[f32], rows: usize, y: &mut [f32]) -> Result<()> {
+    pub fn forward_add_into(
+        &self,
+        x: &[f32],
+        rows: usize,
+        y: &mut [f32],
+        act: &mut QuantizedActivations,
+    ) -> Result<()> {
         if rows == 0 {
             return Ok(());
         }
         match &self.weight {
-            Weight::Quant(w) => w.matmul_add_into(x, rows, y),
+            Weight::Quant(w) => w.matmul_add_into(x, rows, y, act),
             Weight::Candle(_) => {
                 let out = self.candle_forward(x, rows)?;
                 y.iter_mut().zip(&out).for_each(|(a, b)| *a += b);
@@ -138,13 +150,14 @@ impl Linear {
         x: &[f32],
         rows: usize,
         outs: &mut [&mut [f32]],
+        act: &mut QuantizedActivations,
     ) -> Result<()> {
         debug_assert_eq!(x.len(), rows * self.in_features);
         if rows == 0 {
             return Ok(());
         }
         match &self.weight {
-            Weight::Quant(w) => w.matmul_split_into(x, rows, outs),
+            Weight::Quant(w) => w.matmul_split_into(x, rows, outs, act),
             Weight::Candle(_) => {
                 let out = self.candle_forward(x, rows)?;
                 let mut start = 0;

@@ -6,8 +6,7 @@
 use super::forward_scratch::{ForwardScratch, ScratchShape};
 use super::layers::{swiglu_into, Embedding, Linear, RmsNorm, Rope, WeightMode};
 use crate::checkpoint::Checkpoint;
-use crate::config_validation::ConfigError;
-use crate::cpu_kernel::{CpuKernel, KERNEL_ENV};
+use crate::cpu_kernel::CpuKernel;
 use crate::error::{EngineError, Result};
 use crate::forward_batch::ForwardBatch;
 use crate::kv_cache::KvCache;
@@ -44,10 +43,7 @@ impl Llama {
     pub fn load(ckpt: &mut dyn Checkpoint, mode: WeightMode, max_positions: usize) -> Result<Self> {
         // Refuse a bad TOKENMILL_CPU_KERNEL before any work; the path is fixed (and logged)
         // on first use.
-        CpuKernel::from_env().map_err(|reason| {
-            let value = std::env::var(KERNEL_ENV).unwrap_or_default();
-            EngineError::InvalidConfig(ConfigError::new(KERNEL_ENV, value, reason))
-        })?;
+        CpuKernel::from_env().map_err(EngineError::BadEnvironment)?;
         let c = ckpt.config().clone();
         let (h, q_width, kv_width) = (
             c.hidden_size,
@@ -174,7 +170,7 @@ impl Llama {
         self.output_norm.forward_inplace(&mut s.last);
         logits.resize(s.sample_rows.len() * self.config.vocab_size, 0.0);
         self.output
-            .forward_into(&s.last, s.sample_rows.len(), logits)
+            .forward_into(&s.last, s.sample_rows.len(), logits, &mut s.quantized)
     }
 
     /// Grows the scratch to batches of `tokens` tokens, `samples` of them sampling, so even
@@ -211,6 +207,7 @@ impl Llama {
             &s.normed,
             t,
             &mut [&mut s.q[..], &mut s.k[..], &mut s.v[..]],
+            &mut s.quantized,
         )?;
         // 2. Qwen3 normalizes each head before rotating it.
         if let (Some(qn), Some(kn)) = (&b.attn_q_norm, &b.attn_k_norm) {
@@ -230,16 +227,22 @@ impl Llama {
             block_size: kv.block_size(),
         };
         paged_attention_into(&s.q, kv.layer(layer), batch, shape, &mut s.attn);
-        b.attn_output.forward_add_into(&s.attn, t, &mut s.x)
+        b.attn_output
+            .forward_add_into(&s.attn, t, &mut s.x, &mut s.quantized)
     }
 
     /// `x += down(silu(gate(h)) · up(h))`, `h = norm(x)`.
     fn mlp(&self, b: &Block, t: usize, s: &mut ForwardScratch) -> Result<()> {
         b.ffn_norm.forward_into(&s.x, &mut s.normed);
-        b.ffn_gate_up
-            .forward_split_into(&s.normed, t, &mut [&mut s.gate[..], &mut s.up[..]])?;
+        b.ffn_gate_up.forward_split_into(
+            &s.normed,
+            t,
+            &mut [&mut s.gate[..], &mut s.up[..]],
+            &mut s.quantized,
+        )?;
         swiglu_into(&s.gate, &s.up, &mut s.act, self.config.intermediate_size);
-        b.ffn_down.forward_add_into(&s.act, t, &mut s.x)
+        b.ffn_down
+            .forward_add_into(&s.act, t, &mut s.x, &mut s.quantized)
     }
 }
 

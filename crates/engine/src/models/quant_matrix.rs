@@ -233,10 +233,16 @@ impl QuantMatrix {
     ///
     /// # Panics
     /// As [`matmul_into`](Self::matmul_into).
-    pub fn matmul_add_into(&self, x: &[f32], m: usize, y: &mut [f32]) {
+    pub fn matmul_add_into(
+        &self,
+        x: &[f32],
+        m: usize,
+        y: &mut [f32],
+        act: &mut QuantizedActivations,
+    ) {
         let mut outs = [y];
         let out = OutputWriter::new(&mut outs, m, self.rows, true);
-        self.run(x, m, &out, CpuKernel::active());
+        self.run(x, m, &out, CpuKernel::active(), act);
     }
 
     /// The result's columns written to several matrices side by side (stacked Q/K/V or
@@ -245,9 +251,15 @@ impl QuantMatrix {
     ///
     /// # Panics
     /// If the widths do not add up to `n`, or `x` is not `[m, k]`.
-    pub fn matmul_split_into(&self, x: &[f32], m: usize, outs: &mut [&mut [f32]]) {
+    pub fn matmul_split_into(
+        &self,
+        x: &[f32],
+        m: usize,
+        outs: &mut [&mut [f32]],
+        act: &mut QuantizedActivations,
+    ) {
         let out = OutputWriter::new(outs, m, self.rows, false);
-        self.run(x, m, &out, CpuKernel::active());
+        self.run(x, m, &out, CpuKernel::active(), act);
     }
 
     /// [`matmul_into`](Self::matmul_into) on a chosen path, so tests and benchmarks can
@@ -258,10 +270,20 @@ impl QuantMatrix {
     pub fn matmul_with(&self, x: &[f32], m: usize, y: &mut [f32], kernel: CpuKernel) {
         let mut outs = [y];
         let out = OutputWriter::new(&mut outs, m, self.rows, false);
-        self.run(x, m, &out, kernel);
+        ACT_SCRATCH.with(|cell| match cell.try_borrow_mut() {
+            Ok(mut act) => self.run(x, m, &out, kernel, &mut act),
+            Err(_) => self.run(x, m, &out, kernel, &mut QuantizedActivations::default()),
+        });
     }
 
-    fn run(&self, x: &[f32], m: usize, out: &OutputWriter<'_>, kernel: CpuKernel) {
+    fn run(
+        &self,
+        x: &[f32],
+        m: usize,
+        out: &OutputWriter<'_>,
+        kernel: CpuKernel,
+        act: &mut QuantizedActivations,
+    ) {
         assert!(
             kernel.is_supported(),
             "this CPU cannot run the {kernel} kernel"
@@ -274,11 +296,7 @@ impl QuantMatrix {
         if m == 0 || self.rows == 0 {
             return;
         }
-        ACT_SCRATCH.with(|cell| match cell.try_borrow_mut() {
-            Ok(mut act) => self.run_with(x, m, out, kernel, &mut act),
-            // Re-entered on this thread (not done today): use a private buffer.
-            Err(_) => self.run_with(x, m, out, kernel, &mut QuantizedRows::default()),
-        });
+        self.run_with(x, m, out, kernel, act);
     }
 
     fn run_with(
@@ -287,7 +305,7 @@ impl QuantMatrix {
         m: usize,
         out: &OutputWriter<'_>,
         kernel: CpuKernel,
-        act: &mut QuantizedRows,
+        act: &mut QuantizedActivations,
     ) {
         let n = self.rows;
         act.quantize(x, m, self.cols, self.format, kernel);
@@ -346,7 +364,7 @@ impl QuantMatrix {
     /// No other thread may access columns `cols` of `out` meanwhile.
     unsafe fn task(
         &self,
-        act: &QuantizedRows,
+        act: &QuantizedActivations,
         cols: Range<usize>,
         out: &OutputWriter<'_>,
         kernel: CpuKernel,
@@ -382,15 +400,16 @@ impl Group<'_> {
 }
 
 thread_local! {
-    /// The calling thread's quantized activations, reused so a steady-state step allocates
-    /// nothing here.
-    static ACT_SCRATCH: RefCell<QuantizedRows> = RefCell::new(QuantizedRows::default());
+    /// The calling thread's quantized activations, for the convenience entry points
+    /// (`matmul`, `matmul_into`, `matmul_with`); the forward pass lends its own.
+    static ACT_SCRATCH: RefCell<QuantizedActivations> = RefCell::new(QuantizedActivations::default());
 }
 
 /// Activations quantized per row: `quants[m][k]`, per-block `scales[m][k / 32]`, and what
-/// each weight format needs besides.
+/// each weight format needs besides. A forward pass owns one and lends it to every matmul,
+/// so its buffers grow once and are reused.
 #[derive(Default)]
-struct QuantizedRows {
+pub struct QuantizedActivations {
     m: usize,
     k: usize,
     quants: Vec<i8>,
@@ -417,7 +436,7 @@ struct XRow<'a> {
     sums: &'a [f32],
 }
 
-impl QuantizedRows {
+impl QuantizedActivations {
     fn quantize(&mut self, x: &[f32], m: usize, k: usize, format: WeightFormat, kernel: CpuKernel) {
         let blocks = k / BLOCK;
         self.m = m;
