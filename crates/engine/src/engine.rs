@@ -189,12 +189,7 @@ impl Engine {
             BlockManager::new(num_blocks, config.block_size, config.enable_prefix_caching),
         );
         Self {
-            runner: ModelRunner::new(
-                model,
-                num_blocks,
-                config.block_size,
-                config.kv_cache_dtype,
-            ),
+            runner: ModelRunner::new(model, num_blocks, config.block_size, config.kv_cache_dtype),
             scheduler,
             limits,
             streams: HashMap::new(),

@@ -159,7 +159,9 @@ impl KvCache {
         let layer = &mut self.layers[layer];
         for (row, &slot) in slots.iter().enumerate() {
             layer.keys.store(slot * w, &keys[row * w..(row + 1) * w]);
-            layer.values.store(slot * w, &values[row * w..(row + 1) * w]);
+            layer
+                .values
+                .store(slot * w, &values[row * w..(row + 1) * w]);
         }
     }
 }

@@ -24,12 +24,7 @@ impl Logits {
 }
 
 impl ModelRunner {
-    pub fn new(
-        model: Llama,
-        num_blocks: usize,
-        block_size: usize,
-        kv_dtype: KvCacheDtype,
-    ) -> Self {
+    pub fn new(model: Llama, num_blocks: usize, block_size: usize, kv_dtype: KvCacheDtype) -> Self {
         let c = model.config();
         let kv_cache = KvCache::new(
             c.num_layers,

@@ -95,7 +95,13 @@ fn attend(
         shape,
         isa,
     };
-    for_each_seq(&batch.seqs, 0, out, &|seq, out| ctx.seq(seq, out), ctx.row_width());
+    for_each_seq(
+        &batch.seqs,
+        0,
+        out,
+        &|seq, out| ctx.seq(seq, out),
+        ctx.row_width(),
+    );
 }
 
 /// Runs `f` on every sequence with its own rows of `out`, in parallel. Sequences' rows are
@@ -491,10 +497,7 @@ fn fold_chunk(
     acc: &mut [f32],
 ) {
     let s = chunk_scores(q, bufs.keys_t);
-    let chunk_max = s[..valid]
-        .iter()
-        .copied()
-        .fold(f32::NEG_INFINITY, f32::max);
+    let chunk_max = s[..valid].iter().copied().fold(f32::NEG_INFINITY, f32::max);
     let new_max = max.max(chunk_max);
     let alpha = exp2(*max - new_max);
     let mut p = [0.0f32; CHUNK];
@@ -791,7 +794,10 @@ impl Job for MergeJob<'_> {
                 for p in 0..self.parts {
                     let at = (p * g + h) * (d + 2);
                     let part = &partials[at..at + d + 2];
-                    merge((&mut max, &mut sum, &mut acc), (part[0], part[1], &part[2..]));
+                    merge(
+                        (&mut max, &mut sum, &mut acc),
+                        (part[0], part[1], &part[2..]),
+                    );
                 }
                 let at = (kv_head * g + h) * d;
                 normalise(sum, &acc, &mut self.out[at..at + d]);

@@ -46,7 +46,10 @@ impl Case {
     ) -> Self {
         let bs = shape.block_size;
         let width = shape.num_kv_heads * shape.head_dim;
-        let blocks: Vec<usize> = seqs.iter().map(|s| (s.start + s.rows).div_ceil(bs)).collect();
+        let blocks: Vec<usize> = seqs
+            .iter()
+            .map(|s| (s.start + s.rows).div_ceil(bs))
+            .collect();
         let total: usize = blocks.iter().sum();
         let mut ids = BlockManager::new(total, bs, false).allocate(total).unwrap();
         ids.shuffle(rng);
@@ -185,7 +188,11 @@ fn attention_matches_an_f64_softmax_for_random_shapes_and_every_cache_type() {
         for row in 0..batch.num_tokens() {
             let s = batch.seq_index[row];
             let reference = case.reference(s, batch.positions[row], &q[row * w..(row + 1) * w]);
-            for (i, (a, b)) in out[row * w..(row + 1) * w].iter().zip(&reference).enumerate() {
+            for (i, (a, b)) in out[row * w..(row + 1) * w]
+                .iter()
+                .zip(&reference)
+                .enumerate()
+            {
                 let err = (*a as f64 - b).abs();
                 worst = worst.max(err);
                 assert!(
@@ -207,7 +214,10 @@ fn by_position(case: &Case, batch: &ForwardBatch, out: &[f32]) -> Vec<Vec<u32>> 
     let mut rows: Vec<(usize, usize, Vec<u32>)> = (0..batch.num_tokens())
         .map(|r| {
             let seq = seq_of(case, batch, r);
-            let bits = out[r * w..(r + 1) * w].iter().map(|x| x.to_bits()).collect();
+            let bits = out[r * w..(r + 1) * w]
+                .iter()
+                .map(|x| x.to_bits())
+                .collect();
             (seq, batch.positions[r], bits)
         })
         .collect();
@@ -314,9 +324,9 @@ fn half_caches_store_what_half_rounds_to_nearest_even() {
         -0.0,
         1.0 + 1.0 / 2048.0, // halfway between two f16 values: rounds to the even one
         65504.0,
-        70000.0,           // beyond f16: infinity
-        1e-6,              // f16 subnormal
-        3.1415927,
+        70000.0,     // beyond f16: infinity
+        1e-6,        // f16 subnormal
+        3.333_333_3, // rounds down in both half types
         -2.7182817e-3,
     ]
     .to_vec();

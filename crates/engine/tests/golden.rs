@@ -114,5 +114,9 @@ fn dequantized_f32_path_with_the_f16_kv_cache_stays_within_its_measured_error() 
 
 #[test]
 fn quantized_path_stays_within_measured_error_of_reference() {
-    check(WeightMode::Quantized, KvCacheDtype::Auto, QUANTIZED_LOGIT_TOL);
+    check(
+        WeightMode::Quantized,
+        KvCacheDtype::Auto,
+        QUANTIZED_LOGIT_TOL,
+    );
 }
