@@ -326,7 +326,7 @@ fn half_caches_store_what_half_rounds_to_nearest_even() {
         65504.0,
         70000.0,     // beyond f16: infinity
         1e-6,        // f16 subnormal
-        3.333_333_3, // rounds down in both half types
+        3.333_333_3, // inexact in both half types
         -2.7182817e-3,
     ]
     .to_vec();
