@@ -324,9 +324,9 @@ fn half_caches_store_what_half_rounds_to_nearest_even() {
         -0.0,
         1.0 + 1.0 / 2048.0, // halfway between two f16 values: rounds to the even one
         65504.0,
-        70000.0, // beyond f16: infinity
-        1e-6,    // f16 subnormal
-        3.1415927,
+        70000.0,     // beyond f16: infinity
+        1e-6,        // f16 subnormal
+        3.333_333_3, // inexact in both half types
         -2.7182817e-3,
     ]
     .to_vec();
