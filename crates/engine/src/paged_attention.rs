@@ -38,6 +38,8 @@ pub const CHUNK: usize = 16;
 pub const PARTITION: usize = 512;
 /// Query rows per prefill task: enough reuse of each K/V chunk, small enough state for L1.
 pub const TILE_ROWS: usize = 16;
+/// Floats of decode partials kept on the stack (16 KiB) before falling back to the heap.
+const STACK_PARTIALS: usize = 4096;
 
 /// `q`: `[T, num_heads * head_dim]` (already rotated) → `[T, num_heads * head_dim]`.
 pub fn paged_attention(
@@ -148,7 +150,9 @@ impl Ctx<'_> {
     /// One sequence's rows: tiles in parallel, or a long decode row split by partition.
     fn seq(&self, seq: &BatchSeq, out: &mut [f32]) {
         let rows = seq.rows.clone();
-        if rows.len() == 1 && self.positions[rows.start] >= PARTITION {
+        // A lone decode row splits by KV head (and partition), or one thread would do it
+        // all while the others wait: one tile holds every KV head of its rows.
+        if rows.len() == 1 {
             return self.split_decode(seq, rows.start, out);
         }
         let w = self.row_width();
@@ -172,7 +176,16 @@ impl Ctx<'_> {
         let (g, d) = (self.group(), self.shape.head_dim);
         let parts = self.positions[row] / PARTITION + 1;
         let per_part = g * (d + 2);
-        let mut partials = vec![0.0f32; self.shape.num_kv_heads * parts * per_part];
+        let len = self.shape.num_kv_heads * parts * per_part;
+        // Short contexts (every decode below a few partitions) keep the partials on the
+        // stack, so a steady-state decode allocates nothing.
+        let (mut stack, mut heap) = ([0.0f32; STACK_PARTIALS], Vec::new());
+        let partials: &mut [f32] = if len <= STACK_PARTIALS {
+            &mut stack[..len]
+        } else {
+            heap.resize(len, 0.0);
+            &mut heap
+        };
         partials
             .par_chunks_mut(per_part)
             .enumerate()
@@ -190,7 +203,7 @@ impl Ctx<'_> {
         let job = MergeJob {
             group: g,
             head_dim: d,
-            partials: &partials,
+            partials,
             parts,
             out,
         };
@@ -786,7 +799,14 @@ impl Job for MergeJob<'_> {
     fn run<R: Rows>(self, _rows: &R) {
         let (g, d) = (self.group, self.head_dim);
         let per_head = self.parts * g * (d + 2);
-        let mut acc = vec![0.0f32; d];
+        // Head sizes up to 256 (every model we load) stay on the stack.
+        let (mut stack, mut heap) = ([0.0f32; 256], Vec::new());
+        let acc: &mut [f32] = if d <= stack.len() {
+            &mut stack[..d]
+        } else {
+            heap.resize(d, 0.0);
+            &mut heap
+        };
         for (kv_head, partials) in self.partials.chunks_exact(per_head).enumerate() {
             for h in 0..g {
                 let (mut max, mut sum) = (f32::NEG_INFINITY, 0.0f32);
@@ -795,12 +815,12 @@ impl Job for MergeJob<'_> {
                     let at = (p * g + h) * (d + 2);
                     let part = &partials[at..at + d + 2];
                     merge(
-                        (&mut max, &mut sum, &mut acc),
+                        (&mut max, &mut sum, &mut *acc),
                         (part[0], part[1], &part[2..]),
                     );
                 }
                 let at = (kv_head * g + h) * d;
-                normalise(sum, &acc, &mut self.out[at..at + d]);
+                normalise(sum, acc, &mut self.out[at..at + d]);
             }
         }
     }
