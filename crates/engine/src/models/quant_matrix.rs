@@ -866,32 +866,15 @@ mod x86 {
         _mm256_set_m128(v, v)
     }
 
-    /// Lanes `[j]` + `[j + 4]` of `acc` (plus Q4_1's minimum term) per weight row.
-    #[inline]
-    #[target_feature(enable = "avx2")]
-    fn finish(acc: __m256, mn: Option<__m128>) -> [f32; NR] {
-        let mut lanes = [0f32; 8];
-        // SAFETY: `lanes` is 8 f32s; storeu has no alignment requirement.
-        unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), acc) };
-        let mut m = [0f32; NR];
-        if let Some(mn) = mn {
-            // SAFETY: `m` is 4 f32s.
-            unsafe { _mm_storeu_ps(m.as_mut_ptr(), mn) };
-        }
-        std::array::from_fn(|j| {
-            let v = lanes[j] + lanes[j + NR];
-            if mn.is_some() {
-                v + m[j]
-            } else {
-                v
-            }
-        })
-    }
+    /// Lanes `[j]` + `[j + 4]` of `acc` (the Q8_0 tile's order).
+    const PLAIN: [(usize, usize); NR] = [(0, 4), (1, 5), (2, 6), (3, 7)];
+    /// Row j's (lo, hi) lanes in the Q4 tile's order `[r0lo r0hi r2lo r2hi | r1lo r1hi r3lo r3hi]`.
+    const SPREAD: [(usize, usize); NR] = [(0, 1), (4, 5), (2, 3), (6, 7)];
 
-    /// Like [`finish`] for lanes `[r0lo r0hi r2lo r2hi | r1lo r1hi r3lo r3hi]`.
+    /// Per weight row `j`: `lo + hi` from the lanes `at[j]` names, plus Q4_1's minimum term.
     #[inline]
     #[target_feature(enable = "avx2")]
-    fn finish_spread(acc: __m256, mn: Option<__m128>) -> [f32; NR] {
+    fn finish(acc: __m256, mn: Option<__m128>, at: [(usize, usize); NR]) -> [f32; NR] {
         let mut lanes = [0f32; 8];
         // SAFETY: `lanes` is 8 f32s; storeu has no alignment requirement.
         unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), acc) };
@@ -900,10 +883,8 @@ mod x86 {
             // SAFETY: `m` is 4 f32s.
             unsafe { _mm_storeu_ps(m.as_mut_ptr(), mn) };
         }
-        // Row j's (lo, hi) lanes.
-        const AT: [usize; NR] = [0, 4, 2, 6];
         std::array::from_fn(|j| {
-            let v = lanes[AT[j]] + lanes[AT[j] + 1];
+            let v = lanes[at[j].0] + lanes[at[j].1];
             if mn.is_some() {
                 v + m[j]
             } else {
@@ -979,7 +960,7 @@ mod x86 {
                     }
                     let mut out = [[0f32; NR]; MR];
                     for (o, a) in out.iter_mut().zip(acc) {
-                        *o = finish(a, None);
+                        *o = finish(a, None, PLAIN);
                     }
                     out
                 }
@@ -1055,7 +1036,7 @@ mod x86 {
                     }
                     let mut out = [[0f32; NR]; MR];
                     for r in 0..R {
-                        out[r] = finish_spread(acc[r], MIN.then_some(mn[r]));
+                        out[r] = finish(acc[r], MIN.then_some(mn[r]), SPREAD);
                     }
                     out
                 }
