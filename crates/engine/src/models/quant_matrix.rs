@@ -557,7 +557,7 @@ impl<'a> OutputWriter<'a> {
         let mut segments = [(0, 0, std::ptr::null_mut()); MAX_OUTPUTS];
         let mut first = 0;
         for (seg, out) in segments.iter_mut().zip(outs.iter_mut()) {
-            let width = if m == 0 { 0 } else { out.len() / m };
+            let width = out.len().checked_div(m).unwrap_or(0);
             assert_eq!(out.len(), m * width, "an output is not [m, width]");
             *seg = (first, width, out.as_mut_ptr());
             first += width;
