@@ -101,17 +101,6 @@ impl Linear {
         self.out_features
     }
 
-    pub fn in_features(&self) -> usize {
-        self.in_features
-    }
-
-    /// `x`: `[rows, in]` → `[rows, out]`.
-    pub fn forward(&self, x: &[f32], rows: usize) -> Result<Vec<f32>> {
-        let mut y = vec![0f32; rows * self.out_features];
-        self.forward_into(x, rows, &mut y, &mut QuantizedActivations::default())?;
-        Ok(y)
-    }
-
     /// `x`: `[rows, in]` → `y`: `[rows, out]`, written in place.
     pub fn forward_into(
         &self,
