@@ -296,17 +296,6 @@ impl QuantMatrix {
         if m == 0 || self.rows == 0 {
             return;
         }
-        self.run_with(x, m, out, kernel, act);
-    }
-
-    fn run_with(
-        &self,
-        x: &[f32],
-        m: usize,
-        out: &OutputWriter<'_>,
-        kernel: CpuKernel,
-        act: &mut QuantizedActivations,
-    ) {
         let n = self.rows;
         act.quantize(x, m, self.cols, self.format, kernel);
         let act = &*act;
