@@ -1,7 +1,11 @@
 //! `KvCache`: the paged key/value storage, one pair of slabs per layer, in f32, f16 or bf16.
 //!
-//! Slot `s` (`block * block_size + offset`) holds one token's keys for every KV head,
-//! `[num_kv_heads * head_dim]` contiguous, so a head's key is one short contiguous read.
+//! Slot `s` (`block * block_size + offset`) holds one token's values for every KV head,
+//! `[num_kv_heads * head_dim]` contiguous. Keys are stored transposed within each block,
+//! `[block][num_kv_heads * head_dim][block_size]`: attention scores a run of positions at
+//! once with positions in the SIMD lanes, so it wants one key element of consecutive
+//! positions side by side. Writing a token's key scatters it once; every later step reads
+//! it many times, already in that order.
 //! Keys and values are computed in f32 and rounded (to nearest, ties to even) when stored;
 //! the attention kernel widens them back to f32 as it reads, which is exact.
 
@@ -83,6 +87,34 @@ impl KvSlab {
         }
     }
 
+    /// Rounds `src` into elements `start`, `start + stride`, … (one per element of `src`).
+    fn store_strided(&mut self, start: usize, stride: usize, src: &[f32]) {
+        const MAX: usize = 1024;
+        let mut bits = [0u16; MAX];
+        for (i, src) in src.chunks(MAX).enumerate() {
+            let first = start + i * MAX * stride;
+            match self {
+                Self::F32(s) => {
+                    for (j, &x) in src.iter().enumerate() {
+                        s[first + j * stride] = x;
+                    }
+                    continue;
+                }
+                Self::F16(_) => bits[..src.len()]
+                    .reinterpret_cast_mut::<f16>()
+                    .convert_from_f32_slice(src),
+                Self::Bf16(_) => bits[..src.len()]
+                    .reinterpret_cast_mut::<bf16>()
+                    .convert_from_f32_slice(src),
+            }
+            if let Self::F16(s) | Self::Bf16(s) = self {
+                for (j, &b) in bits[..src.len()].iter().enumerate() {
+                    s[first + j * stride] = b;
+                }
+            }
+        }
+    }
+
     /// Elements `start..start + dst.len()` widened to f32 (exact).
     pub fn load(&self, start: usize, dst: &mut [f32]) {
         let end = start + dst.len();
@@ -107,9 +139,35 @@ pub struct KvCache {
 }
 
 pub struct KvLayer {
-    /// `[num_blocks * block_size, width]`
+    /// `[num_blocks, width, block_size]`: transposed within each block.
     pub keys: KvSlab,
+    /// `[num_blocks * block_size, width]`
     pub values: KvSlab,
+    block_size: usize,
+    width: usize,
+}
+
+impl KvLayer {
+    /// Element index of slot `slot`'s key element 0; element `e` is `block_size · e` further.
+    pub fn key_start(&self, slot: usize) -> usize {
+        let (block, offset) = (slot / self.block_size, slot % self.block_size);
+        block * self.block_size * self.width + offset
+    }
+
+    /// Slot `slot`'s key for every KV head (`[width]`), widened to f32.
+    pub fn key_row(&self, slot: usize, dst: &mut [f32]) {
+        let start = self.key_start(slot);
+        for (e, d) in dst.iter_mut().enumerate() {
+            let mut one = [0.0];
+            self.keys.load(start + e * self.block_size, &mut one);
+            *d = one[0];
+        }
+    }
+
+    /// Slot `slot`'s value for every KV head (`[width]`), widened to f32.
+    pub fn value_row(&self, slot: usize, dst: &mut [f32]) {
+        self.values.load(slot * self.width, dst);
+    }
 }
 
 impl KvCache {
@@ -125,6 +183,8 @@ impl KvCache {
             .map(|_| KvLayer {
                 keys: KvSlab::zeroed(dtype, slab),
                 values: KvSlab::zeroed(dtype, slab),
+                block_size,
+                width,
             })
             .collect();
         Self {
@@ -158,7 +218,9 @@ impl KvCache {
         let w = self.width;
         let layer = &mut self.layers[layer];
         for (row, &slot) in slots.iter().enumerate() {
-            layer.keys.store(slot * w, &keys[row * w..(row + 1) * w]);
+            let start = layer.key_start(slot);
+            let key = &keys[row * w..(row + 1) * w];
+            layer.keys.store_strided(start, self.block_size, key);
             layer
                 .values
                 .store(slot * w, &values[row * w..(row + 1) * w]);

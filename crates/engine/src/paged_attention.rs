@@ -250,7 +250,8 @@ impl Isa {
     }
 }
 
-/// Reads one head's key or value row at an element offset, widened to f32.
+/// Reads `dst.len()` consecutive cache elements at an element offset, widened to f32: a run of
+/// positions of one key element, or one head's value row.
 trait Rows: Sync {
     fn key(&self, start: usize, dst: &mut [f32]);
     fn value(&self, start: usize, dst: &mut [f32]);
@@ -409,7 +410,6 @@ struct Scratch {
     keys_t: Vec<f32>,
     /// One chunk of values: `[CHUNK, head_dim]`.
     values: Vec<f32>,
-    row: Vec<f32>,
     /// Scaled queries of the tile: `[rows * group, head_dim]`.
     queries: Vec<f32>,
     partition: State,
@@ -420,7 +420,6 @@ impl Scratch {
     fn prepare(&mut self, d: usize, queries: usize) {
         self.keys_t.resize(d * CHUNK, 0.0);
         self.values.resize(CHUNK * d, 0.0);
-        self.row.resize(d, 0.0);
         self.queries.resize(queries * d, 0.0);
     }
 }
@@ -470,7 +469,9 @@ impl<R: Rows> Span<'_, R> {
         }
     }
 
-    /// Keys (transposed) and values of positions `start..start + n`, widened to f32.
+    /// Keys (transposed) and values of positions `start..start + n`, widened to f32. The
+    /// cache keeps keys transposed within each block, so one key element of a block's run
+    /// of positions is a single contiguous read.
     #[inline(always)]
     fn load_chunk(&self, start: usize, n: usize, bufs: &mut ChunkBufs) {
         let AttentionShape {
@@ -479,15 +480,23 @@ impl<R: Rows> Span<'_, R> {
             num_kv_heads,
             ..
         } = self.shape;
-        for j in 0..n {
+        let width = num_kv_heads * d;
+        let mut j = 0;
+        while j < n {
             let pos = start + j;
-            let slot = self.table[pos / bs].index() * bs + pos % bs;
-            let at = slot * num_kv_heads * d + self.kv_head * d;
-            self.rows.key(at, bufs.row);
-            for (k, &x) in bufs.row.iter().enumerate() {
-                bufs.keys_t[k * CHUNK + j] = x;
+            let (block, offset) = (self.table[pos / bs].index(), pos % bs);
+            let run = (bs - offset).min(n - j);
+            let first_key = (block * width + self.kv_head * d) * bs + offset;
+            for k in 0..d {
+                let dst = &mut bufs.keys_t[k * CHUNK + j..k * CHUNK + j + run];
+                self.rows.key(first_key + k * bs, dst);
             }
-            self.rows.value(at, &mut bufs.values[j * d..(j + 1) * d]);
+            for i in 0..run {
+                let at = (block * bs + offset + i) * width + self.kv_head * d;
+                self.rows
+                    .value(at, &mut bufs.values[(j + i) * d..(j + i + 1) * d]);
+            }
+            j += run;
         }
     }
 }
@@ -495,7 +504,6 @@ impl<R: Rows> Span<'_, R> {
 struct ChunkBufs<'a> {
     keys_t: &'a mut [f32],
     values: &'a mut [f32],
-    row: &'a mut [f32],
 }
 
 /// Folds one chunk into one (row, head): scores for the first `valid` positions, a new
@@ -669,16 +677,11 @@ impl Job for TileJob<'_> {
             let Scratch {
                 keys_t,
                 values,
-                row,
                 queries,
                 partition,
                 total,
             } = sc;
-            let mut bufs = ChunkBufs {
-                keys_t,
-                values,
-                row,
-            };
+            let mut bufs = ChunkBufs { keys_t, values };
             for kv_head in 0..ctx.shape.num_kv_heads {
                 for (r, row) in self.rows.clone().enumerate() {
                     ctx.load_queries(row, kv_head, &mut queries[r * g * d..(r + 1) * g * d]);
@@ -753,7 +756,6 @@ impl Job for PartitionJob<'_> {
             let Scratch {
                 keys_t,
                 values,
-                row,
                 queries,
                 partition,
                 ..
@@ -766,11 +768,7 @@ impl Job for PartitionJob<'_> {
                 kv_head: self.kv_head,
                 positions: &ctx.positions[self.row..self.row + 1],
             };
-            let mut bufs = ChunkBufs {
-                keys_t,
-                values,
-                row,
-            };
+            let mut bufs = ChunkBufs { keys_t, values };
             partition.reset(g, d);
             let lo = self.part * PARTITION;
             span.fold(lo..lo + PARTITION, &queries[..g * d], &mut bufs, partition);

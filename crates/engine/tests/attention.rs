@@ -70,8 +70,8 @@ impl Case {
                 .iter()
                 .map(|&s| {
                     let (mut kr, mut vr) = (vec![0.0; width], vec![0.0; width]);
-                    layer.keys.load(s * width, &mut kr);
-                    layer.values.load(s * width, &mut vr);
+                    layer.key_row(s, &mut kr);
+                    layer.value_row(s, &mut vr);
                     (kr, vr)
                 })
                 .collect();
@@ -334,7 +334,7 @@ fn half_caches_store_what_half_rounds_to_nearest_even() {
         let mut kv = KvCache::new(1, 2, 2, width, dtype);
         kv.write(0, &[3], &values, &values);
         let mut back = vec![0.0; width];
-        kv.layer(0).keys.load(3 * width, &mut back);
+        kv.layer(0).key_row(3, &mut back);
         for (x, got) in values.iter().zip(&back) {
             let want = match dtype {
                 KvCacheDtype::F16 => half::f16::from_f32(*x).to_f32(),
