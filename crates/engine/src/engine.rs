@@ -16,6 +16,7 @@ use crate::scheduler::{
     Scheduler, SchedulerConfig, SchedulerOutput, SchedulerStats, SchedulingPolicy, SeqUpdate,
 };
 use crate::sequence::Sequence;
+use crate::step_times::{StepClock, StepTimes};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use rayon::prelude::*;
@@ -139,6 +140,7 @@ pub struct Engine {
     /// The sequences of the step under way; what `fail_step` finishes if it fails.
     in_flight: Vec<SeqId>,
     fault: Option<StepFault>,
+    times: StepTimes,
 }
 
 impl Engine {
@@ -196,6 +198,7 @@ impl Engine {
             seeds: StdRng::from_os_rng(),
             in_flight: Vec::new(),
             fault: None,
+            times: StepTimes::default(),
         }
     }
 
@@ -262,21 +265,34 @@ impl Engine {
 
     /// One engine iteration. Returns how many tokens the forward pass computed.
     pub fn step(&mut self) -> Result<usize> {
+        let mut clock = StepClock::start();
+        let mut times = self.times;
         self.abort_abandoned();
         let out = self.scheduler.schedule();
         if out.is_empty() {
             return Ok(0);
         }
+        clock.lap(&mut times.schedule);
         self.in_flight = out.chunks.iter().map(|c| c.seq_id).collect();
         if let Some(fault) = &mut self.fault {
             fault(&out.batch)?;
         }
         self.runner.execute(&out.batch)?;
+        clock.lap(&mut times.forward);
         let sampled = self.sample(&out, self.runner.logits());
+        clock.lap(&mut times.sample);
         let updates = self.scheduler.update(&out, sampled);
         self.dispatch(updates);
         self.in_flight.clear();
+        clock.lap(&mut times.update);
+        times.steps += 1;
+        self.times = times;
         Ok(out.num_tokens())
+    }
+
+    /// Time per phase summed over every step so far.
+    pub fn step_times(&self) -> StepTimes {
+        self.times
     }
 
     /// After `step` returned an error or panicked: finishes the failed step's requests with

@@ -21,9 +21,11 @@ pub mod sampler;
 pub mod sampling_params;
 pub mod scheduler;
 pub mod sequence;
+pub mod step_times;
 
 pub use config_validation::ConfigError;
 pub use engine::{Completion, Engine, EngineConfig, EngineLimits};
 pub use engine_handle::{EngineHandle, EngineHealth};
 pub use request::{FinishReason, Request, RequestEvent, SeqId};
 pub use sampling_params::SamplingParams;
+pub use step_times::StepTimes;

@@ -187,3 +187,33 @@ fn a_shared_200_token_prefix_is_computed_once_and_changes_nothing() {
         .unwrap();
     assert_eq!(second[0].token_ids(), reference[0].token_ids());
 }
+
+#[test]
+fn step_times_count_every_step_and_put_the_forward_pass_in_its_own_phase() {
+    let mut engine = common::load_engine(EngineConfig {
+        max_num_batched_tokens: 24,
+        max_num_seqs: 24,
+        ..EngineConfig::default()
+    });
+    let prompts = &prompts()[..4];
+    let max_tokens = 6;
+    let reqs = prompts
+        .iter()
+        .map(|p| Request {
+            prompt: p.clone(),
+            params: SamplingParams::greedy(max_tokens),
+            priority: 0,
+        })
+        .collect();
+    let before = engine.step_times();
+    engine.generate(reqs).unwrap();
+    let t = engine.step_times().since(&before);
+    let prompt_tokens: usize = prompts.iter().map(Vec::len).sum();
+    // Every prompt token needs a slot in some step's 24-token budget, and every output
+    // token after the first needs a step of its own.
+    let least = prompt_tokens.div_ceil(24).max(max_tokens) as u64;
+    assert!(t.steps >= least, "{} steps, at least {least}", t.steps);
+    assert!(t.forward > t.bookkeeping(), "{t:?}");
+    assert_eq!(t.total(), t.schedule + t.forward + t.sample + t.update);
+    assert!(t.summary().contains(&format!("{} steps", t.steps)));
+}

@@ -68,6 +68,7 @@ pub fn latency(args: LatencyArgs) -> anyhow::Result<()> {
     let mut model = model_loader::load(&engine_args)?;
     let mut rng = StdRng::seed_from_u64(0);
     let mut rows = Vec::new();
+    let mut warm = model.engine.step_times();
     for iter in 0..=args.num_iters {
         let requests = random_requests(
             &model.engine,
@@ -80,6 +81,7 @@ pub fn latency(args: LatencyArgs) -> anyhow::Result<()> {
         let done = model.engine.generate(requests)?;
         let (prefill_s, decode_s) = phases(start, &done);
         if iter == 0 {
+            warm = model.engine.step_times();
             continue; // warm-up
         }
         let prefill_tps = (args.batch_size * args.input_len) as f64 / prefill_s;
@@ -104,6 +106,10 @@ pub fn latency(args: LatencyArgs) -> anyhow::Result<()> {
         args.input_len,
         args.output_len,
         args.batch_size as f64 * 1e3 / step
+    );
+    println!(
+        "engine {}",
+        model.engine.step_times().since(&warm).summary()
     );
     Ok(())
 }
@@ -150,5 +156,6 @@ pub fn throughput(args: ThroughputArgs) -> anyhow::Result<()> {
         output as f64 / elapsed,
         stats.num_preemptions
     );
+    println!("engine {}", model.engine.step_times().summary());
     Ok(())
 }
