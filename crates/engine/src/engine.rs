@@ -240,11 +240,6 @@ impl Engine {
         arrival: Instant,
     ) -> Result<SeqId> {
         self.limits.validate(&req)?;
-        let mut req = req;
-        if req.params.logprobs == Some(0) {
-            // No alternatives wanted: the sampler need not rank the vocabulary per token.
-            req.params.logprobs = None;
-        }
         if self.scheduler.num_waiting() >= self.limits.max_waiting {
             return Err(EngineError::Overloaded(self.limits.max_waiting));
         }

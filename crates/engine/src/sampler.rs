@@ -11,8 +11,9 @@ use std::collections::HashMap;
 #[derive(Debug, Clone, PartialEq)]
 pub struct SampledToken {
     pub token_id: u32,
-    /// Log-probability of the chosen token under the model's raw distribution.
-    pub logprob: f32,
+    /// Log-probability of the chosen token under the model's raw distribution, when the
+    /// request asked for logprobs (the log-sum-exp over the vocabulary costs a pass).
+    pub logprob: Option<f32>,
     /// The most likely tokens and their logprobs, when the request asked for them.
     pub top_logprobs: Vec<(u32, f32)>,
 }
@@ -51,20 +52,21 @@ impl Sampler {
             sample_random(&work, ctx)
         };
         // Logprobs describe the model's raw distribution, before penalties and temperature.
+        let Some(k) = ctx.params.logprobs else {
+            return SampledToken {
+                token_id,
+                logprob: None,
+                top_logprobs: Vec::new(),
+            };
+        };
         let lse = logsumexp(logits);
         SampledToken {
             token_id,
-            logprob: logits[token_id as usize] - lse,
-            top_logprobs: ctx
-                .params
-                .logprobs
-                .map(|k| {
-                    top_k_indices(logits, k)
-                        .into_iter()
-                        .map(|i| (i as u32, logits[i] - lse))
-                        .collect()
-                })
-                .unwrap_or_default(),
+            logprob: Some(logits[token_id as usize] - lse),
+            top_logprobs: top_k_indices(logits, k)
+                .into_iter()
+                .map(|i| (i as u32, logits[i] - lse))
+                .collect(),
         }
     }
 }
@@ -142,9 +144,12 @@ fn sum_exp(logits: &[f32], max: f32) -> f32 {
 /// Indices of the `k` largest values, largest first (ties: lower index first).
 fn top_k_indices(values: &[f32], k: usize) -> Vec<usize> {
     let k = k.min(values.len());
+    if k == 0 {
+        return Vec::new();
+    }
     let mut idx: Vec<usize> = (0..values.len()).collect();
     let cmp = |a: &usize, b: &usize| values[*b].total_cmp(&values[*a]).then(a.cmp(b));
-    if k < idx.len() && k > 0 {
+    if k < idx.len() {
         idx.select_nth_unstable_by(k - 1, cmp);
         idx.truncate(k);
     }

@@ -147,7 +147,7 @@ fn run(setup: Setup, events: Vec<Event>) {
                     c.seq_id,
                     SampledToken {
                         token_id: 7,
-                        logprob: 0.0,
+                        logprob: None,
                         top_logprobs: vec![],
                     },
                 )
@@ -251,7 +251,7 @@ fn a_decode_is_scheduled_before_any_new_prefill() {
         SeqId(0),
         SampledToken {
             token_id: 9,
-            logprob: 0.0,
+            logprob: None,
             top_logprobs: vec![],
         },
     )];
@@ -299,7 +299,7 @@ fn running_out_of_blocks_preempts_the_most_recently_admitted() {
                     c.seq_id,
                     SampledToken {
                         token_id: 9,
-                        logprob: 0.0,
+                        logprob: None,
                         top_logprobs: vec![],
                     },
                 )

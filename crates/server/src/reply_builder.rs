@@ -190,7 +190,7 @@ impl ReplyBuilder {
             offsets.push(text_offset);
             text_offset += text.len();
             texts.push(text);
-            logprobs.push(finite(token.logprob));
+            logprobs.push(token.logprob.map(finite));
             let top: Map<String, Value> = token
                 .top_logprobs
                 .iter()
@@ -207,9 +207,11 @@ impl ReplyBuilder {
     }
 
     fn chat_logprobs(&self, tokens: &[SampledToken]) -> Value {
-        let entry = |id: u32, logprob: f32| {
+        // The engine computes the sampled token's logprob whenever logprobs are asked for,
+        // which is the only time this runs; `null` would mark a broken promise, not a value.
+        let entry = |id: u32, logprob: Option<f32>| {
             let text = self.token_text(id);
-            json!({"token": text, "logprob": finite(logprob), "bytes": text.as_bytes()})
+            json!({"token": text, "logprob": logprob.map(finite), "bytes": text.as_bytes()})
         };
         let content: Vec<Value> = tokens
             .iter()
@@ -218,7 +220,7 @@ impl ReplyBuilder {
                 item["top_logprobs"] = token
                     .top_logprobs
                     .iter()
-                    .map(|&(id, lp)| entry(id, lp))
+                    .map(|&(id, lp)| entry(id, Some(lp)))
                     .collect();
                 item
             })

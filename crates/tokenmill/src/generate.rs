@@ -114,12 +114,18 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
             priority: 0,
         });
     }
+    if args.json {
+        // The JSON lines carry every token's logprob, alternatives or not.
+        for r in &mut requests {
+            r.params.logprobs.get_or_insert(0);
+        }
+    }
     let completions = model.engine.generate(requests)?;
     for (prompt, done) in prompts.iter().zip(&completions) {
         let ids = done.token_ids();
         let text = tokenizer.decode(&ids, true)?;
         if args.json {
-            let logprobs: Vec<f32> = done.tokens.iter().map(|t| t.logprob).collect();
+            let logprobs: Vec<Option<f32>> = done.tokens.iter().map(|t| t.logprob).collect();
             let line = serde_json::json!({
                 "prompt": prompt,
                 "text": text,
