@@ -19,6 +19,13 @@ const FORMATS: [(WeightFormat, GgmlDType); 3] = [
     (WeightFormat::Q8_0, GgmlDType::Q8_0),
 ];
 
+/// The K-quants: super-blocks of 256, so every width below is a multiple of 256.
+const K_FORMATS: [(WeightFormat, GgmlDType); 3] = [
+    (WeightFormat::Q4K, GgmlDType::Q4K),
+    (WeightFormat::Q5K, GgmlDType::Q5K),
+    (WeightFormat::Q6K, GgmlDType::Q6K),
+];
+
 /// Deterministic xorshift so failures reproduce without a seed printout.
 struct Rng(u64);
 
@@ -304,4 +311,105 @@ fn kernel_names_parse_and_unknown_ones_are_refused() {
     );
     assert!(CpuKernel::Portable.is_supported());
     assert!(CpuKernel::supported().contains(&CpuKernel::active()));
+}
+
+#[test]
+fn k_quant_rows_dequantize_to_exactly_what_candle_reads_from_the_same_bytes() {
+    // n = 7: a partial row group; k = 768: three super-blocks.
+    let (n, k) = (7, 768);
+    for (format, dtype) in K_FORMATS {
+        let (bytes, qt) = ggml_weights(&mut Rng(3), dtype, n, k);
+        let q = QuantMatrix::from_ggml(format, &bytes, n, k).unwrap();
+        let want = qt
+            .dequantize(&Device::Cpu)
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1::<f32>()
+            .unwrap();
+        assert_eq!(bits(&dequantized(&q)), bits(&want), "{format:?}");
+    }
+}
+
+#[test]
+fn k_quants_keep_about_the_files_bits_per_weight() {
+    // Per 256 weights of a row: Q4K 148 bytes (file 144), Q5K 180 (176), Q6K 210 (210).
+    let (n, k) = (8, 512);
+    for ((format, dtype), want) in K_FORMATS.into_iter().zip([148, 180, 210]) {
+        let q = packed(format, dtype, 5, n, k);
+        assert_eq!(q.weight_bytes(), n * k / 256 * want, "{format:?}");
+    }
+}
+
+#[test]
+fn every_cpu_path_is_bitwise_equal_to_the_portable_one_for_k_quants() {
+    let kernels = CpuKernel::supported();
+    for (format, dtype) in K_FORMATS {
+        for (s, &(n, k)) in [(45, 256), (8, 512), (203, 1536), (13, 768), (5, 2048)]
+            .iter()
+            .enumerate()
+        {
+            let q = packed(format, dtype, 60 + s as u64, n, k);
+            for m in (1..=9).chain([17, 33]) {
+                let mut rng = Rng((s * 100 + m) as u64 + 5);
+                let mut x: Vec<f32> = (0..m)
+                    .flat_map(|r| rng.vec(k, 10f32.powi(r as i32 % 5 - 2)))
+                    .collect();
+                x[..40].fill(0.0);
+                let portable = bits(&matmul(&q, &x, m, CpuKernel::Portable));
+                for &kernel in &kernels[1..] {
+                    let got = bits(&matmul(&q, &x, m, kernel));
+                    assert_eq!(got, portable, "{format:?} {kernel} n={n} k={k} m={m}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn k_quants_match_a_dequantized_reference_within_the_activation_rounding_bound() {
+    for (f, (format, dtype)) in K_FORMATS.into_iter().enumerate() {
+        for (i, &(m, n, k)) in [(1, 64, 256), (8, 96, 1536), (33, 40, 512), (5, 7, 1024)]
+            .iter()
+            .enumerate()
+        {
+            let q = packed(format, dtype, 200 + (f * 10 + i) as u64, n, k);
+            let x = Rng(17 + i as u64).vec(m * k, 3.0);
+            for kernel in CpuKernel::supported() {
+                assert_close_to_reference(&q, &x, m, kernel);
+            }
+        }
+    }
+}
+
+#[test]
+fn k_quant_output_rows_are_bitwise_independent_of_the_batch() {
+    let (n, k) = (203, 512);
+    for (format, dtype) in K_FORMATS {
+        let q = packed(format, dtype, 44, n, k);
+        let mut rng = Rng(45);
+        for m in [3, 4, 5, 17, 64] {
+            let x: Vec<f32> = (0..m)
+                .flat_map(|r| rng.vec(k, 10f32.powi(r as i32 % 5 - 2)))
+                .collect();
+            let all = q.matmul(&x, m);
+            for r in 0..m {
+                let alone = q.matmul(&x[r * k..(r + 1) * k], 1);
+                assert_eq!(
+                    bits(&alone),
+                    bits(&all[r * n..(r + 1) * n]),
+                    "{format:?} m={m} row {r}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn k_quant_widths_not_a_multiple_of_256_and_wrong_lengths_are_refused() {
+    assert!(QuantMatrix::from_ggml(WeightFormat::Q4K, &[0; 144], 1, 256).is_some());
+    assert!(QuantMatrix::from_ggml(WeightFormat::Q6K, &[0; 2 * 210], 2, 256).is_some());
+    assert!(QuantMatrix::from_ggml(WeightFormat::Q4K, &[0; 144], 1, 128).is_none());
+    assert!(QuantMatrix::from_ggml(WeightFormat::Q5K, &[0; 175], 1, 256).is_none());
+    assert!(QuantMatrix::from_ggml(WeightFormat::Q6K, &[0; 210], 2, 256).is_none());
 }
