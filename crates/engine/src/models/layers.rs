@@ -14,8 +14,9 @@ use std::sync::Arc;
 /// How matmul weights are kept in memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum WeightMode {
-    /// Quantized weights stay in their GGUF format (K-quants: repacked to Q8_0 at load);
-    /// activations are quantized to int8 blocks inside the matmul, as llama.cpp does.
+    /// Quantized weights stay in their GGUF format (formats without a native kernel:
+    /// requantized to Q8_0 at load); activations are quantized to int8 blocks inside the
+    /// matmul, as llama.cpp does.
     #[default]
     Quantized,
     /// Every weight dequantized to f32: exact but slower; the yardstick for accuracy.
@@ -41,8 +42,8 @@ pub struct Linear {
 }
 
 enum Weight {
-    /// Our batched kernels, on the file's own bits (Q4_0/Q4_1/Q8_0), or on Q8_0 for other
-    /// quantized formats (K-quants), which have no native kernel yet.
+    /// Our batched kernels, on the file's own bits (Q4_0/Q4_1/Q8_0, Q4K/Q5K/Q6K), or on
+    /// Q8_0 for other quantized formats or widths the native kernel does not take.
     Quant(Arc<QuantMatrix>),
     /// candle: dense f32 weights, or widths our kernels do not take.
     Candle(QMatMul),
@@ -180,6 +181,9 @@ pub fn native_format(dtype: GgmlDType) -> Option<WeightFormat> {
         GgmlDType::Q4_0 => Some(WeightFormat::Q4_0),
         GgmlDType::Q4_1 => Some(WeightFormat::Q4_1),
         GgmlDType::Q8_0 => Some(WeightFormat::Q8_0),
+        GgmlDType::Q4K => Some(WeightFormat::Q4K),
+        GgmlDType::Q5K => Some(WeightFormat::Q5K),
+        GgmlDType::Q6K => Some(WeightFormat::Q6K),
         _ => None,
     }
 }
@@ -203,7 +207,18 @@ fn native(weights: &[QTensor]) -> Result<Option<QuantMatrix>> {
         rows += n;
         bytes.extend_from_slice(&w.data()?);
     }
-    Ok(cols.and_then(|k| QuantMatrix::from_ggml(format, &bytes, rows, k)))
+    let q = cols.and_then(|k| QuantMatrix::from_ggml(format, &bytes, rows, k));
+    if q.is_none() {
+        // K-quants need widths in whole super-blocks of 256 (which ggml's files have).
+        static ONCE: std::sync::Once = std::sync::Once::new();
+        ONCE.call_once(|| {
+            tracing::warn!(
+                "{format:?} weights {rows}x{} have no native kernel; requantized to Q8_0",
+                cols.unwrap_or(0)
+            )
+        });
+    }
+    Ok(q)
 }
 
 /// Rows of per-token work below which a rayon fork costs more than it saves.
