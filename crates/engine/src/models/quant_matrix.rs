@@ -119,7 +119,8 @@ pub struct QuantMatrix {
     format: WeightFormat,
     rows: usize,
     cols: usize,
-    /// `[group][block][row in group][quant_bytes]`; rows past `rows` are zero.
+    /// `[group][block][row in group][quant_bytes]`; rows past `rows` are zero. K-quants:
+    /// per `[group][block]` the rows' nibbles, then their high bits (see `k_quants`).
     quants: Vec<u8>,
     /// f16 bits, `[group][block][row in group]`; K-quants: `d` per super-block,
     /// `[group][super-block][row in group]`.

@@ -10,9 +10,10 @@
 //! The high bits (Q5K: one, Q6K: two per element) follow the nibbles of the block's four
 //! rows, laid out for the tile kernel: it holds a block as four 32-byte vectors `c` (row
 //! pair `c / 2`, half `c % 2`), byte `p` being element `16·(c % 2) + p % 16` of row
-//! `2·(c / 2) + p / 16`. Q6K stores byte `p`'s four 2-bit tops at bits `2c` (32 bytes);
-//! Q5K stores bit `c` of vector `c`'s byte `p` at bit `c + 4·(p / 16)` of byte `p % 16`
-//! (16 bytes), so one broadcast and a per-lane shift bring each lane's bits down.
+//! `2·(c / 2) + p / 16`. Q6K keeps the top two bits of vector `c`'s byte `p` at bits
+//! `2c..2c + 2` of byte `p` (32 bytes, one shift and mask per vector); Q5K keeps the fifth
+//! bit of vector `c`'s byte `p` at bit `c + 4·(p / 16)` of byte `p % 16` (16 bytes: one
+//! broadcast and a per-lane shift bring each 128-bit lane's bits down).
 
 use super::{f16, Group, QuantMatrix, WeightFormat, XRow, BLOCK, NR, SUB, SUPER};
 
