@@ -8,7 +8,7 @@
 //! rounding, which a relative slack on `Σ |w·x|` covers. The bound is per element, so a
 //! wrong block, scale, nibble or lane in any element exceeds it.
 
-use candle_core::quantized::{GgmlDType, QTensor};
+use candle_core::quantized::{GgmlDType, QStorage, QTensor};
 use candle_core::{Device, Tensor};
 use tokenmill_engine::cpu_kernel::CpuKernel;
 use tokenmill_engine::models::quant_matrix::{QuantMatrix, WeightFormat};
@@ -412,4 +412,70 @@ fn k_quant_widths_not_a_multiple_of_256_and_wrong_lengths_are_refused() {
     assert!(QuantMatrix::from_ggml(WeightFormat::Q4K, &[0; 144], 1, 128).is_none());
     assert!(QuantMatrix::from_ggml(WeightFormat::Q5K, &[0; 175], 1, 256).is_none());
     assert!(QuantMatrix::from_ggml(WeightFormat::Q6K, &[0; 210], 2, 256).is_none());
+}
+
+/// K-quant bytes of `n × k` weights where every field is random (so every quant, high bit
+/// and sub-scale value occurs, Q6K's −128 scale included) except the f16 `d`/`dmin`, kept
+/// finite; row 0 is all ones bits (every quant and 6-bit scale at its maximum, Q6K's
+/// scales −128): the largest integer sums the kernels can meet.
+fn random_k_bytes(rng: &mut Rng, format: WeightFormat, n: usize, k: usize) -> Vec<u8> {
+    let bb = format.ggml_block_bytes();
+    let supers = k / 256;
+    let mut bytes: Vec<u8> = (0..n * supers * bb).map(|_| rng.next_u32() as u8).collect();
+    for (b, block) in bytes.chunks_exact_mut(bb).enumerate() {
+        if b < supers {
+            block.fill(0xFF);
+        }
+        let f16 = |v: f32| half::f16::from_f32(v).to_le_bytes();
+        let d = 1e-3 + 1e-2 * (rng.unit() + 1.0);
+        match format {
+            WeightFormat::Q6K => {
+                if b < supers {
+                    block[192..208].fill(0x80);
+                }
+                block[208..210].copy_from_slice(&f16(d));
+            }
+            _ => {
+                block[0..2].copy_from_slice(&f16(d));
+                block[2..4].copy_from_slice(&f16(d * 0.5));
+            }
+        }
+    }
+    bytes
+}
+
+#[test]
+fn random_byte_k_quant_blocks_reach_every_value_and_stay_exact_on_every_path() {
+    let kernels = CpuKernel::supported();
+    for (f, (format, dtype)) in K_FORMATS.into_iter().enumerate() {
+        let (n, k) = (9, 768);
+        let mut rng = Rng(300 + f as u64);
+        let bytes = random_k_bytes(&mut rng, format, n, k);
+        let q = QuantMatrix::from_ggml(format, &bytes, n, k).unwrap();
+        let storage = QStorage::from_data(bytes.into(), &Device::Cpu, dtype).unwrap();
+        let want = QTensor::new(storage, (n, k))
+            .unwrap()
+            .dequantize(&Device::Cpu)
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1::<f32>()
+            .unwrap();
+        assert_eq!(bits(&dequantized(&q)), bits(&want), "{format:?}");
+        // Rows of ±1 quantize to ±127 throughout: with row 0's maximal quants, the largest
+        // |sums| (Q6K: 2·128·16·31·127 per block, just under 2²⁴).
+        let m = 6;
+        let mut x = vec![1.0; k];
+        x.extend(vec![-1.0; k]);
+        x.extend((2..m).flat_map(|r| rng.vec(k, 10f32.powi(r as i32 - 3))));
+        let portable = bits(&matmul(&q, &x, m, CpuKernel::Portable));
+        for &kernel in &kernels {
+            assert_eq!(
+                bits(&matmul(&q, &x, m, kernel)),
+                portable,
+                "{format:?} {kernel}"
+            );
+            assert_close_to_reference(&q, &x, m, kernel);
+        }
+    }
 }
