@@ -1,5 +1,6 @@
-//! A tiny model with K-quant weights (every matrix and the tied embedding in Q4K, Q5K or
-//! Q6K) generates the same greedy tokens on every CPU path this machine has.
+//! A tiny model with K-quant weights (every matrix and the embedding in Q4K, Q5K or Q6K,
+//! the output projection its own or tied to the embedding) generates the same greedy
+//! tokens, with the same logprobs to the bit, on every CPU path this machine has.
 //!
 //! The path is fixed per process (`TOKENMILL_CPU_KERNEL`), so the test runs itself as a
 //! child process once per path and compares the tokens the children print.
@@ -15,8 +16,9 @@ const CHILD: &str = "TOKENMILL_K_QUANT_CHILD";
 const TEST: &str = "a_tiny_k_quant_model_generates_the_same_greedy_tokens_on_every_cpu_path";
 
 /// Greedy tokens, each with its logprob's bits (so the logits must agree bit for bit), of
-/// a two-layer model whose every width is a multiple of 256.
-fn generate(dtype: DummyDType) -> Vec<(u32, u32)> {
+/// a two-layer model whose every width is a multiple of 256; `tied`: the output projection
+/// is the K-quant embedding table itself.
+fn generate(dtype: DummyDType, tied: bool) -> Vec<(u32, u32)> {
     let config = ModelConfig {
         vocab_size: 768,
         hidden_size: 256,
@@ -25,7 +27,7 @@ fn generate(dtype: DummyDType) -> Vec<(u32, u32)> {
         num_heads: 4,
         num_kv_heads: 2,
         head_dim: 64,
-        tie_word_embeddings: false,
+        tie_word_embeddings: tied,
         ..ModelConfig::smollm2_135m()
     };
     let mut ckpt = DummyCheckpoint::from_config(config, dtype, 7, "tiny-k-quant");
@@ -75,13 +77,14 @@ fn tokens_on(kernel: CpuKernel) -> Vec<String> {
 fn a_tiny_k_quant_model_generates_the_same_greedy_tokens_on_every_cpu_path() {
     if std::env::var_os(CHILD).is_some() {
         for dtype in [DummyDType::Q4K, DummyDType::Q5K, DummyDType::Q6K] {
-            println!("tokens {dtype:?}: {:?}", generate(dtype));
+            for tied in [false, true] {
+                println!("tokens {dtype:?} tied {tied}: {:?}", generate(dtype, tied));
+            }
         }
         return;
     }
     let portable = tokens_on(CpuKernel::Portable);
-    eprintln!("{portable:#?}");
-    assert_eq!(portable.len(), 3, "{portable:?}");
+    assert_eq!(portable.len(), 6, "{portable:?}");
     for kernel in CpuKernel::supported().into_iter().skip(1) {
         assert_eq!(tokens_on(kernel), portable, "{kernel}");
     }
