@@ -1049,6 +1049,17 @@ mod x86 {
         std::array::from_fn(|c| _mm256_or_si256(q[c], h[c]))
     }
 
+    /// Four f16 values (a group's super-block scales) as f32.
+    ///
+    /// # Safety
+    /// `p` must point at four readable u16s.
+    #[inline]
+    #[target_feature(enable = "avx2,f16c")]
+    unsafe fn f16x4(p: *const u16) -> __m128 {
+        // SAFETY: the caller's contract; loadl reads 8 bytes unaligned.
+        _mm_cvtph_ps(unsafe { _mm_loadl_epi64(p as *const __m128i) })
+    }
+
     /// The whole block's integer per weight row from `reduce4`'s half sums
     /// `[r0lo r0hi r2lo r2hi | r1lo r1hi r3lo r3hi]`: each pair added, twice over.
     #[inline]
@@ -1248,6 +1259,7 @@ mod x86 {
                     let spread = _mm256_setr_epi32(0, 0, 2, 2, 1, 1, 3, 3);
                     let mut acc = [_mm256_setzero_ps(); R];
                     let mut mn = [_mm_setzero_ps(); R];
+                    let mut d = _mm256_setzero_ps();
                     for b in 0..w.blocks() {
                         // SAFETY: `check` keeps every load below in bounds.
                         unsafe {
@@ -1257,19 +1269,22 @@ mod x86 {
                             } else {
                                 k_quants::<0>(p)
                             };
-                            let sb = (b / SUB) * NR;
-                            let sub = w.sub.as_ptr().add(b * 2 * NR) as *const i32;
-                            let bytes = |at: usize| {
-                                let v = std::ptr::read_unaligned(sub.add(at));
-                                _mm_cvtepi32_ps(_mm_cvtepu8_epi32(_mm_cvtsi32_si128(v)))
-                            };
-                            let f16s = |p: *const u16| {
-                                _mm_cvtph_ps(_mm_loadl_epi64(p.add(sb) as *const __m128i))
-                            };
-                            // Exact products: 11-bit and 6-bit significands.
-                            let dw = _mm_mul_ps(f16s(w.scales.as_ptr()), bytes(0));
-                            let dw = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(dw), spread);
-                            let mw = _mm_mul_ps(f16s(w.mins.as_ptr()), bytes(1));
+                            // `[d₀..d₃, dmin₀..dmin₃]`, converted once per super-block.
+                            if b % SUB == 0 {
+                                let at = (b / SUB) * NR;
+                                d = _mm256_set_m128(
+                                    f16x4(w.mins.as_ptr().add(at)),
+                                    f16x4(w.scales.as_ptr().add(at)),
+                                );
+                            }
+                            // `[sc₀..sc₃, m₀..m₃]` times `d`: exact products (11-bit and
+                            // 6-bit significands), `[dw₀..dw₃, mw₀..mw₃]`.
+                            let sub = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(
+                                w.sub.as_ptr().add(b * 2 * NR) as *const __m128i,
+                            )));
+                            let scaled = _mm256_mul_ps(d, sub);
+                            let dw = _mm256_permutevar8x32_ps(scaled, spread);
+                            let mw = _mm256_extractf128_ps::<1>(scaled);
                             for r in 0..R {
                                 let xp = x[r].halves.as_ptr().add(2 * b * BLOCK) as *const __m256i;
                                 let (xlo, xhi) =
@@ -1310,6 +1325,7 @@ mod x86 {
                     // Scales `[lo₀..lo₃, hi₀..hi₃]` into the half sums' lane order.
                     let order = _mm256_setr_epi32(0, 4, 2, 6, 1, 5, 3, 7);
                     let mut acc = [_mm256_setzero_ps(); R];
+                    let mut dw = _mm256_setzero_ps();
                     for b in 0..w.blocks() {
                         // SAFETY: `check` keeps every load below in bounds.
                         unsafe {
@@ -1318,10 +1334,10 @@ mod x86 {
                                 w.sub.as_ptr().add(b * 2 * NR) as *const __m128i,
                             ));
                             let sc = _mm256_permutevar8x32_epi32(sc, order);
-                            let d4 = _mm_cvtph_ps(_mm_loadl_epi64(
-                                w.scales.as_ptr().add((b / SUB) * NR) as *const __m128i,
-                            ));
-                            let dw = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(d4), spread);
+                            if b % SUB == 0 {
+                                let d4 = f16x4(w.scales.as_ptr().add((b / SUB) * NR));
+                                dw = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(d4), spread);
+                            }
                             for r in 0..R {
                                 let xp = x[r].halves.as_ptr().add(2 * b * BLOCK) as *const __m256i;
                                 let (xlo, xhi) =
