@@ -209,12 +209,15 @@ fn native(weights: &[QTensor]) -> Result<Option<QuantMatrix>> {
     }
     let q = cols.and_then(|k| QuantMatrix::from_ggml(format, &bytes, rows, k));
     if q.is_none() {
-        // K-quants need widths in whole super-blocks of 256 (which ggml's files have).
+        // Rows must be whole GGUF blocks (K-quants: super-blocks of 256, as ggml's files
+        // have); otherwise the caller requantizes to Q8_0 (or keeps f32 if that fails too).
         static ONCE: std::sync::Once = std::sync::Once::new();
         ONCE.call_once(|| {
             tracing::warn!(
-                "{format:?} weights {rows}x{} have no native kernel; requantized to Q8_0",
-                cols.unwrap_or(0)
+                "{format:?} weights {rows}x{}: rows are not whole {}-element blocks, so no \
+                 native kernel; requantized to Q8_0",
+                cols.unwrap_or(0),
+                format.ggml_block_elems()
             )
         });
     }
