@@ -479,3 +479,32 @@ fn random_byte_k_quant_blocks_reach_every_value_and_stay_exact_on_every_path() {
         }
     }
 }
+
+#[test]
+fn stacked_projections_in_different_k_quants_each_run_in_their_own_bits() {
+    use tokenmill_engine::models::layers::Linear;
+    use tokenmill_engine::models::quant_matrix::QuantizedActivations;
+    use tokenmill_engine::models::WeightMode;
+    // Q and V as a Q4_K_M file may hold them: Q4K beside Q6K.
+    let (k, m, nq, nv) = (512, 3, 8, 5);
+    let (q_bytes, q_tensor) = ggml_weights(&mut Rng(70), GgmlDType::Q4K, nq, k);
+    let (v_bytes, v_tensor) = ggml_weights(&mut Rng(71), GgmlDType::Q6K, nv, k);
+    let linear = Linear::stacked(&[q_tensor, v_tensor], WeightMode::Quantized).unwrap();
+    let q = QuantMatrix::from_ggml(WeightFormat::Q4K, &q_bytes, nq, k).unwrap();
+    let v = QuantMatrix::from_ggml(WeightFormat::Q6K, &v_bytes, nv, k).unwrap();
+    let x = Rng(72).vec(m * k, 1.0);
+    let (want_q, want_v) = (q.matmul(&x, m), v.matmul(&x, m));
+    let mut act = QuantizedActivations::default();
+    let (mut yq, mut yv) = (vec![0f32; m * nq], vec![0f32; m * nv]);
+    linear
+        .forward_split_into(&x, m, &mut [&mut yq, &mut yv], &mut act)
+        .unwrap();
+    assert_eq!((bits(&yq), bits(&yv)), (bits(&want_q), bits(&want_v)));
+    // Into one output: the two results side by side.
+    let mut y = vec![0f32; m * (nq + nv)];
+    linear.forward_into(&x, m, &mut y, &mut act).unwrap();
+    for (r, row) in y.chunks_exact(nq + nv).enumerate() {
+        assert_eq!(bits(&row[..nq]), bits(&want_q[r * nq..(r + 1) * nq]));
+        assert_eq!(bits(&row[nq..]), bits(&want_v[r * nv..(r + 1) * nv]));
+    }
+}
