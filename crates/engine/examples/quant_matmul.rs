@@ -1,6 +1,6 @@
 //! Times `QuantMatrix` (each native format, the active CPU path) against candle's `QMatMul`
 //! on the shapes our models use (SmolLM2-135M and Qwen3-0.6B), printing GOP/s and the
-//! weight bytes read per second.
+//! weight bytes read per second. K-quants run only where `k` is a multiple of 256.
 //!
 //! Usage: `cargo run --release -p tokenmill-engine --example quant_matmul [-- --quick] [--ours-only] [--cpu] [KxN ...]`.
 //! `TOKENMILL_CPU_KERNEL` picks the path (portable, avx2, avx_vnni, avx512_vnni).
@@ -24,10 +24,13 @@ const SHAPES: [(usize, usize); 7] = [
     (3072, 1024),
 ];
 const BATCHES: [usize; 5] = [1, 4, 16, 64, 256];
-const FORMATS: [(WeightFormat, GgmlDType); 3] = [
+const FORMATS: [(WeightFormat, GgmlDType); 6] = [
     (WeightFormat::Q4_0, GgmlDType::Q4_0),
     (WeightFormat::Q4_1, GgmlDType::Q4_1),
     (WeightFormat::Q8_0, GgmlDType::Q8_0),
+    (WeightFormat::Q4K, GgmlDType::Q4K),
+    (WeightFormat::Q5K, GgmlDType::Q5K),
+    (WeightFormat::Q6K, GgmlDType::Q6K),
 ];
 
 /// Seconds on a monotonic clock: wall time, or with `--cpu` this process's CPU time.
@@ -89,10 +92,14 @@ fn main() -> candle_core::Result<()> {
             if !only.is_empty() && !only.contains(&format!("{k}x{n}")) {
                 continue;
             }
+            // K-quants need whole super-blocks of 256 per row (not SmolLM2's 576).
+            if !k.is_multiple_of(format.ggml_block_elems()) {
+                continue;
+            }
             let w = Tensor::randn(0f32, 0.02, (n, k), &Device::Cpu)?;
             let qt = QTensor::quantize(&w, dtype)?;
             let ours = QuantMatrix::from_ggml(format, &qt.data()?, n, k)
-                .expect("benchmark widths are multiples of 32");
+                .expect("benchmark widths are whole blocks");
             let candle = QMatMul::from_qtensor(qt)?;
             for &m in &BATCHES {
                 let x = Tensor::randn(0f32, 1.0, (m, k), &Device::Cpu)?;

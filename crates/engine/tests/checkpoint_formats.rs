@@ -236,3 +236,25 @@ fn tempdir(name: &str) -> std::path::PathBuf {
     std::fs::create_dir_all(&dir).unwrap();
     dir
 }
+
+#[test]
+fn k_quant_dummy_matrices_fall_back_to_q8_0_where_rows_are_not_whole_256_blocks() {
+    use tokenmill_engine::checkpoint::{DummyCheckpoint, DummyDType};
+    for (name, dtype, want) in [
+        ("q4_k", DummyDType::Q4K, GgmlDType::Q4K),
+        ("q5_k", DummyDType::Q5K, GgmlDType::Q5K),
+        ("q6_k", DummyDType::Q6K, GgmlDType::Q6K),
+    ] {
+        assert_eq!(name.parse::<DummyDType>(), Ok(dtype));
+        // SmolLM2: width 576 (not whole 256-blocks), intermediate 1536 (six of them).
+        let mut ckpt = DummyCheckpoint::new("smollm2-135m", dtype, 0).unwrap();
+        let down = ckpt.read_tensor("blk.0.ffn_down.weight").unwrap();
+        let q = ckpt.read_tensor("blk.0.attn_q.weight").unwrap();
+        let norm = ckpt.read_tensor("blk.0.attn_norm.weight").unwrap();
+        assert_eq!(
+            (down.dtype(), q.dtype(), norm.dtype()),
+            (want, GgmlDType::Q8_0, GgmlDType::F32),
+            "{name}"
+        );
+    }
+}

@@ -24,7 +24,8 @@ pub struct EngineArgs {
     /// `auto` reads the checkpoint; `dummy` makes random weights of the named shape.
     #[arg(long, default_value = "auto")]
     pub load_format: String,
-    /// Weight type for --load-format dummy: q4_0, q4_1, q8_0, bf16 or f32.
+    /// Weight type for --load-format dummy: q4_0, q4_1, q8_0, q4_k, q5_k, q6_k (matrices
+    /// narrower than whole 256-blocks: q8_0), bf16 or f32.
     #[arg(long, default_value = "q8_0")]
     pub dummy_dtype: DummyDType,
     /// `quantized` keeps quantized weights quantized; `f32` dequantizes everything (exact, slower).

@@ -15,6 +15,11 @@ pub enum DummyDType {
     Q4_0,
     Q4_1,
     Q8_0,
+    /// K-quants, for matrices whose rows are whole super-blocks of 256; narrower ones are
+    /// Q8_0, as llama.cpp falls back to a legacy format there (e.g. SmolLM2's width 576).
+    Q4K,
+    Q5K,
+    Q6K,
     /// Values rounded to BF16, computed in f32 (candle has no fast BF16 CPU matmul).
     BF16,
     F32,
@@ -27,10 +32,13 @@ impl std::str::FromStr for DummyDType {
             "q4_0" => Ok(Self::Q4_0),
             "q4_1" => Ok(Self::Q4_1),
             "q8_0" => Ok(Self::Q8_0),
+            "q4_k" => Ok(Self::Q4K),
+            "q5_k" => Ok(Self::Q5K),
+            "q6_k" => Ok(Self::Q6K),
             "bf16" => Ok(Self::BF16),
             "f32" => Ok(Self::F32),
             other => Err(format!(
-                "unknown dummy dtype {other:?} (q4_0, q4_1, q8_0, bf16, f32)"
+                "unknown dummy dtype {other:?} (q4_0, q4_1, q8_0, q4_k, q5_k, q6_k, bf16, f32)"
             )),
         }
     }
@@ -130,13 +138,28 @@ impl Checkpoint for DummyCheckpoint {
             _ => values,
         };
         let tensor = Tensor::from_vec(values, shape.as_slice(), &Device::Cpu)?;
-        let dtype = match self.dtype {
-            DummyDType::Q4_0 if shape.len() == 2 => GgmlDType::Q4_0,
-            DummyDType::Q4_1 if shape.len() == 2 => GgmlDType::Q4_1,
-            DummyDType::Q8_0 if shape.len() == 2 => GgmlDType::Q8_0,
+        let dtype = match shape[..] {
+            [_, width] => self.dtype.matrix_dtype(width),
             _ => GgmlDType::F32,
         };
         Ok(QTensor::quantize(&tensor, dtype)?)
+    }
+}
+
+impl DummyDType {
+    /// How a matrix with rows of `width` is stored.
+    fn matrix_dtype(self, width: usize) -> GgmlDType {
+        let whole_super_blocks = width.is_multiple_of(256);
+        match self {
+            DummyDType::Q4_0 => GgmlDType::Q4_0,
+            DummyDType::Q4_1 => GgmlDType::Q4_1,
+            DummyDType::Q8_0 => GgmlDType::Q8_0,
+            DummyDType::Q4K if whole_super_blocks => GgmlDType::Q4K,
+            DummyDType::Q5K if whole_super_blocks => GgmlDType::Q5K,
+            DummyDType::Q6K if whole_super_blocks => GgmlDType::Q6K,
+            DummyDType::Q4K | DummyDType::Q5K | DummyDType::Q6K => GgmlDType::Q8_0,
+            DummyDType::BF16 | DummyDType::F32 => GgmlDType::F32,
+        }
     }
 }
 

@@ -14,8 +14,9 @@ use std::sync::Arc;
 /// How matmul weights are kept in memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum WeightMode {
-    /// Quantized weights stay in their GGUF format (K-quants: repacked to Q8_0 at load);
-    /// activations are quantized to int8 blocks inside the matmul, as llama.cpp does.
+    /// Quantized weights stay in their GGUF format (formats without a native kernel:
+    /// requantized to Q8_0 at load); activations are quantized to int8 blocks inside the
+    /// matmul, as llama.cpp does.
     #[default]
     Quantized,
     /// Every weight dequantized to f32: exact but slower; the yardstick for accuracy.
@@ -41,9 +42,12 @@ pub struct Linear {
 }
 
 enum Weight {
-    /// Our batched kernels, on the file's own bits (Q4_0/Q4_1/Q8_0), or on Q8_0 for other
-    /// quantized formats (K-quants), which have no native kernel yet.
+    /// Our batched kernels, on the file's own bits (Q4_0/Q4_1/Q8_0, Q4K/Q5K/Q6K), or on
+    /// Q8_0 for other quantized formats or widths the native kernel does not take.
     Quant(Arc<QuantMatrix>),
+    /// Stacked projections in different native formats, one matrix each in its own bits:
+    /// Q4_K_M files keep some layers' V (of Q/K/V) in Q6K beside Q and K in Q4K.
+    QuantParts(Vec<QuantMatrix>),
     /// candle: dense f32 weights, or widths our kernels do not take.
     Candle(QMatMul),
 }
@@ -55,7 +59,8 @@ impl Linear {
 
     /// Several projections of the same input as one matmul (Q/K/V, gate/up): one pass over
     /// the activations and one thread-pool dispatch instead of several. Their outputs come
-    /// out side by side, `[rows, Σ out]`.
+    /// out side by side, `[rows, Σ out]`. Projections in different native formats (mixed
+    /// K-quant files) stay apart, each a matmul in its own bits.
     pub fn stacked(weights: &[QTensor], mode: WeightMode) -> Result<Self> {
         let quantized = weights
             .iter()
@@ -63,6 +68,13 @@ impl Linear {
         if mode == WeightMode::Quantized && quantized {
             if let Some(q) = native(weights)? {
                 return Ok(Self::from_quant(Arc::new(q)));
+            }
+            if let Some(parts) = native_parts(weights)? {
+                return Ok(Self {
+                    in_features: parts[0].cols(),
+                    out_features: parts.iter().map(|p| p.rows()).sum(),
+                    weight: Weight::QuantParts(parts),
+                });
             }
         }
         let dense = weights
@@ -125,8 +137,8 @@ impl Linear {
         }
         match &self.weight {
             Weight::Quant(w) => w.matmul_add_into(x, rows, y, act),
-            Weight::Candle(_) => {
-                let out = self.candle_forward(x, rows)?;
+            Weight::QuantParts(_) | Weight::Candle(_) => {
+                let out = self.dense_forward(x, rows, act)?;
                 y.iter_mut().zip(&out).for_each(|(a, b)| *a += b);
             }
         }
@@ -147,8 +159,20 @@ impl Linear {
         }
         match &self.weight {
             Weight::Quant(w) => w.matmul_split_into(x, rows, outs, act),
-            Weight::Candle(_) => {
-                let out = self.candle_forward(x, rows)?;
+            // One output per part (the stacked Q/K/V or gate/up): each part writes its own.
+            Weight::QuantParts(parts)
+                if parts.len() == outs.len()
+                    && parts
+                        .iter()
+                        .zip(outs.iter())
+                        .all(|(p, o)| o.len() == rows * p.rows()) =>
+            {
+                for (p, o) in parts.iter().zip(outs.iter_mut()) {
+                    p.matmul_split_into(x, rows, std::slice::from_mut(o), act);
+                }
+            }
+            Weight::QuantParts(_) | Weight::Candle(_) => {
+                let out = self.dense_forward(x, rows, act)?;
                 let mut start = 0;
                 for o in outs.iter_mut() {
                     let width = o.len() / rows;
@@ -165,12 +189,37 @@ impl Linear {
         Ok(())
     }
 
-    fn candle_forward(&self, x: &[f32], rows: usize) -> Result<Vec<f32>> {
-        let Weight::Candle(w) = &self.weight else {
-            unreachable!("only called for candle weights")
-        };
-        let x = Tensor::from_slice(x, (rows, self.in_features), &Device::Cpu)?;
-        Ok(w.forward(&x)?.flatten_all()?.to_vec1::<f32>()?)
+    /// The whole `[rows, out]` result in a new buffer, for the paths that cannot write in
+    /// place.
+    fn dense_forward(
+        &self,
+        x: &[f32],
+        rows: usize,
+        act: &mut QuantizedActivations,
+    ) -> Result<Vec<f32>> {
+        match &self.weight {
+            Weight::Candle(w) => {
+                let x = Tensor::from_slice(x, (rows, self.in_features), &Device::Cpu)?;
+                Ok(w.forward(&x)?.flatten_all()?.to_vec1::<f32>()?)
+            }
+            Weight::QuantParts(parts) => {
+                let mut y = vec![0f32; rows * self.out_features];
+                let mut col = 0;
+                for p in parts {
+                    let mut part = vec![0f32; rows * p.rows()];
+                    p.matmul_split_into(x, rows, &mut [&mut part], act);
+                    for (dst, src) in y
+                        .chunks_exact_mut(self.out_features)
+                        .zip(part.chunks_exact(p.rows()))
+                    {
+                        dst[col..col + p.rows()].copy_from_slice(src);
+                    }
+                    col += p.rows();
+                }
+                Ok(y)
+            }
+            Weight::Quant(_) => unreachable!("native matrices write in place"),
+        }
     }
 }
 
@@ -180,6 +229,9 @@ pub fn native_format(dtype: GgmlDType) -> Option<WeightFormat> {
         GgmlDType::Q4_0 => Some(WeightFormat::Q4_0),
         GgmlDType::Q4_1 => Some(WeightFormat::Q4_1),
         GgmlDType::Q8_0 => Some(WeightFormat::Q8_0),
+        GgmlDType::Q4K => Some(WeightFormat::Q4K),
+        GgmlDType::Q5K => Some(WeightFormat::Q5K),
+        GgmlDType::Q6K => Some(WeightFormat::Q6K),
         _ => None,
     }
 }
@@ -203,7 +255,43 @@ fn native(weights: &[QTensor]) -> Result<Option<QuantMatrix>> {
         rows += n;
         bytes.extend_from_slice(&w.data()?);
     }
-    Ok(cols.and_then(|k| QuantMatrix::from_ggml(format, &bytes, rows, k)))
+    let q = cols.and_then(|k| QuantMatrix::from_ggml(format, &bytes, rows, k));
+    if q.is_none() {
+        // Rows must be whole GGUF blocks (K-quants: super-blocks of 256, as ggml's files
+        // have); otherwise the caller requantizes to Q8_0 (or keeps f32 if that fails too).
+        static ONCE: std::sync::Once = std::sync::Once::new();
+        ONCE.call_once(|| {
+            tracing::warn!(
+                "{format:?} weights {rows}x{}: rows are not whole {}-element blocks, so no \
+                 native kernel; requantized to Q8_0",
+                cols.unwrap_or(0),
+                format.ggml_block_elems()
+            )
+        });
+    }
+    Ok(q)
+}
+
+/// Each of `weights` in its own bits, when there are several and each has a native kernel
+/// (their formats differ, or [`native`] would have stacked them).
+fn native_parts(weights: &[QTensor]) -> Result<Option<Vec<QuantMatrix>>> {
+    if weights.len() < 2 {
+        return Ok(None);
+    }
+    let mut parts = Vec::with_capacity(weights.len());
+    for w in weights {
+        match native(std::slice::from_ref(w))? {
+            Some(q)
+                if parts
+                    .first()
+                    .is_none_or(|p: &QuantMatrix| p.cols() == q.cols()) =>
+            {
+                parts.push(q)
+            }
+            _ => return Ok(None),
+        }
+    }
+    Ok(Some(parts))
 }
 
 /// Rows of per-token work below which a rayon fork costs more than it saves.

@@ -1,5 +1,6 @@
-//! `QuantMatrix`: GGUF-quantized weights (Q4_0, Q4_1, Q8_0) multiplied in their own bits by
-//! our batched, batch-invariant kernels, on every CPU path bit for bit the same.
+//! `QuantMatrix`: GGUF-quantized weights (Q4_0, Q4_1, Q8_0, and the K-quants Q4K, Q5K,
+//! Q6K) multiplied in their own bits by our batched, batch-invariant kernels, on every CPU
+//! path bit for bit the same.
 //!
 //! Layout: weight rows are grouped by [`NR`]; a group's blocks are interleaved
 //! (`[group][block][row in group]`), so one tile reads a group's block contiguously. The
@@ -14,6 +15,16 @@
 //! change which elements are computed together, never that sequence, and `k` is never split
 //! across threads, so a row's result is independent of the batch, and the SIMD paths equal
 //! the portable one.
+//!
+//! K-quants (layout in `k_quants`) run per 32-block too, with their own sequence. Q4K/Q5K:
+//! the block's whole integer dot `i` (q ∈ 0..16 or 0..32), `dw = d·sc` and `mw = dmin·m`
+//! (both exact in f32), `acc = fma(i, d_x·dw, acc)` and `mn = fma(mw, d_x·Σx, mn)`; the
+//! result is `acc − mn`. Q6K: per 16-element half the integer dot less `32·Σx`, times the
+//! half's int8 scale, both added as integers (`|i| ≤ 2·128·16·32·127 < 2²⁴`, exact in f32),
+//! then `acc = fma(i, d_x·d, acc)`; the result is `acc`. On AVX2, maddubs pairs of u8 quants
+//! (≤ 63) and int8 activations (|x| ≤ 127) stay ≤ 16002, so its i16 sums never saturate.
+
+mod k_quants;
 
 use crate::cpu_kernel::CpuKernel;
 use half::f16;
@@ -24,6 +35,10 @@ use std::ops::Range;
 
 /// Elements per quantization block (one scale each).
 pub const BLOCK: usize = 32;
+/// Elements per K-quant super-block (one f16 `d`, and `dmin`, each).
+pub const SUPER: usize = 256;
+/// 32-blocks per K-quant super-block.
+const SUB: usize = SUPER / BLOCK;
 /// Weight rows (output columns) per tile; the weights are stored interleaved by this.
 pub const NR: usize = 4;
 /// Activation rows per tile at most.
@@ -46,22 +61,53 @@ pub enum WeightFormat {
     Q4_1,
     /// `d · q`, q ∈ −127..=127.
     Q8_0,
+    /// Super-blocks of 256 (f16 `d`, `dmin`) holding eight 32-blocks with 6-bit `sc`, `m`:
+    /// `d·sc · q − dmin·m`, q ∈ 0..16.
+    Q4K,
+    /// As [`Q4K`](Self::Q4K) with a fifth bit: q ∈ 0..32.
+    Q5K,
+    /// Super-blocks of 256 (f16 `d`) holding sixteen 16-blocks with int8 `sc`:
+    /// `d·sc · (q − 32)`, q ∈ 0..64.
+    Q6K,
 }
 
 impl WeightFormat {
-    /// Bytes of one 32-element block in a GGUF file.
+    /// Bytes of one GGUF block ([`ggml_block_elems`](Self::ggml_block_elems) elements).
     pub fn ggml_block_bytes(self) -> usize {
         match self {
             WeightFormat::Q4_0 => 18,
             WeightFormat::Q4_1 => 20,
             WeightFormat::Q8_0 => 34,
+            WeightFormat::Q4K => 144,
+            WeightFormat::Q5K => 176,
+            WeightFormat::Q6K => 210,
         }
     }
 
-    /// Quant bytes of one row's block as stored here (scales kept apart).
+    /// Elements of one GGUF block: 32, or a K-quant's super-block of 256.
+    pub fn ggml_block_elems(self) -> usize {
+        if self.is_k_quant() {
+            SUPER
+        } else {
+            BLOCK
+        }
+    }
+
+    /// A K-quant: scales per super-block of 256 and sub-scales per 32 (or 16) elements.
+    pub fn is_k_quant(self) -> bool {
+        matches!(
+            self,
+            WeightFormat::Q4K | WeightFormat::Q5K | WeightFormat::Q6K
+        )
+    }
+
+    /// Quant bytes of one row's block as stored here (scales kept apart): the nibbles,
+    /// plus a K-quant's high bits (one or two per element).
     fn quant_bytes(self) -> usize {
         match self {
-            WeightFormat::Q4_0 | WeightFormat::Q4_1 => BLOCK / 2,
+            WeightFormat::Q4_0 | WeightFormat::Q4_1 | WeightFormat::Q4K => BLOCK / 2,
+            WeightFormat::Q5K => BLOCK / 2 + BLOCK / 8,
+            WeightFormat::Q6K => BLOCK / 2 + BLOCK / 4,
             WeightFormat::Q8_0 => BLOCK,
         }
     }
@@ -73,12 +119,18 @@ pub struct QuantMatrix {
     format: WeightFormat,
     rows: usize,
     cols: usize,
-    /// `[group][block][row in group][quant_bytes]`; rows past `rows` are zero.
+    /// `[group][block][row in group][quant_bytes]`; rows past `rows` are zero. K-quants:
+    /// per `[group][block]` the rows' nibbles, then their high bits (see `k_quants`).
     quants: Vec<u8>,
-    /// f16 bits, `[group][block][row in group]`.
+    /// f16 bits, `[group][block][row in group]`; K-quants: `d` per super-block,
+    /// `[group][super-block][row in group]`.
     scales: Vec<u16>,
-    /// Q4_1's f16 minimums, laid out like `scales`; empty for other formats.
+    /// Q4_1's f16 minimums, or Q4K/Q5K's `dmin`, laid out like `scales`; else empty.
     mins: Vec<u16>,
+    /// K-quants' sub-block scales, `[group][block][2][row in group]`: Q4K/Q5K's 6-bit
+    /// `sc` then `m`; Q6K's int8 scales of the block's first then second 16 elements.
+    /// Empty for other formats.
+    sub: Vec<u8>,
 }
 
 impl QuantMatrix {
@@ -87,7 +139,12 @@ impl QuantMatrix {
     ///
     /// Q8_0 quants of −128 (which ggml's quantizer never writes) are read as −127: the SIMD
     /// dot products take `|x|` against `w` signed by `x`, and −128 has no positive twin.
+    ///
+    /// K-quants (Q4K, Q5K, Q6K) need `k` a multiple of 256, their super-block.
     pub fn from_ggml(format: WeightFormat, data: &[u8], n: usize, k: usize) -> Option<Self> {
+        if format.is_k_quant() {
+            return Self::from_ggml_k(format, data, n, k);
+        }
         if !k.is_multiple_of(BLOCK) {
             return None;
         }
@@ -144,6 +201,25 @@ impl QuantMatrix {
 
     fn zeroed(format: WeightFormat, n: usize, k: usize) -> Self {
         let slots = n.div_ceil(NR) * NR * (k / BLOCK);
+        if format.is_k_quant() {
+            let supers = n.div_ceil(NR) * NR * (k / SUPER);
+            return Self {
+                format,
+                rows: n,
+                cols: k,
+                quants: vec![0; slots * format.quant_bytes()],
+                scales: vec![0; supers],
+                mins: vec![
+                    0;
+                    if format == WeightFormat::Q6K {
+                        0
+                    } else {
+                        supers
+                    }
+                ],
+                sub: vec![0; 2 * slots],
+            };
+        }
         Self {
             format,
             rows: n,
@@ -155,6 +231,7 @@ impl QuantMatrix {
             } else {
                 Vec::new()
             },
+            sub: Vec::new(),
         }
     }
 
@@ -177,15 +254,18 @@ impl QuantMatrix {
         self.cols
     }
 
-    /// Bytes a full pass over the weights reads (quants, scales and minimums).
+    /// Bytes a full pass over the weights reads (quants, scales, minimums, sub-scales).
     pub fn weight_bytes(&self) -> usize {
-        self.quants.len() + 2 * (self.scales.len() + self.mins.len())
+        self.quants.len() + 2 * (self.scales.len() + self.mins.len()) + self.sub.len()
     }
 
     /// Writes row `r`'s exact f32 values (`d·q`, `d·(q−8)` or `d·q + m`) into `out[k]`: the
     /// embedding lookup reads the quantized table this way instead of an f32 copy.
     pub fn dequantize_row(&self, r: usize, out: &mut [f32]) {
         assert!(r < self.rows && out.len() == self.cols);
+        if self.format.is_k_quant() {
+            return self.dequantize_row_k(r, out);
+        }
         for (b, out) in out.chunks_exact_mut(BLOCK).enumerate() {
             let at = self.slot(r, b);
             let d = f16::from_bits(self.scales[at]).to_f32();
@@ -209,6 +289,7 @@ impl QuantMatrix {
                         out[i + BLOCK / 2] = d * (byte >> 4) as f32 + m;
                     }
                 }
+                WeightFormat::Q4K | WeightFormat::Q5K | WeightFormat::Q6K => unreachable!(),
             }
         }
     }
@@ -333,6 +414,9 @@ impl QuantMatrix {
 
     /// The blocks of weight group `g`.
     fn group(&self, g: usize) -> Group<'_> {
+        if self.format.is_k_quant() {
+            return self.group_k(g);
+        }
         let blocks = self.cols / BLOCK;
         let slots = g * blocks * NR..(g + 1) * blocks * NR;
         let qb = self.format.quant_bytes();
@@ -344,6 +428,7 @@ impl QuantMatrix {
             } else {
                 &self.mins[slots]
             },
+            sub: &[],
         }
     }
 
@@ -380,11 +465,17 @@ struct Group<'a> {
     quants: &'a [u8],
     scales: &'a [u16],
     mins: &'a [u16],
+    /// K-quants' sub-block scales; empty otherwise.
+    sub: &'a [u8],
 }
 
 impl Group<'_> {
     fn blocks(&self) -> usize {
-        self.scales.len() / NR
+        if self.sub.is_empty() {
+            self.scales.len() / NR
+        } else {
+            self.sub.len() / (2 * NR)
+        }
     }
 }
 
@@ -408,9 +499,10 @@ pub struct QuantizedActivations {
     /// 32-byte load meets two weight rows' low (or high) nibbles.
     halves: Vec<i8>,
     scales: Vec<f32>,
-    /// `8 · Σ quants` over each block's first and second halves (Q4_0's offset of 8).
+    /// `8 · Σ quants` over each block's first and second halves (Q4_0's offset of 8), or
+    /// `32 · Σ` for Q6K.
     offsets: Vec<[i32; 2]>,
-    /// `d_x · Σ quants` per block (Q4_1's minimum term).
+    /// `d_x · Σ quants` per block (Q4_1's and Q4K/Q5K's minimum term).
     sums: Vec<f32>,
 }
 
@@ -467,7 +559,12 @@ impl QuantizedActivations {
                 let (lo, hi) = b.split_at(BLOCK / 2);
                 [8 * sum_i8(lo), 8 * sum_i8(hi)]
             })),
-            WeightFormat::Q4_1 => sums.extend(
+            // Q6K's offset of 32, per 16-element half (each has its own scale).
+            WeightFormat::Q6K => offsets.extend(self.quants.chunks_exact(BLOCK).map(|b| {
+                let (lo, hi) = b.split_at(BLOCK / 2);
+                [32 * sum_i8(lo), 32 * sum_i8(hi)]
+            })),
+            WeightFormat::Q4_1 | WeightFormat::Q4K | WeightFormat::Q5K => sums.extend(
                 self.quants
                     .chunks_exact(BLOCK)
                     .zip(&self.scales)
@@ -620,6 +717,13 @@ type Tile = [[f32; NR]; MR];
 /// Multiplies activation rows `x[..mr]` by one weight group on the chosen path.
 fn tile(format: WeightFormat, kernel: CpuKernel, w: Group, x: &[XRow; MR], mr: usize) -> Tile {
     match kernel {
+        CpuKernel::Portable if format.is_k_quant() => {
+            let mut out = [[0f32; NR]; MR];
+            for (o, row) in out.iter_mut().zip(x).take(mr) {
+                *o = k_quants::row(format, w, row);
+            }
+            out
+        }
         CpuKernel::Portable => {
             let mut out = [[0f32; NR]; MR];
             for (o, row) in out.iter_mut().zip(x).take(mr) {
@@ -657,6 +761,9 @@ mod portable {
                         (l - x.offsets[b][0], h - x.offsets[b][1])
                     }
                     WeightFormat::Q4_1 => q4_halves(wb, xb),
+                    WeightFormat::Q4K | WeightFormat::Q5K | WeightFormat::Q6K => {
+                        unreachable!("K-quants take `k_row`")
+                    }
                 };
                 lo[j] = (l as f32).mul_add(s, lo[j]);
                 hi[j] = (h as f32).mul_add(s, hi[j]);
@@ -703,7 +810,9 @@ mod portable {
 mod x86 {
     //! The SIMD paths. One tile body per format, stamped out per instruction set by
     //! `simd_path!`; only the integer dot of four adjacent u8×i8 products differs.
-    use super::{scale_and_inverse, CpuKernel, Group, Tile, WeightFormat, XRow, BLOCK, MR, NR};
+    use super::{
+        scale_and_inverse, CpuKernel, Group, Tile, WeightFormat, XRow, BLOCK, MR, NR, SUB,
+    };
     use std::arch::x86_64::*;
 
     /// # Safety
@@ -731,6 +840,9 @@ mod x86 {
                     WeightFormat::Q8_0 => by_rows!($path, q8_0),
                     WeightFormat::Q4_0 => by_rows!($path, q4, false),
                     WeightFormat::Q4_1 => by_rows!($path, q4, true),
+                    WeightFormat::Q4K => by_rows!($path, q4k, false),
+                    WeightFormat::Q5K => by_rows!($path, q4k, true),
+                    WeightFormat::Q6K => by_rows!($path, q6k),
                 }
             };
         }
@@ -882,6 +994,94 @@ mod x86 {
         })
     }
 
+    /// A K-quant block's four 32-byte vectors `[lo01, hi01, lo23, hi23]` (row pair ×
+    /// half, as the Q4 tile splits a block), each byte a whole quant: the nibble plus
+    /// `EXTRA` high bits (0: Q4K, 1: Q5K, 2: Q6K) from where `k_quants` lays them out.
+    ///
+    /// # Safety
+    /// `p` must point at one block's `NR · quant_bytes` readable bytes.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn k_quants<const EXTRA: usize>(p: *const u8) -> [__m256i; 4] {
+        let nib = _mm256_set1_epi8(0x0F);
+        // SAFETY (all loads): the caller's contract; 64 nibble bytes, then the high bits.
+        let (r01, r23) = unsafe {
+            let wp = p as *const __m256i;
+            (_mm256_loadu_si256(wp), _mm256_loadu_si256(wp.add(1)))
+        };
+        let q = [
+            _mm256_and_si256(r01, nib),
+            _mm256_and_si256(_mm256_srli_epi16::<4>(r01), nib),
+            _mm256_and_si256(r23, nib),
+            _mm256_and_si256(_mm256_srli_epi16::<4>(r23), nib),
+        ];
+        // The epi16 shifts below move at most 4 bits, and the masks keep one byte's own
+        // bits, so nothing leaks between bytes.
+        let h = match EXTRA {
+            1 => {
+                // Byte p's bit c (lane 0) or c + 4 (lane 1) is vector c's fifth bit; shift
+                // lane 1 down 4, then bit c up to bit 4.
+                let h = _mm256_broadcastsi128_si256(unsafe {
+                    _mm_loadu_si128(p.add(NR * BLOCK / 2) as *const __m128i)
+                });
+                let h = _mm256_srlv_epi32(h, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4));
+                let bit = _mm256_set1_epi8(0x10);
+                [
+                    _mm256_and_si256(_mm256_slli_epi16::<4>(h), bit),
+                    _mm256_and_si256(_mm256_slli_epi16::<3>(h), bit),
+                    _mm256_and_si256(_mm256_slli_epi16::<2>(h), bit),
+                    _mm256_and_si256(_mm256_slli_epi16::<1>(h), bit),
+                ]
+            }
+            2 => {
+                // Byte p's bits 2c..2c+2 are vector c's top two bits, moved to bits 4..6.
+                let h = unsafe { _mm256_loadu_si256(p.add(NR * BLOCK / 2) as *const __m256i) };
+                let top = _mm256_set1_epi8(0x30);
+                [
+                    _mm256_and_si256(_mm256_slli_epi16::<4>(h), top),
+                    _mm256_and_si256(_mm256_slli_epi16::<2>(h), top),
+                    _mm256_and_si256(h, top),
+                    _mm256_and_si256(_mm256_srli_epi16::<2>(h), top),
+                ]
+            }
+            _ => return q,
+        };
+        std::array::from_fn(|c| _mm256_or_si256(q[c], h[c]))
+    }
+
+    /// Four f16 values (a group's super-block scales) as f32.
+    ///
+    /// # Safety
+    /// `p` must point at four readable u16s.
+    #[inline]
+    #[target_feature(enable = "avx2,f16c")]
+    unsafe fn f16x4(p: *const u16) -> __m128 {
+        // SAFETY: the caller's contract; loadl reads 8 bytes unaligned.
+        _mm_cvtph_ps(unsafe { _mm_loadl_epi64(p as *const __m128i) })
+    }
+
+    /// The whole block's integer per weight row from `reduce4`'s half sums
+    /// `[r0lo r0hi r2lo r2hi | r1lo r1hi r3lo r3hi]`: each pair added, twice over.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn pair_sums(halves: __m256i) -> __m256i {
+        _mm256_add_epi32(halves, _mm256_shuffle_epi32::<0b10_11_00_01>(halves))
+    }
+
+    /// The K-quant tiles' result: row j's lane of `acc` (lanes 0, 4, 2, 6 after
+    /// `pair_sums`) minus its minimum term.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn finish_k(acc: __m256, mn: __m128) -> [f32; NR] {
+        let (mut lanes, mut m) = ([0f32; 8], [0f32; NR]);
+        // SAFETY: `lanes` is 8 f32s and `m` 4; storeu has no alignment requirement.
+        unsafe {
+            _mm256_storeu_ps(lanes.as_mut_ptr(), acc);
+            _mm_storeu_ps(m.as_mut_ptr(), mn);
+        }
+        std::array::from_fn(|j| lanes[[0, 4, 2, 6][j]] - m[j])
+    }
+
     /// Checks every read a tile makes is in bounds, so the loops can use raw loads.
     fn check<const R: usize>(w: &Group, x: &[XRow; MR], format: WeightFormat) {
         let blocks = w.blocks();
@@ -894,10 +1094,18 @@ mod x86 {
                 WeightFormat::Q4_0 => {
                     assert!(row.offsets.len() >= blocks && row.halves.len() >= 2 * blocks * BLOCK)
                 }
-                WeightFormat::Q4_1 => {
+                WeightFormat::Q4_1 | WeightFormat::Q4K | WeightFormat::Q5K => {
                     assert!(row.sums.len() >= blocks && row.halves.len() >= 2 * blocks * BLOCK)
                 }
+                WeightFormat::Q6K => {
+                    assert!(row.offsets.len() >= blocks && row.halves.len() >= 2 * blocks * BLOCK)
+                }
             }
+        }
+        if format.is_k_quant() {
+            let supers = blocks.div_ceil(SUB) * NR;
+            assert!(w.sub.len() >= 2 * blocks * NR && w.scales.len() >= supers);
+            assert!(format == WeightFormat::Q6K || w.mins.len() >= supers);
         }
     }
 
@@ -1026,6 +1234,134 @@ mod x86 {
                     let mut out = [[0f32; NR]; MR];
                     for r in 0..R {
                         out[r] = finish(acc[r], MIN.then_some(mn[r]), SPREAD);
+                    }
+                    out
+                }
+
+                /// `R` activation rows against one Q4K (`HIGH = false`) or Q5K group: the
+                /// Q4 tile's integer halves, summed per block, times `d_x · (d·sc)`; the
+                /// minimum term `(dmin·m) · (d_x·Σx)` kept apart and subtracted at the end.
+                ///
+                /// # Safety
+                /// The CPU must support the path's features.
+                #[target_feature(enable = $features)]
+                pub(in super::super) unsafe fn q4k<const R: usize, const HIGH: bool>(
+                    w: Group,
+                    x: &[XRow; MR],
+                ) -> Tile {
+                    let format = if HIGH {
+                        WeightFormat::Q5K
+                    } else {
+                        WeightFormat::Q4K
+                    };
+                    check::<R>(&w, x, format);
+                    let qb = format.quant_bytes();
+                    let spread = _mm256_setr_epi32(0, 0, 2, 2, 1, 1, 3, 3);
+                    let mut acc = [_mm256_setzero_ps(); R];
+                    let mut mn = [_mm_setzero_ps(); R];
+                    let mut d = _mm256_setzero_ps();
+                    for b in 0..w.blocks() {
+                        // SAFETY: `check` keeps every load below in bounds.
+                        unsafe {
+                            let p = w.quants.as_ptr().add(b * NR * qb);
+                            let q = if HIGH {
+                                k_quants::<1>(p)
+                            } else {
+                                k_quants::<0>(p)
+                            };
+                            // `[d₀..d₃, dmin₀..dmin₃]`, converted once per super-block.
+                            if b % SUB == 0 {
+                                let at = (b / SUB) * NR;
+                                d = _mm256_set_m128(
+                                    f16x4(w.mins.as_ptr().add(at)),
+                                    f16x4(w.scales.as_ptr().add(at)),
+                                );
+                            }
+                            // `[sc₀..sc₃, m₀..m₃]` times `d`: exact products (11-bit and
+                            // 6-bit significands), `[dw₀..dw₃, mw₀..mw₃]`.
+                            let sub = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(
+                                w.sub.as_ptr().add(b * 2 * NR) as *const __m128i,
+                            )));
+                            let scaled = _mm256_mul_ps(d, sub);
+                            let dw = _mm256_permutevar8x32_ps(scaled, spread);
+                            let mw = _mm256_extractf128_ps::<1>(scaled);
+                            for r in 0..R {
+                                let xp = x[r].halves.as_ptr().add(2 * b * BLOCK) as *const __m256i;
+                                let (xlo, xhi) =
+                                    (_mm256_loadu_si256(xp), _mm256_loadu_si256(xp.add(1)));
+                                let whole = pair_sums(reduce4(
+                                    $dot(q[0], xlo),
+                                    $dot(q[1], xhi),
+                                    $dot(q[2], xlo),
+                                    $dot(q[3], xhi),
+                                ));
+                                let s = _mm256_mul_ps(_mm256_set1_ps(x[r].scales[b]), dw);
+                                acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(whole), s, acc[r]);
+                                mn[r] = _mm_fmadd_ps(mw, _mm_set1_ps(x[r].sums[b]), mn[r]);
+                            }
+                        }
+                    }
+                    let mut out = [[0f32; NR]; MR];
+                    for r in 0..R {
+                        out[r] = finish_k(acc[r], mn[r]);
+                    }
+                    out
+                }
+
+                /// `R` activation rows against one Q6K group: per 16-element half the
+                /// integer dot less `32·Σx`, times its int8 scale, both halves added as
+                /// integers (|Σ| < 2²⁴, exact in f32), then one fma with `d_x · d`.
+                ///
+                /// # Safety
+                /// The CPU must support the path's features.
+                #[target_feature(enable = $features)]
+                pub(in super::super) unsafe fn q6k<const R: usize>(
+                    w: Group,
+                    x: &[XRow; MR],
+                ) -> Tile {
+                    check::<R>(&w, x, WeightFormat::Q6K);
+                    let qb = WeightFormat::Q6K.quant_bytes();
+                    let spread = _mm256_setr_epi32(0, 0, 2, 2, 1, 1, 3, 3);
+                    // Scales `[lo₀..lo₃, hi₀..hi₃]` into the half sums' lane order.
+                    let order = _mm256_setr_epi32(0, 4, 2, 6, 1, 5, 3, 7);
+                    let mut acc = [_mm256_setzero_ps(); R];
+                    let mut dw = _mm256_setzero_ps();
+                    for b in 0..w.blocks() {
+                        // SAFETY: `check` keeps every load below in bounds.
+                        unsafe {
+                            let q = k_quants::<2>(w.quants.as_ptr().add(b * NR * qb));
+                            let sc = _mm256_cvtepi8_epi32(_mm_loadl_epi64(
+                                w.sub.as_ptr().add(b * 2 * NR) as *const __m128i,
+                            ));
+                            let sc = _mm256_permutevar8x32_epi32(sc, order);
+                            if b % SUB == 0 {
+                                let d4 = f16x4(w.scales.as_ptr().add((b / SUB) * NR));
+                                dw = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(d4), spread);
+                            }
+                            for r in 0..R {
+                                let xp = x[r].halves.as_ptr().add(2 * b * BLOCK) as *const __m256i;
+                                let (xlo, xhi) =
+                                    (_mm256_loadu_si256(xp), _mm256_loadu_si256(xp.add(1)));
+                                let halves = reduce4(
+                                    $dot(q[0], xlo),
+                                    $dot(q[1], xhi),
+                                    $dot(q[2], xlo),
+                                    $dot(q[3], xhi),
+                                );
+                                // [32Σx_lo, 32Σx_hi] repeated: the offset of 32, exactly.
+                                let off = std::ptr::read_unaligned(
+                                    x[r].offsets.as_ptr().add(b) as *const i64
+                                );
+                                let halves = _mm256_sub_epi32(halves, _mm256_set1_epi64x(off));
+                                let whole = pair_sums(_mm256_mullo_epi32(halves, sc));
+                                let s = _mm256_mul_ps(_mm256_set1_ps(x[r].scales[b]), dw);
+                                acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(whole), s, acc[r]);
+                            }
+                        }
+                    }
+                    let mut out = [[0f32; NR]; MR];
+                    for r in 0..R {
+                        out[r] = finish_k(acc[r], _mm_setzero_ps());
                     }
                     out
                 }
