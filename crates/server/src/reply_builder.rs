@@ -273,7 +273,7 @@ mod tests {
     fn token(id: u32, logprob: f32) -> SampledToken {
         SampledToken {
             token_id: id,
-            logprob,
+            logprob: Some(logprob),
             top_logprobs: vec![(id, logprob)],
         }
     }
