@@ -44,6 +44,7 @@ fn generate(dtype: DummyDType, tied: bool) -> Vec<(u32, u32)> {
             prompt: vec![1, 20, 300, 45, 500, 6, 70, 700],
             params: SamplingParams {
                 ignore_eos: true,
+                logprobs: Some(0),
                 ..SamplingParams::greedy(16)
             },
             priority: 0,
@@ -52,7 +53,7 @@ fn generate(dtype: DummyDType, tied: bool) -> Vec<(u32, u32)> {
     done[0]
         .tokens
         .iter()
-        .map(|t| (t.token_id, t.logprob.to_bits()))
+        .map(|t| (t.token_id, t.logprob.expect("logprobs asked").to_bits()))
         .collect()
 }
 
