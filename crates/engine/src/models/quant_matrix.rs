@@ -1150,7 +1150,10 @@ mod x86 {
                                     $dot(xa, _mm256_sign_epi8(wv[2], xq)),
                                     $dot(xa, _mm256_sign_epi8(wv[3], xq)),
                                 );
-                                let s = _mm256_mul_ps(_mm256_set1_ps(x[r].scales[b]), dw);
+                                let s = _mm256_mul_ps(
+                                    _mm256_set1_ps(*x[r].scales.get_unchecked(b)),
+                                    dw,
+                                );
                                 acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(halves), s, acc[r]);
                             }
                         }
@@ -1223,10 +1226,17 @@ mod x86 {
                                     );
                                     halves = _mm256_sub_epi32(halves, _mm256_set1_epi64x(off));
                                 }
-                                let s = _mm256_mul_ps(_mm256_set1_ps(x[r].scales[b]), dw);
+                                let s = _mm256_mul_ps(
+                                    _mm256_set1_ps(*x[r].scales.get_unchecked(b)),
+                                    dw,
+                                );
                                 acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(halves), s, acc[r]);
                                 if MIN {
-                                    mn[r] = _mm_fmadd_ps(mw, _mm_set1_ps(x[r].sums[b]), mn[r]);
+                                    mn[r] = _mm_fmadd_ps(
+                                        mw,
+                                        _mm_set1_ps(*x[r].sums.get_unchecked(b)),
+                                        mn[r],
+                                    );
                                 }
                             }
                         }
@@ -1295,9 +1305,16 @@ mod x86 {
                                     $dot(q[2], xlo),
                                     $dot(q[3], xhi),
                                 ));
-                                let s = _mm256_mul_ps(_mm256_set1_ps(x[r].scales[b]), dw);
+                                let s = _mm256_mul_ps(
+                                    _mm256_set1_ps(*x[r].scales.get_unchecked(b)),
+                                    dw,
+                                );
                                 acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(whole), s, acc[r]);
-                                mn[r] = _mm_fmadd_ps(mw, _mm_set1_ps(x[r].sums[b]), mn[r]);
+                                mn[r] = _mm_fmadd_ps(
+                                    mw,
+                                    _mm_set1_ps(*x[r].sums.get_unchecked(b)),
+                                    mn[r],
+                                );
                             }
                         }
                     }
@@ -1354,7 +1371,10 @@ mod x86 {
                                 );
                                 let halves = _mm256_sub_epi32(halves, _mm256_set1_epi64x(off));
                                 let whole = pair_sums(_mm256_mullo_epi32(halves, sc));
-                                let s = _mm256_mul_ps(_mm256_set1_ps(x[r].scales[b]), dw);
+                                let s = _mm256_mul_ps(
+                                    _mm256_set1_ps(*x[r].scales.get_unchecked(b)),
+                                    dw,
+                                );
                                 acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(whole), s, acc[r]);
                             }
                         }
