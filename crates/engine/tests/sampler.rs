@@ -1,6 +1,7 @@
 //! The sampler on hand-made logits: greedy picks the maximum, logprobs come only when
 //! asked and equal an f64 log-softmax, penalties and bans rewrite what is sampled but not
-//! the reported distribution, and top-k = 1 sampling is greedy whatever the seed.
+//! the reported distribution, and top-k = 1 sampling is greedy whatever the seed; property
+//! tests hold random settings to a slow f64 reference.
 
 use tokenmill_engine::sampler::{Sampler, SamplingContext};
 use tokenmill_engine::SamplingParams;
@@ -122,5 +123,116 @@ fn top_k_one_sampling_is_greedy_at_any_temperature() {
             ..SamplingParams::default()
         };
         assert_eq!(sample(&l, &params, &[], &[]).0, best);
+    }
+}
+
+mod against_a_slow_reference {
+    //! Random logits and settings: the sampled token is always one a slow f64 reference
+    //! allows (top-k, then the smallest top-p prefix of the full distribution, then min-p
+    //! relative to the most likely), and greedy with penalties picks the reference's
+    //! penalized argmax.
+    use super::*;
+    use proptest::prelude::*;
+
+    /// Token ids the settings allow, most likely first; `slack` widens the top-p and min-p
+    /// cuts so f32-vs-f64 rounding at a boundary cannot fail the test.
+    fn allowed(logits: &[f32], p: &SamplingParams, slack: f64) -> Vec<usize> {
+        let scaled: Vec<f64> = logits.iter().map(|&l| (l / p.temperature) as f64).collect();
+        let max = scaled.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let total: f64 = scaled.iter().map(|s| (s - max).exp()).sum();
+        let mut order: Vec<usize> = (0..logits.len()).collect();
+        order.sort_by(|&a, &b| scaled[b].total_cmp(&scaled[a]).then(a.cmp(&b)));
+        order.truncate(p.top_k.unwrap_or(order.len()));
+        let prob = |i: usize| (scaled[i] - max).exp() / total;
+        let mut kept = Vec::new();
+        let mut cumulative = 0.0;
+        for &i in &order {
+            kept.push(i);
+            cumulative += prob(i);
+            if cumulative >= p.top_p as f64 + slack {
+                break;
+            }
+        }
+        let top = prob(kept[0]);
+        kept.retain(|&i| prob(i) >= p.min_p as f64 * top - slack);
+        kept
+    }
+
+    fn logits_strategy() -> impl Strategy<Value = Vec<f32>> {
+        prop::collection::vec(-8.0f32..8.0, 2..80)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        #[test]
+        fn sampled_tokens_stay_inside_top_k_top_p_and_min_p(
+            logits in logits_strategy(),
+            temperature in 0.1f32..2.0,
+            top_k in prop::option::of(1usize..20),
+            top_p in 0.05f32..=1.0,
+            min_p in prop_oneof![Just(0.0f32), 0.0f32..0.5],
+            seed in any::<u64>(),
+            step in 0usize..50,
+        ) {
+            let params = SamplingParams {
+                temperature,
+                top_k,
+                top_p,
+                min_p,
+                ..SamplingParams::default()
+            };
+            let output = vec![0u32; step];
+            let ctx = SamplingContext {
+                params: &params,
+                prompt: &[],
+                output: &output,
+                seed,
+                banned: &[],
+            };
+            let id = Sampler::sample(&logits, &ctx).token_id as usize;
+            let ok = allowed(&logits, &params, 1e-5);
+            prop_assert!(ok.contains(&id), "{id} not in {ok:?}");
+        }
+
+        #[test]
+        fn greedy_with_penalties_picks_the_penalized_argmax(
+            logits in logits_strategy(),
+            output in prop::collection::vec(0u32..80, 0..12),
+            prompt in prop::collection::vec(0u32..80, 0..12),
+            repetition_penalty in 1.0f32..2.0,
+            frequency_penalty in -1.0f32..2.0,
+            presence_penalty in -1.0f32..2.0,
+        ) {
+            let params = SamplingParams {
+                repetition_penalty,
+                frequency_penalty,
+                presence_penalty,
+                ..SamplingParams::greedy(1)
+            };
+            let ctx = SamplingContext {
+                params: &params,
+                prompt: &prompt,
+                output: &output,
+                seed: 0,
+                banned: &[],
+            };
+            let id = Sampler::sample(&logits, &ctx).token_id;
+            // The reference: each seen token's logit rewritten once, in the documented order.
+            let mut want = logits.clone();
+            for (t, l) in want.iter_mut().enumerate() {
+                let t = t as u32;
+                let in_output = output.iter().filter(|&&o| o == t).count();
+                if in_output == 0 && !prompt.contains(&t) {
+                    continue;
+                }
+                *l = if *l > 0.0 { *l / repetition_penalty } else { *l * repetition_penalty };
+                if in_output > 0 {
+                    *l -= frequency_penalty * in_output as f32 + presence_penalty;
+                }
+            }
+            let best = (0..want.len()).fold(0, |b, i| if want[i] > want[b] { i } else { b });
+            prop_assert_eq!(id as usize, best);
+        }
     }
 }
