@@ -298,8 +298,12 @@ fn add_whole_match_tokens(
             _ => {}
         }
     }
-    inner.add_special_tokens(&special);
-    inner.add_tokens(&user_defined);
+    inner
+        .add_special_tokens(special)
+        .map_err(|e| TokenizerError::Build(e.to_string()))?;
+    inner
+        .add_tokens(user_defined)
+        .map_err(|e| TokenizerError::Build(e.to_string()))?;
     Ok(())
 }
 
