@@ -214,10 +214,6 @@ impl Engine {
         self.scheduler.stats()
     }
 
-    pub fn scheduler(&self) -> &Scheduler {
-        &self.scheduler
-    }
-
     pub fn has_unfinished(&self) -> bool {
         self.scheduler.has_unfinished()
     }

@@ -199,10 +199,6 @@ impl KvCache {
         self.block_size
     }
 
-    pub fn width(&self) -> usize {
-        self.width
-    }
-
     /// The concrete element type (never `Auto`).
     pub fn dtype(&self) -> KvCacheDtype {
         self.dtype

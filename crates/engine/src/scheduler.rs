@@ -110,10 +110,6 @@ impl Scheduler {
         }
     }
 
-    pub fn config(&self) -> &SchedulerConfig {
-        &self.config
-    }
-
     pub fn block_manager(&self) -> &BlockManager {
         &self.blocks
     }
