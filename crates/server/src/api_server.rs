@@ -20,6 +20,9 @@ use crate::model_loader::{self, EngineArgs, LoadedModel};
 use crate::request_limits::RequestLimits;
 use crate::routes;
 
+/// How long stopping the async runtime waits for blocking tasks still running.
+const RUNTIME_EXIT_WAIT: Duration = Duration::from_millis(500);
+
 #[derive(Args, Debug, Clone)]
 pub struct ServeArgs {
     #[command(flatten)]
@@ -35,7 +38,9 @@ pub struct ServeArgs {
     /// Require `Authorization: Bearer KEY` on every /v1 route.
     #[arg(long)]
     pub api_key: Option<String>,
-    /// Seconds in-flight requests may take to finish after SIGINT/SIGTERM.
+    /// Seconds in-flight requests may take to finish after SIGINT/SIGTERM. Shortly before this
+    /// runs out, requests still generating are ended: each stream gets a final chunk with
+    /// `finish_reason: "abort"` and `[DONE]`, each non-streamed reply the text so far.
     #[arg(long, default_value_t = 30)]
     pub shutdown_timeout: u64,
     #[command(flatten)]
@@ -92,6 +97,7 @@ pub fn app_state(model: LoadedModel, options: &ServerOptions) -> Arc<AppState> {
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_secs())
             .unwrap_or(0),
+        closing: tokio::sync::watch::Sender::new(false),
     })
 }
 
@@ -118,8 +124,10 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             .await
             .with_context(|| format!("cannot listen on {addr}"))?;
         tracing::info!(
-            "serving {} on http://{addr} (max_model_len {})",
+            "serving {} on http://{} (max_model_len {})",
             state.served_model_name,
+            // The bound address, so `--port 0` reports the port it got.
+            listener.local_addr().unwrap_or(addr),
             state.handle.limits().max_model_len
         );
         serve(
@@ -130,7 +138,9 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         )
         .await
     });
-    drop(runtime);
+    // Bounded: a blocking task (tokenizing a large prompt) must not hold the exit past the
+    // drain limit; its reply is gone with its connection anyway.
+    runtime.shutdown_timeout(RUNTIME_EXIT_WAIT);
     state.handle.shutdown();
     tracing::info!("stopped");
     served
@@ -198,7 +208,7 @@ pub fn spawn_server(
             if let Err(error) = served {
                 tracing::error!("server failed: {error:#}");
             }
-            drop(runtime);
+            runtime.shutdown_timeout(RUNTIME_EXIT_WAIT);
             state.handle.shutdown();
         })?;
     Ok(ServerHandle {
@@ -208,7 +218,15 @@ pub fn spawn_server(
     })
 }
 
-/// Serves until `signal`, then waits for in-flight requests at most `drain` before giving up on them.
+/// How long before the drain limit open replies are ended: long enough for their final chunks
+/// and `[DONE]` to be written, short next to any drain limit worth setting.
+fn closing_margin(drain: Duration) -> Duration {
+    (drain / 2).min(Duration::from_secs(1))
+}
+
+/// Serves until `signal`, then lets in-flight requests finish; shortly before `drain` runs out
+/// it ends the ones still generating (each stream gets a final chunk with finish reason
+/// `abort`, then `[DONE]`), and at `drain` it gives up on whatever is left.
 async fn serve(
     listener: TcpListener,
     state: Arc<AppState>,
@@ -221,12 +239,19 @@ async fn serve(
         tracing::info!("shutting down: no new connections; waiting for in-flight requests");
         let _ = signalled_tx.send(());
     };
-    let server = axum::serve(listener, build_app(state))
+    let server = axum::serve(listener, build_app(state.clone()))
         .with_graceful_shutdown(graceful)
         .into_future();
     let deadline = async move {
         if signalled_rx.await.is_ok() {
-            tokio::time::sleep(drain).await;
+            let margin = closing_margin(drain);
+            tokio::time::sleep(drain - margin).await;
+            tracing::warn!(
+                "requests still generating after {:?}; ending them",
+                drain - margin
+            );
+            state.close_replies();
+            tokio::time::sleep(margin).await;
         } else {
             std::future::pending::<()>().await;
         }
@@ -234,7 +259,7 @@ async fn serve(
     tokio::select! {
         served = server => served.context("the HTTP server failed"),
         () = deadline => {
-            tracing::warn!("in-flight requests still running after {drain:?}; closing them");
+            tracing::warn!("connections still open after {drain:?}; closing them");
             Ok(())
         }
     }
