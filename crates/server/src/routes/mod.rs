@@ -19,7 +19,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 
-use crate::api_error::ApiError;
+use crate::api_error::{ApiError, Refusal};
 use crate::app_state::AppState;
 
 pub fn router(state: Arc<AppState>) -> Router {
@@ -48,6 +48,11 @@ pub fn router(state: Arc<AppState>) -> Router {
         .layer(middleware::from_fn_with_state(
             state.clone(),
             refuse_announced_oversize,
+        ))
+        // Outermost, so it sees every refusal, the early 413 and the API key's 401 included.
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            count_refusals,
         ))
         .with_state(state)
 }
@@ -80,6 +85,21 @@ async fn require_api_key(
         }
     }
     next.run(request).await
+}
+
+/// Counts each refused request in the metrics by its reason. `/health` is left out: its 503
+/// reports the engine's state to whoever polls it, it refuses no work.
+async fn count_refusals(
+    State(state): State<Arc<AppState>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let counted = request.uri().path() != "/health";
+    let response = next.run(request).await;
+    if let (true, Some(Refusal(reason))) = (counted, response.extensions().get::<Refusal>()) {
+        state.metrics.record_refusal(reason);
+    }
+    response
 }
 
 /// 413 for a body announced larger than `--max-request-body-bytes` by a client waiting for
