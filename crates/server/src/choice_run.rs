@@ -102,10 +102,9 @@ impl ChoiceRun {
         let mut delta = ChoiceDelta::default();
         loop {
             let event = tokio::select! {
-                // An event already there is taken first, so a choice that has finished is
-                // reported as finished rather than aborted.
+                // Closing is looked at first: a reader slower than the engine always has an
+                // event waiting, and would otherwise not end before the drain limit.
                 biased;
-                event = self.events.recv() => event,
                 () = replies_closed(&mut self.closing) => {
                     self.handle.abort(self.id);
                     delta.text.push_str(&self.flush());
@@ -113,6 +112,7 @@ impl ChoiceRun {
                     delta.finish_reason = Some("abort");
                     return Some(delta);
                 }
+                event = self.events.recv() => event,
             };
             match event {
                 Some(RequestEvent::Token { token, .. }) => {
