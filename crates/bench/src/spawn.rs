@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use tokio::process::{Child, Command};
+use tokio::signal::unix::{signal, Signal, SignalKind};
 
 use crate::args::CommonArgs;
 
@@ -105,7 +106,10 @@ fn signal_group(group: libc::pid_t, signal: libc::c_int) {
 }
 
 /// Runs `work` with the `--spawn` server up (when given) and stops the server afterwards,
-/// whether `work` succeeds, fails or is interrupted with Ctrl-C.
+/// whether `work` succeeds, fails, or is interrupted by Ctrl-C, SIGTERM (what `timeout` and
+/// service managers send) or SIGHUP (the terminal closed). A panic unwinds through
+/// `SpawnedServer`'s drop, which kills the group; only SIGKILL of the benchmark itself, which
+/// no process can handle, leaves the server running.
 pub async fn while_serving<T>(
     args: &CommonArgs,
     work: impl Future<Output = anyhow::Result<T>>,
@@ -113,6 +117,7 @@ pub async fn while_serving<T>(
     let Some(command) = &args.spawn else {
         return work.await;
     };
+    let mut signals = StopSignals::listen();
     let mut server = SpawnedServer::start(command, args.spawn_log.as_deref())?;
     eprintln!("started server (pid {}): {command}", server.pid());
     let result = tokio::select! {
@@ -120,8 +125,49 @@ pub async fn while_serving<T>(
             server.wait_healthy(&args.base_url, Duration::from_secs(args.spawn_timeout)).await?;
             work.await
         } => result,
-        _ = tokio::signal::ctrl_c() => Err(anyhow::anyhow!("interrupted")),
+        signal = signals.received() => Err(anyhow::anyhow!("interrupted by {signal}")),
     };
     server.stop().await;
     result
+}
+
+/// The signals that ask the benchmark to stop, listened to from before the server starts, so
+/// one that comes early still stops it. A signal whose handler cannot be installed keeps its
+/// default action.
+struct StopSignals {
+    interrupt: Option<Signal>,
+    terminate: Option<Signal>,
+    hangup: Option<Signal>,
+}
+
+impl StopSignals {
+    fn listen() -> Self {
+        let listen = |kind: SignalKind, name: &str| {
+            signal(kind)
+                .map_err(|error| eprintln!("cannot handle {name}: {error}"))
+                .ok()
+        };
+        Self {
+            interrupt: listen(SignalKind::interrupt(), "SIGINT"),
+            terminate: listen(SignalKind::terminate(), "SIGTERM"),
+            hangup: listen(SignalKind::hangup(), "SIGHUP"),
+        }
+    }
+
+    /// Resolves with the name of the first signal received.
+    async fn received(&mut self) -> &'static str {
+        async fn on(stream: &mut Option<Signal>) {
+            match stream {
+                Some(stream) => {
+                    stream.recv().await;
+                }
+                None => std::future::pending().await,
+            }
+        }
+        tokio::select! {
+            () = on(&mut self.interrupt) => "SIGINT",
+            () = on(&mut self.terminate) => "SIGTERM",
+            () = on(&mut self.hangup) => "SIGHUP",
+        }
+    }
 }

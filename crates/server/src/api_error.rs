@@ -1,4 +1,6 @@
 //! `ApiError`: every failure a client can see, answered as an OpenAI error body with its status.
+//! A refusal (the client's fault, or an overloaded or stopped engine: not a server fault) also
+//! marks its response with a `Refusal`, which the metrics layer counts by reason.
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -17,7 +19,44 @@ pub struct ApiError {
     pub retry_after: Option<u64>,
 }
 
+/// Why a request was refused, as the `reason` label of `requests_refused_total`; carried as
+/// a response extension from wherever the refusal happened to the layer that counts it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Refusal(pub &'static str);
+
+/// Every `Refusal` reason, so each is exported (at 0) before it first happens.
+pub const REFUSAL_REASONS: [&str; 10] = [
+    "invalid_request",
+    "limit_exceeded",
+    "unauthorized",
+    "model_not_found",
+    "not_found",
+    "method_not_allowed",
+    "timeout",
+    "too_large",
+    "overloaded",
+    "unavailable",
+];
+
 impl ApiError {
+    /// The refusal this error is, or `None` for a fault of the server (a 500).
+    pub fn refusal(&self) -> Option<Refusal> {
+        let reason = match (self.status.as_u16(), self.code) {
+            (400, Some("limit_exceeded")) => "limit_exceeded",
+            (400, _) => "invalid_request",
+            (401, _) => "unauthorized",
+            (404, Some("model_not_found")) => "model_not_found",
+            (404, _) => "not_found",
+            (405, _) => "method_not_allowed",
+            (408, _) => "timeout",
+            (413, _) => "too_large",
+            (503, Some("overloaded")) => "overloaded",
+            (503, _) => "unavailable",
+            _ => return None,
+        };
+        Some(Refusal(reason))
+    }
+
     fn new(status: StatusCode, kind: &'static str, message: impl Into<String>) -> Self {
         Self {
             status,
@@ -159,11 +198,41 @@ impl From<EngineError> for ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let mut response = (self.status, axum::Json(self.body())).into_response();
+        if let Some(refusal) = self.refusal() {
+            response.extensions_mut().insert(refusal);
+        }
         if let Some(seconds) = self.retry_after {
             response
                 .headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
         }
         response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_refusal_reason_is_listed_and_server_faults_are_not_refusals() {
+        let errors = [
+            ApiError::bad_request("x"),
+            ApiError {
+                code: Some("limit_exceeded"),
+                ..ApiError::bad_request("x")
+            },
+            ApiError::unauthorized(),
+            ApiError::model_not_found("a", "b"),
+            ApiError::not_found("x"),
+            ApiError::method_not_allowed(),
+            ApiError::timeout("x"),
+            ApiError::too_large("x"),
+            ApiError::overloaded("x"),
+            ApiError::unavailable("x"),
+        ];
+        let reasons: Vec<&str> = errors.iter().map(|e| e.refusal().unwrap().0).collect();
+        assert_eq!(reasons, REFUSAL_REASONS);
+        assert_eq!(ApiError::engine_failed().refusal(), None);
     }
 }

@@ -1,7 +1,9 @@
-//! `tokenmill serve`: the OpenAI-compatible HTTP server — its flags, startup, and graceful
-//! shutdown (stop accepting, let in-flight requests finish within a bound, stop the engine).
+//! `tokenmill serve`: the OpenAI-compatible HTTP server — its flags, startup, its connection
+//! loop (HTTP/1.1 with a header read timeout, so silent or half-sent requests cannot hold
+//! sockets), and graceful shutdown (stop accepting, let in-flight requests finish within a
+//! bound, end the rest cleanly, stop the engine).
 
-use std::future::{Future, IntoFuture};
+use std::future::Future;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -10,6 +12,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use anyhow::Context;
 use axum::Router;
 use clap::Args;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
 use tokenmill_engine::EngineHandle;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
@@ -19,6 +24,9 @@ use crate::metrics::Metrics;
 use crate::model_loader::{self, EngineArgs, LoadedModel};
 use crate::request_limits::RequestLimits;
 use crate::routes;
+
+/// How long stopping the async runtime waits for blocking tasks still running.
+const RUNTIME_EXIT_WAIT: Duration = Duration::from_millis(500);
 
 #[derive(Args, Debug, Clone)]
 pub struct ServeArgs {
@@ -35,9 +43,15 @@ pub struct ServeArgs {
     /// Require `Authorization: Bearer KEY` on every /v1 route.
     #[arg(long)]
     pub api_key: Option<String>,
-    /// Seconds in-flight requests may take to finish after SIGINT/SIGTERM.
+    /// Seconds in-flight requests may take to finish after SIGINT/SIGTERM. Shortly before this
+    /// runs out, requests still generating are ended: each stream gets a final chunk with
+    /// `finish_reason: "abort"` and `[DONE]`, each non-streamed reply the text so far.
     #[arg(long, default_value_t = 30)]
     pub shutdown_timeout: u64,
+    /// Seconds a client may take to send a request's headers, counted from when the server
+    /// starts waiting for them (so it also closes idle keep-alive connections).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
+    pub header_read_timeout: u64,
     #[command(flatten)]
     pub request_limits: RequestLimits,
 }
@@ -48,6 +62,7 @@ pub struct ServerOptions {
     pub served_model_name: Option<String>,
     pub api_key: Option<String>,
     pub shutdown_timeout: Duration,
+    pub header_read_timeout: Duration,
     pub request_limits: RequestLimits,
 }
 
@@ -57,6 +72,7 @@ impl Default for ServerOptions {
             served_model_name: None,
             api_key: None,
             shutdown_timeout: Duration::from_secs(30),
+            header_read_timeout: Duration::from_secs(10),
             request_limits: RequestLimits::default(),
         }
     }
@@ -68,6 +84,7 @@ impl ServeArgs {
             served_model_name: self.served_model_name.clone(),
             api_key: self.api_key.clone(),
             shutdown_timeout: Duration::from_secs(self.shutdown_timeout),
+            header_read_timeout: Duration::from_secs(self.header_read_timeout),
             request_limits: self.request_limits.clone(),
         }
     }
@@ -92,6 +109,7 @@ pub fn app_state(model: LoadedModel, options: &ServerOptions) -> Arc<AppState> {
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_secs())
             .unwrap_or(0),
+        closing: tokio::sync::watch::Sender::new(false),
     })
 }
 
@@ -118,19 +136,17 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             .await
             .with_context(|| format!("cannot listen on {addr}"))?;
         tracing::info!(
-            "serving {} on http://{addr} (max_model_len {})",
+            "serving {} on http://{} (max_model_len {})",
             state.served_model_name,
+            // The bound address, so `--port 0` reports the port it got.
+            listener.local_addr().unwrap_or(addr),
             state.handle.limits().max_model_len
         );
-        serve(
-            listener,
-            state.clone(),
-            shutdown_signal(),
-            options.shutdown_timeout,
-        )
-        .await
+        serve(listener, state.clone(), shutdown_signal(), &options).await
     });
-    drop(runtime);
+    // Bounded: a blocking task (tokenizing a large prompt) must not hold the exit past the
+    // drain limit; its reply is gone with its connection anyway.
+    runtime.shutdown_timeout(RUNTIME_EXIT_WAIT);
     state.handle.shutdown();
     tracing::info!("stopped");
     served
@@ -193,12 +209,12 @@ pub fn spawn_server(
                 let signal = async {
                     let _ = stopped.await;
                 };
-                serve(listener, state.clone(), signal, options.shutdown_timeout).await
+                serve(listener, state.clone(), signal, &options).await
             });
             if let Err(error) = served {
                 tracing::error!("server failed: {error:#}");
             }
-            drop(runtime);
+            runtime.shutdown_timeout(RUNTIME_EXIT_WAIT);
             state.handle.shutdown();
         })?;
     Ok(ServerHandle {
@@ -208,36 +224,70 @@ pub fn spawn_server(
     })
 }
 
-/// Serves until `signal`, then waits for in-flight requests at most `drain` before giving up on them.
+/// How long before the drain limit open replies are ended: long enough for their final chunks
+/// and `[DONE]` to be written, short next to any drain limit worth setting.
+fn closing_margin(drain: Duration) -> Duration {
+    (drain / 2).min(Duration::from_secs(1))
+}
+
+/// Serves until `signal`, then lets in-flight requests finish; shortly before the shutdown
+/// timeout runs out it ends the ones still generating (each stream gets a final chunk with
+/// finish reason `abort`, then `[DONE]`), and at the timeout it gives up on whatever is left.
 async fn serve(
     listener: TcpListener,
     state: Arc<AppState>,
     signal: impl Future<Output = ()> + Send + 'static,
-    drain: Duration,
+    options: &ServerOptions,
 ) -> anyhow::Result<()> {
-    let (signalled_tx, signalled_rx) = oneshot::channel::<()>();
-    let graceful = async move {
-        signal.await;
-        tracing::info!("shutting down: no new connections; waiting for in-flight requests");
-        let _ = signalled_tx.send(());
-    };
-    let server = axum::serve(listener, build_app(state))
-        .with_graceful_shutdown(graceful)
-        .into_future();
-    let deadline = async move {
-        if signalled_rx.await.is_ok() {
-            tokio::time::sleep(drain).await;
-        } else {
-            std::future::pending::<()>().await;
-        }
+    let app = build_app(state.clone());
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(options.header_read_timeout);
+    let connections = GracefulShutdown::new();
+    let mut signal = std::pin::pin!(signal);
+    loop {
+        let socket = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((socket, _)) => socket,
+                Err(error) => {
+                    // Out of file descriptors, most likely: retrying at once would spin; the
+                    // header read timeout frees the sockets that slow clients hold.
+                    tracing::warn!("cannot accept a connection: {error}");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+            () = &mut signal => break,
+        };
+        let connection =
+            http.serve_connection(TokioIo::new(socket), TowerToHyperService::new(app.clone()));
+        let connection = connections.watch(connection);
+        tokio::spawn(async move {
+            if let Err(error) = connection.await {
+                tracing::debug!("connection closed: {error}");
+            }
+        });
+    }
+    drop(listener);
+    tracing::info!("shutting down: no new connections; waiting for in-flight requests");
+    let drain = options.shutdown_timeout;
+    let deadline = async {
+        let margin = closing_margin(drain);
+        tokio::time::sleep(drain - margin).await;
+        tracing::warn!(
+            "requests still generating after {:?}; ending them",
+            drain - margin
+        );
+        state.close_replies();
+        tokio::time::sleep(margin).await;
     };
     tokio::select! {
-        served = server => served.context("the HTTP server failed"),
+        () = connections.shutdown() => {}
         () = deadline => {
-            tracing::warn!("in-flight requests still running after {drain:?}; closing them");
-            Ok(())
+            tracing::warn!("connections still open after {drain:?}; closing them");
         }
     }
+    Ok(())
 }
 
 async fn shutdown_signal() {

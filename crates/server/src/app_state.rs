@@ -1,9 +1,11 @@
 //! `AppState`: what every request handler shares — the engine handle, tokenizer, chat
-//! template, names, the API key and the metrics.
+//! template, names, the API key, the metrics, and the signal that ends every open reply at
+//! shutdown.
 
 use std::sync::Arc;
 
 use tokenmill_engine::EngineHandle;
+use tokio::sync::watch;
 
 use crate::api_error::ApiError;
 use crate::chat_template::ChatTemplate;
@@ -25,9 +27,18 @@ pub struct AppState {
     pub metrics: Arc<Metrics>,
     /// Unix seconds when the server started.
     pub created: u64,
+    /// Set once, when a shutdown's drain limit is about to run out: every choice still
+    /// generating then ends with finish reason `abort`, so streams close with a final chunk
+    /// and `[DONE]` instead of being cut.
+    pub closing: watch::Sender<bool>,
 }
 
 impl AppState {
+    /// Ends every open choice now (see `closing`); later requests end as soon as they start.
+    pub fn close_replies(&self) {
+        self.closing.send_replace(true);
+    }
+
     /// An absent `model` means the one model served; any other name is a 404.
     pub fn check_model(&self, requested: Option<&str>) -> Result<(), ApiError> {
         match requested {

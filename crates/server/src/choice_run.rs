@@ -1,13 +1,16 @@
 //! `ChoiceRun`: one queued engine request seen as one choice of a reply — its tokens turned
 //! into text deltas, stop strings applied, and its end recorded in the metrics.
 //!
-//! Dropping an unfinished run (a client that went away) aborts its engine request.
+//! Dropping an unfinished run (a client that went away) aborts its engine request. When the
+//! server closes its replies at shutdown, a run ends at once with finish reason `abort` (the
+//! reason vLLM gives a request it aborts), so a stream still gets its final chunk and `[DONE]`.
 
 use std::sync::Arc;
 
 use tokenmill_engine::sampler::SampledToken;
 use tokenmill_engine::{EngineHandle, RequestEvent, SeqId};
 use tokio::sync::mpsc::UnboundedReceiver;
+use tokio::sync::watch;
 
 use crate::detokenizer::IncrementalDetokenizer;
 use crate::metrics::{FinishedRequest, Metrics};
@@ -42,6 +45,8 @@ pub struct ChoiceSetup {
     pub prompt: Vec<u32>,
     pub stop: Vec<String>,
     pub skip_special_tokens: bool,
+    /// Becomes `true` when the server ends every open reply (shutdown).
+    pub closing: watch::Receiver<bool>,
 }
 
 pub struct ChoiceRun {
@@ -53,6 +58,7 @@ pub struct ChoiceRun {
     prompt_tokens: usize,
     completion_tokens: usize,
     finished: bool,
+    closing: watch::Receiver<bool>,
 }
 
 impl ChoiceRun {
@@ -76,6 +82,7 @@ impl ChoiceRun {
             prompt_tokens: setup.prompt.len(),
             completion_tokens: 0,
             finished: false,
+            closing: setup.closing,
         }
     }
 
@@ -94,7 +101,20 @@ impl ChoiceRun {
         }
         let mut delta = ChoiceDelta::default();
         loop {
-            match self.events.recv().await {
+            let event = tokio::select! {
+                // Closing is looked at first: a reader slower than the engine always has an
+                // event waiting, and would otherwise not end before the drain limit.
+                biased;
+                () = replies_closed(&mut self.closing) => {
+                    self.handle.abort(self.id);
+                    delta.text.push_str(&self.flush());
+                    self.finish("abort", None);
+                    delta.finish_reason = Some("abort");
+                    return Some(delta);
+                }
+                event = self.events.recv() => event,
+            };
+            match event {
                 Some(RequestEvent::Token { token, .. }) => {
                     self.completion_tokens += 1;
                     let (text, hit_stop) = self.decode(token.token_id);
@@ -176,6 +196,14 @@ impl ChoiceRun {
             completion_tokens: self.completion_tokens,
             timings,
         });
+    }
+}
+
+/// Resolves once the server closes its replies; never, if it cannot say so any more (its state
+/// is gone, and with it every reply).
+async fn replies_closed(closing: &mut watch::Receiver<bool>) {
+    if closing.wait_for(|closed| *closed).await.is_err() {
+        std::future::pending::<()>().await;
     }
 }
 

@@ -37,8 +37,9 @@ where
         let bytes = read.map_err(|rejection| {
             if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
                 ApiError::too_large(format!(
-                    "the request body is too large: {}",
-                    rejection.body_text()
+                    "the request body is larger than {} bytes (the server's \
+                     --max-request-body-bytes)",
+                    state.limits.max_request_body_bytes
                 ))
             } else {
                 ApiError::bad_request(format!(

@@ -5,6 +5,7 @@ use std::fmt::Write;
 use std::sync::Mutex;
 use std::time::Instant;
 
+use crate::api_error::REFUSAL_REASONS;
 use tokenmill_engine::request::RequestTimings;
 use tokenmill_engine::scheduler::SchedulerStats;
 
@@ -111,6 +112,7 @@ struct Recorded {
     prompt_tokens: u64,
     generation_tokens: u64,
     successes: [u64; FINISH_REASONS.len()],
+    refusals: [u64; REFUSAL_REASONS.len()],
 }
 
 /// One ended request as the metrics see it.
@@ -140,6 +142,7 @@ impl Metrics {
                 prompt_tokens: 0,
                 generation_tokens: 0,
                 successes: [0; FINISH_REASONS.len()],
+                refusals: [0; REFUSAL_REASONS.len()],
             }),
         }
     }
@@ -155,6 +158,17 @@ impl Metrics {
         }
         if let Some(t) = done.timings {
             observe_timings(&mut r.histograms, t, done.completion_tokens);
+        }
+    }
+
+    /// Counts a request refused before it reached the engine's queue (or by the queue itself:
+    /// overloaded); `reason` is one of `REFUSAL_REASONS`.
+    pub fn record_refusal(&self, reason: &str) {
+        let Ok(mut r) = self.recorded.lock() else {
+            return;
+        };
+        if let Some(slot) = REFUSAL_REASONS.iter().position(|&f| f == reason) {
+            r.refusals[slot] += 1;
         }
     }
 
@@ -236,6 +250,18 @@ impl Metrics {
             "counter",
             "Finished requests by finish reason.",
             &successes,
+        );
+        let refusals: Vec<(String, f64)> = REFUSAL_REASONS
+            .iter()
+            .zip(r.refusals)
+            .map(|(reason, n)| (format!("{label},reason=\"{reason}\""), n as f64))
+            .collect();
+        sample_family(
+            &mut out,
+            "requests_refused_total",
+            "counter",
+            "Requests refused with an error status before any generation, by reason.",
+            &refusals,
         );
         for (spec, histogram) in HISTOGRAMS.iter().zip(&r.histograms) {
             histogram_family(&mut out, spec, histogram, &label);

@@ -1,6 +1,7 @@
 //! `RequestLimits`: how much work one API request may ask for — prompts, choices, stop
-//! strings and stop ids, JSON nesting — each checked before any tokenizing or queueing, and
-//! each refusal a 400 that names the limit and the flag that raises it.
+//! strings and stop ids, JSON nesting, body size and the time its body may take — each checked
+//! before any tokenizing or queueing, and each refusal (400, 408, 413) names the limit and the
+//! flag that raises it.
 
 use clap::Args;
 
@@ -34,6 +35,10 @@ pub struct RequestLimits {
     /// bodies cannot hold connections open forever.
     #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
     pub request_body_timeout: u64,
+    /// Largest request body, in bytes (413 above it). A body announced larger by its
+    /// Content-Length is refused before any of it is read, without `100 Continue`.
+    #[arg(long, default_value_t = 8 << 20)]
+    pub max_request_body_bytes: usize,
 }
 
 impl Default for RequestLimits {
@@ -47,6 +52,7 @@ impl Default for RequestLimits {
             max_stop_token_ids: 256,
             max_json_depth: 64,
             request_body_timeout: 30,
+            max_request_body_bytes: 8 << 20,
         }
     }
 }

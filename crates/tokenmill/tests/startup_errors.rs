@@ -1,8 +1,12 @@
 //! A bad flag or a bad model file stops `tokenmill serve` with one line on stderr naming
-//! what is wrong and exit status 1: no panic, no backtrace, no hang.
+//! what is wrong and exit status 1: no panic, no backtrace, no hang. That includes a model
+//! whose weights hold NaN or infinite values: refused by tensor name, never served.
 
 use std::path::PathBuf;
 use std::process::Command;
+
+use candle_core::quantized::gguf_file::Content;
+use candle_core::quantized::GgmlDType;
 
 /// Runs the binary and returns its exit code and stderr.
 fn tokenmill(args: &[&str]) -> (Option<i32>, String) {
@@ -180,5 +184,59 @@ fn an_unknown_or_unsupported_cpu_kernel_is_one_line_naming_the_variable() {
     assert!(
         lines[0].starts_with("error: ") && lines[0].contains("TOKENMILL_CPU_KERNEL"),
         "{stderr}"
+    );
+}
+
+/// The default model with one value overwritten: `bytes` at byte `at` of tensor `name`'s data.
+/// Returns the tensor's type too, so a test can pick where the value goes.
+fn model_with_value(name: &str, at: impl Fn(GgmlDType) -> usize, bytes: &[u8]) -> Vec<u8> {
+    let model = tokenmill_server::model_loader::default_model_path();
+    let mut file = std::fs::read(&model)
+        .unwrap_or_else(|e| panic!("{}: {e}; run scripts/fetch-model.sh", model.display()));
+    let content = Content::read(&mut std::io::Cursor::new(&file)).unwrap();
+    let info = &content.tensor_infos[name];
+    let start = content.tensor_data_offset as usize + info.offset as usize + at(info.ggml_dtype);
+    file[start..start + bytes.len()].copy_from_slice(bytes);
+    file
+}
+
+#[test]
+fn a_model_with_a_nan_in_a_quantized_block_scale_is_refused_naming_the_tensor() {
+    // Block 5's scale `d` (the first f16 of every Q4_0/Q4_1/Q8_0 block): an f16 NaN.
+    let block_start = |dtype: GgmlDType| match dtype {
+        GgmlDType::Q4_0 => 5 * 18,
+        GgmlDType::Q4_1 => 5 * 20,
+        GgmlDType::Q8_0 => 5 * 34,
+        other => panic!("blk.0.attn_q.weight is {other:?} in the default model"),
+    };
+    let bytes = model_with_value("blk.0.attn_q.weight", block_start, &[0x00, 0x7e]);
+    let path = temp_model("nan-scale.gguf", &bytes);
+    let path = path.to_str().unwrap();
+    assert_one_line_error(
+        &["serve", "--model", path, "--port", "0"],
+        "tensor blk.0.attn_q.weight holds NaN or infinite values (first at the scale of block 5)",
+    );
+}
+
+#[test]
+fn a_model_with_an_infinite_float_weight_is_refused_naming_the_tensor() {
+    let element_7 = |dtype: GgmlDType| {
+        assert_eq!(
+            dtype,
+            GgmlDType::F32,
+            "output_norm.weight is f32 in the default model"
+        );
+        7 * 4
+    };
+    let bytes = model_with_value(
+        "output_norm.weight",
+        element_7,
+        &f32::INFINITY.to_le_bytes(),
+    );
+    let path = temp_model("inf-norm.gguf", &bytes);
+    let path = path.to_str().unwrap();
+    assert_one_line_error(
+        &["serve", "--model", path, "--port", "0"],
+        "tensor output_norm.weight holds NaN or infinite values (first at element 7)",
     );
 }

@@ -4,6 +4,7 @@
 //! two questions, so the model code is written once against GGUF's tensor names.
 
 mod dummy_checkpoint;
+mod finite_weights;
 mod gguf_checkpoint;
 mod hf_checkpoint;
 
@@ -24,7 +25,8 @@ pub trait Checkpoint {
     /// Reads one tensor (shape `[out, in]` for matrices, as PyTorch orders them).
     fn read_tensor(&mut self, name: &str) -> Result<QTensor>;
 
-    /// Reads a tensor and checks its shape, so a malformed file fails with its name.
+    /// Reads a tensor and checks its shape and that its values are finite, so a malformed or
+    /// corrupt file fails with the tensor's name.
     fn tensor(&mut self, name: &str, shape: &[usize]) -> Result<QTensor> {
         if !self.has_tensor(name) {
             return Err(EngineError::bad_file(
@@ -42,6 +44,19 @@ pub trait Checkpoint {
                 ),
             ));
         }
+        let bytes = t
+            .data()
+            .map_err(|e| EngineError::bad_file(self.origin(), format!("tensor {name}: {e}")))?;
+        if let Some(at) = finite_weights::first_non_finite(t.dtype(), &bytes) {
+            return Err(EngineError::bad_file(
+                self.origin(),
+                format!(
+                    "tensor {name} holds NaN or infinite values (first at {at}); the file is \
+                     corrupt, and no output computed from it would mean anything"
+                ),
+            ));
+        }
+        drop(bytes);
         Ok(t)
     }
 }

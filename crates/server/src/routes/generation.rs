@@ -60,6 +60,7 @@ async fn start_runs(state: &AppState, plan: &RequestPlan) -> Result<Vec<ChoiceRu
                 prompt: request.prompt.clone(),
                 stop: plan.stop.clone(),
                 skip_special_tokens: plan.skip_special_tokens,
+                closing: state.closing.subscribe(),
             };
             ChoiceRun::new(setup, stream.id, stream.events)
         })

@@ -1,4 +1,8 @@
 //! The HTTP routes and the layers around them (API key, body limit, OpenAI-shaped 404/405).
+//!
+//! A client that sends `Expect: 100-continue` with a Content-Length over the body limit is
+//! refused before the handler runs: hyper answers `100 Continue` only when a handler starts
+//! reading the body, so the client never sends it.
 
 pub mod chat_completions;
 pub mod completions;
@@ -15,11 +19,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 
-use crate::api_error::ApiError;
+use crate::api_error::{ApiError, Refusal};
 use crate::app_state::AppState;
-
-/// Largest request body accepted; bigger ones get 413.
-pub const MAX_BODY_BYTES: usize = 8 << 20;
 
 pub fn router(state: Arc<AppState>) -> Router {
     let v1 = Router::new()
@@ -42,7 +43,17 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/detokenize", post(tokenize::detokenize))
         .fallback(unknown_route)
         .method_not_allowed_fallback(wrong_method)
-        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        // Bodies without a Content-Length (chunked) are cut off at the limit while being read.
+        .layer(DefaultBodyLimit::max(state.limits.max_request_body_bytes))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            refuse_announced_oversize,
+        ))
+        // Outermost, so it sees every refusal, the early 413 and the API key's 401 included.
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            count_refusals,
+        ))
         .with_state(state)
 }
 
@@ -74,6 +85,53 @@ async fn require_api_key(
         }
     }
     next.run(request).await
+}
+
+/// Counts each refused request in the metrics by its reason. `/health` is left out: its 503
+/// reports the engine's state to whoever polls it, it refuses no work.
+async fn count_refusals(
+    State(state): State<Arc<AppState>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let counted = request.uri().path() != "/health";
+    let response = next.run(request).await;
+    if let (true, Some(Refusal(reason))) = (counted, response.extensions().get::<Refusal>()) {
+        state.metrics.record_refusal(reason);
+    }
+    response
+}
+
+/// 413 for a body announced larger than `--max-request-body-bytes` by a client waiting for
+/// `100 Continue`, before any of it is sent. A client that sends its body straight away is
+/// read up to the limit instead: answering first and closing the socket under its upload
+/// would reset the connection, and most clients would then see a broken pipe, not the 413.
+async fn refuse_announced_oversize(
+    State(state): State<Arc<AppState>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let waits_for_continue = request
+        .headers()
+        .get(header::EXPECT)
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+    if !waits_for_continue {
+        return next.run(request).await;
+    }
+    let limit = state.limits.max_request_body_bytes;
+    let announced = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    match announced {
+        Some(length) if length > limit as u64 => ApiError::too_large(format!(
+            "the request body is {length} bytes; the limit is {limit} (the server's \
+             --max-request-body-bytes)"
+        ))
+        .into_response(),
+        _ => next.run(request).await,
+    }
 }
 
 async fn unknown_route(request: Request) -> ApiError {
