@@ -4,7 +4,11 @@
 pub mod tiny_llama;
 
 use std::path::PathBuf;
+use tokenmill_engine::block_manager::BlockManager;
 use tokenmill_engine::checkpoint::GgufCheckpoint;
+use tokenmill_engine::forward_batch::ForwardBatch;
+use tokenmill_engine::kv_cache::{KvCache, KvCacheDtype};
+use tokenmill_engine::models::{Llama, WeightMode};
 use tokenmill_engine::{Engine, EngineConfig};
 
 /// The default model; a missing file fails the test with the command that fetches it.
@@ -51,9 +55,73 @@ pub struct GoldenCase {
     pub greedy_top1_margin: Vec<f64>,
 }
 
+/// The golden reference lives beside the repository (`../shared/golden`, with the script
+/// that made it), not in it. A missing or unreadable file fails the test: a skipped golden
+/// test would let a wrong model pass CI.
 pub fn golden() -> Golden {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../../../shared/golden/smollm2-golden.json");
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    serde_json::from_str(&text).expect("golden JSON parses")
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "golden reference {} is required and could not be read ({e}); \
+             it comes from ../shared/golden/golden.py beside the repository",
+            path.display()
+        )
+    });
+    let golden: Golden = serde_json::from_str(&text).expect("golden JSON parses");
+    assert!(!golden.cases.is_empty(), "golden file has no cases");
+    golden
+}
+
+/// The default model loaded as a bare [`Llama`] (no engine), for tests that read logits.
+pub fn load_model(mode: WeightMode) -> Llama {
+    let mut ckpt = GgufCheckpoint::open(&model_path()).expect("default model opens");
+    Llama::load(&mut ckpt, mode, 4096).expect("default model loads")
+}
+
+/// Logits `[prompt.len(), vocab]` at every position of `prompt` (teacher forcing), as
+/// `examples/quant_accuracy.rs` computes them: each position is its own one-token chunk in
+/// one batch, all sharing one block table, so every row samples.
+pub fn prompt_logits(model: &Llama, prompt: &[u32], kv_dtype: KvCacheDtype) -> Vec<f32> {
+    const BLOCK_SIZE: usize = 16;
+    let c = model.config();
+    let blocks = prompt.len().div_ceil(BLOCK_SIZE);
+    let mut kv = KvCache::new(
+        c.num_layers,
+        blocks,
+        BLOCK_SIZE,
+        c.num_kv_heads * c.head_dim,
+        kv_dtype.resolve(),
+    );
+    // Block ids are only minted by a block manager.
+    let table = BlockManager::new(blocks, BLOCK_SIZE, false)
+        .allocate(blocks)
+        .expect("a fresh pool has every block");
+    let mut batch = ForwardBatch::default();
+    for (pos, &tok) in prompt.iter().enumerate() {
+        batch.push_seq(&[tok], pos, &table, BLOCK_SIZE, true);
+    }
+    let logits = model.forward(&batch, &mut kv).expect("forward");
+    assert_eq!(logits.len(), prompt.len() * c.vocab_size);
+    logits
+}
+
+/// Lowest index wins ties, as the engine's greedy sampler does.
+pub fn argmax(v: &[f32]) -> u32 {
+    (0..v.len()).fold(0, |b, i| if v[i] > v[b] { i } else { b }) as u32
+}
+
+/// `l − ln Σ eˡ` over the whole row, in f64: the reference normaliser for logprob checks.
+pub fn log_softmax_f64(logits: &[f32]) -> Vec<f64> {
+    let max = logits
+        .iter()
+        .map(|&l| l as f64)
+        .fold(f64::NEG_INFINITY, f64::max);
+    let lse = max
+        + logits
+            .iter()
+            .map(|&l| (l as f64 - max).exp())
+            .sum::<f64>()
+            .ln();
+    logits.iter().map(|&l| l as f64 - lse).collect()
 }
