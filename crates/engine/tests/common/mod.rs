@@ -1,9 +1,13 @@
 //! Shared test helpers: the cached default model, the golden reference, a tiny model writer.
 #![allow(dead_code)]
 
+mod reference;
 pub mod tiny_llama;
 
-use std::path::PathBuf;
+// Each test binary uses some of these.
+#[allow(unused_imports)]
+pub use reference::{golden, golden_case, model_path, Golden, GoldenCase};
+
 use tokenmill_engine::block_manager::BlockManager;
 use tokenmill_engine::checkpoint::GgufCheckpoint;
 use tokenmill_engine::forward_batch::ForwardBatch;
@@ -11,66 +15,9 @@ use tokenmill_engine::kv_cache::{KvCache, KvCacheDtype};
 use tokenmill_engine::models::{Llama, WeightMode};
 use tokenmill_engine::{Engine, EngineConfig};
 
-/// The default model; a missing file fails the test with the command that fetches it.
-pub fn model_path() -> PathBuf {
-    let path = match std::env::var_os("TOKENMILL_MODEL") {
-        Some(p) => PathBuf::from(p),
-        None => {
-            let cache = std::env::var_os("XDG_CACHE_HOME")
-                .map(PathBuf::from)
-                .unwrap_or_else(|| {
-                    PathBuf::from(std::env::var_os("HOME").expect("HOME is set")).join(".cache")
-                });
-            let dir = std::env::var_os("TOKENMILL_MODEL_DIR")
-                .map(PathBuf::from)
-                .unwrap_or_else(|| cache.join("tokenmill/models"));
-            dir.join("SmolLM2-135M-Instruct.Q4_1.gguf")
-        }
-    };
-    assert!(
-        path.exists(),
-        "default model not found at {}: run scripts/fetch-model.sh first",
-        path.display()
-    );
-    path
-}
-
 pub fn load_engine(config: EngineConfig) -> Engine {
     let mut ckpt = GgufCheckpoint::open(&model_path()).expect("default model opens");
     Engine::load(&mut ckpt, config).expect("default model loads")
-}
-
-#[derive(serde::Deserialize)]
-pub struct Golden {
-    pub cases: Vec<GoldenCase>,
-}
-
-#[derive(serde::Deserialize)]
-pub struct GoldenCase {
-    pub name: String,
-    pub prompt_ids: Vec<u32>,
-    pub prompt_argmax: Vec<u32>,
-    pub first_step_top10: Vec<(u32, f64)>,
-    pub greedy_ids: Vec<u32>,
-    pub greedy_top1_margin: Vec<f64>,
-}
-
-/// The golden reference lives beside the repository (`../shared/golden`, with the script
-/// that made it), not in it. A missing or unreadable file fails the test: a skipped golden
-/// test would let a wrong model pass CI.
-pub fn golden() -> Golden {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/golden/smollm2-golden.json");
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
-        panic!(
-            "golden reference {} is required and could not be read ({e}); \
-             it comes from ../shared/golden/golden.py beside the repository",
-            path.display()
-        )
-    });
-    let golden: Golden = serde_json::from_str(&text).expect("golden JSON parses");
-    assert!(!golden.cases.is_empty(), "golden file has no cases");
-    golden
 }
 
 /// The default model loaded as a bare [`Llama`] (no engine), for tests that read logits.
