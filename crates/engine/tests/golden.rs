@@ -9,6 +9,11 @@
 //! path's measured error is bounded by `F16_KV_LOGIT_TOL`. Greedy tokens are compared up to the first step whose reference
 //! top-1/top-2 margin is below twice the path's tolerance: past that, rounding alone may
 //! legitimately pick the other token and everything after diverges.
+//!
+//! Beyond the first step and the trusted greedy tokens, the quantized path is also held to
+//! the reference at every prompt position (top-1 agreement and mean |Δlogit| against
+//! measured thresholds), and the logprobs the engine reports are checked as absolute
+//! values against a full-vocabulary log-softmax (see each test's comment).
 
 mod common;
 
