@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test: fetches the default model (cached), prepares the official openai Python
-# SDK (for the server's compatibility test), then the whole workspace in release mode.
+# SDK (for the server's compatibility test), then the whole workspace in the `ci` profile:
+# release optimization with our crates' debug assertions and overflow checks on (Cargo.toml),
+# so the invariant checks run where the tests run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/fetch-model.sh >/dev/null
@@ -12,7 +14,7 @@ fi
 export TOKENMILL_PYTHON="$VENV/bin/python"
 LOG=$(mktemp); trap 'rm -f "$LOG"' EXIT
 status=0
-cargo test --release --workspace "$@" 2>&1 | tee "$LOG" || status=$?
+cargo test --profile ci --workspace "$@" 2>&1 | tee "$LOG" || status=$?
 # One closing line for the whole workspace (cargo's last line is only the last binary's).
 awk '/^test result:/ { p += $4; f += $6 } END { printf "%d passed, %d failed\n", p, f }' "$LOG"
 exit "$status"

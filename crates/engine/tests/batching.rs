@@ -1,7 +1,8 @@
 //! The real model batched: many requests through a tiny token budget (chunked prefill
 //! over many steps) and a tiny KV pool (preemption) give exactly the tokens each gives
-//! alone; a shared prefix is computed once. The default KV cache is f16; the f32 cache is
-//! checked too.
+//! alone, with the same logprobs to the bit (ARCHITECTURE.md: a token's result does not
+//! depend on what is batched with it); a shared prefix is computed once. The default KV
+//! cache is f16; the f32 cache is checked too.
 
 mod common;
 
@@ -80,7 +81,14 @@ fn together(
     (done, engine.stats().num_preemptions)
 }
 
+/// Alternatives asked for with every token, so logprobs are compared and not only ids.
+const TOP_LOGPROBS: usize = 5;
+
+/// The same tokens, finish reasons, logprobs and top logprobs, bit for bit: equal ids
+/// alone would pass with logits that drift by a rounding step, and so would an `==` on
+/// floats that treats -0.0 and 0.0 alike.
 fn assert_same(alone: &[Completion], together: &[Completion]) {
+    assert_eq!(alone.len(), together.len());
     for (i, (a, b)) in alone.iter().zip(together).enumerate() {
         assert_eq!(
             a.token_ids(),
@@ -91,12 +99,36 @@ fn assert_same(alone: &[Completion], together: &[Completion]) {
             a.finish_reason, b.finish_reason,
             "request {i} finish reason"
         );
+        for (step, (x, y)) in a.tokens.iter().zip(&b.tokens).enumerate() {
+            let bits = |t: &tokenmill_engine::sampler::SampledToken| {
+                let lp = t.logprob.expect("logprobs were requested");
+                assert_eq!(t.top_logprobs.len(), TOP_LOGPROBS);
+                let top: Vec<(u32, u32)> = t
+                    .top_logprobs
+                    .iter()
+                    .map(|&(id, l)| (id, l.to_bits()))
+                    .collect();
+                (lp.to_bits(), top)
+            };
+            assert_eq!(
+                bits(x),
+                bits(y),
+                "request {i} step {step}: logprobs differ when batched ({x:?} alone, {y:?} batched)"
+            );
+        }
+    }
+}
+
+fn greedy_with_logprobs(max_tokens: usize) -> SamplingParams {
+    SamplingParams {
+        logprobs: Some(TOP_LOGPROBS),
+        ..SamplingParams::greedy(max_tokens)
     }
 }
 
 fn greedy_alone_and_batched(kv: KvCacheDtype) {
     let prompts = prompts();
-    let params = |_| SamplingParams::greedy(10);
+    let params = |_| greedy_with_logprobs(10);
     let (batched, preemptions) = together(&prompts, kv, params);
     assert!(
         preemptions > 0,
@@ -124,6 +156,7 @@ fn seeded_sampling_is_reproducible_alone_and_batched() {
         top_k: Some(50),
         seed: Some(1000 + i as u64),
         max_tokens: 10,
+        logprobs: Some(TOP_LOGPROBS),
         ..SamplingParams::default()
     };
     let (batched, preemptions) = together(&prompts, KvCacheDtype::Auto, params);
@@ -153,7 +186,7 @@ fn a_shared_200_token_prefix_is_computed_once_and_changes_nothing() {
         num_kv_blocks: Some(64),
         ..EngineConfig::default()
     });
-    let params = SamplingParams::greedy(8);
+    let params = greedy_with_logprobs(8);
     let first = engine
         .generate(vec![Request {
             prompt: a,
@@ -185,7 +218,7 @@ fn a_shared_200_token_prefix_is_computed_once_and_changes_nothing() {
             priority: 0,
         }])
         .unwrap();
-    assert_eq!(second[0].token_ids(), reference[0].token_ids());
+    assert_same(&second, &reference);
 }
 
 #[test]

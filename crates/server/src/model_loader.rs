@@ -13,7 +13,8 @@ use tokenmill_engine::models::WeightMode;
 use tokenmill_engine::scheduler::SchedulingPolicy;
 use tokenmill_engine::{Engine, EngineConfig, EngineError};
 
-pub const DEFAULT_MODEL_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
+/// The default model and where it is cached live in the engine crate, beside the loader.
+pub use tokenmill_engine::checkpoint::{default_model_path, DEFAULT_MODEL_FILE};
 
 #[derive(Args, Debug, Clone)]
 pub struct EngineArgs {
@@ -126,24 +127,6 @@ pub struct LoadedModel {
     pub chat_template: Option<ChatTemplate>,
     /// The name clients use (file stem or shape).
     pub name: String,
-}
-
-/// Where `scripts/fetch-model.sh` caches the default model.
-pub fn default_model_path() -> PathBuf {
-    if let Some(p) = std::env::var_os("TOKENMILL_MODEL") {
-        return PathBuf::from(p);
-    }
-    let dir = std::env::var_os("TOKENMILL_MODEL_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            let cache = std::env::var_os("XDG_CACHE_HOME")
-                .map(PathBuf::from)
-                .unwrap_or_else(|| {
-                    PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache")
-                });
-            cache.join("tokenmill/models")
-        });
-    dir.join(DEFAULT_MODEL_FILE)
 }
 
 /// Sizes the compute pools before any model code runs.

@@ -1,6 +1,7 @@
 //! Chat template rendering: the real SmolLM2 template against the golden prompt, and error handling.
 
-use std::path::PathBuf;
+#[path = "../../engine/tests/common/reference.rs"]
+mod reference;
 
 use tokenmill_server::chat_template::{ChatMessage, ChatTemplate, ChatTemplateError};
 use tokenmill_server::tokenizer::{from_gguf_file, Tokenizer};
@@ -9,19 +10,8 @@ use tokenmill_server::tokenizer::{from_gguf_file, Tokenizer};
 const SMOLLM2_DEFAULT_SYSTEM: &str =
     "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n";
 
-/// Where `scripts/fetch-model.sh` caches the model (same rules as `tokenmill serve`).
-fn model_path() -> PathBuf {
-    tokenmill_server::model_loader::default_model_path()
-}
-
 fn real_template() -> (Tokenizer, ChatTemplate) {
-    let path = model_path();
-    assert!(
-        path.exists(),
-        "model file {} is missing: run scripts/fetch-model.sh (or set TOKENMILL_MODEL)",
-        path.display()
-    );
-    let (tokenizer, source) = from_gguf_file(&path).expect("load GGUF");
+    let (tokenizer, source) = from_gguf_file(&reference::model_path()).expect("load GGUF");
     let source = source.expect("SmolLM2 GGUF ships a chat template");
     let template = ChatTemplate::for_tokenizer(source, &tokenizer).expect("compile template");
     (tokenizer, template)
@@ -29,21 +19,8 @@ fn real_template() -> (Tokenizer, ChatTemplate) {
 
 /// The golden "chat-capital" case: its prompt text and ids.
 fn golden_chat_capital() -> (String, Vec<u32>) {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../../shared/golden/smollm2-golden.json"
-    );
-    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("read {path}: {e}"));
-    let golden: serde_json::Value = serde_json::from_str(&text).unwrap();
-    let case = golden["cases"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|case| case["name"] == "chat-capital")
-        .expect("golden file has a chat-capital case");
-    let prompt = case["prompt"].as_str().unwrap().to_owned();
-    let ids = serde_json::from_value(case["prompt_ids"].clone()).unwrap();
-    (prompt, ids)
+    let case = reference::golden_case("chat-capital");
+    (case.prompt, case.prompt_ids)
 }
 
 fn user(content: &str) -> ChatMessage {

@@ -1,49 +1,20 @@
 //! Tokenizer checks: the real SmolLM2 GGUF against the golden file, and synthetic vocabularies per pre-tokenizer.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 
 use candle_core::quantized::gguf_file::Value;
-use serde::Deserialize;
+#[path = "../../engine/tests/common/reference.rs"]
+mod reference;
+
 use tokenmill_server::tokenizer::{from_gguf_file, Tokenizer, TokenizerError};
 
-/// Where `scripts/fetch-model.sh` caches the model (same rules as `tokenmill serve`).
-fn model_path() -> PathBuf {
-    tokenmill_server::model_loader::default_model_path()
-}
-
 fn real_tokenizer() -> Tokenizer {
-    let path = model_path();
-    assert!(
-        path.exists(),
-        "model file {} is missing: run scripts/fetch-model.sh (or set TOKENMILL_MODEL)",
-        path.display()
-    );
-    from_gguf_file(&path).expect("load tokenizer from GGUF").0
+    from_gguf_file(&reference::model_path())
+        .expect("load tokenizer from GGUF")
+        .0
 }
 
-#[derive(Deserialize)]
-struct Golden {
-    cases: Vec<GoldenCase>,
-}
-
-#[derive(Deserialize)]
-struct GoldenCase {
-    name: String,
-    prompt: String,
-    prompt_ids: Vec<u32>,
-    greedy_ids: Vec<u32>,
-    greedy_text: String,
-}
-
-fn golden() -> Golden {
-    let path = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../../shared/golden/smollm2-golden.json"
-    );
-    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("read {path}: {e}"));
-    serde_json::from_str(&text).unwrap_or_else(|e| panic!("parse {path}: {e}"))
-}
+use reference::golden;
 
 #[test]
 fn every_golden_prompt_encodes_to_its_golden_ids() {

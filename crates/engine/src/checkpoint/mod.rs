@@ -15,7 +15,31 @@ pub use hf_checkpoint::HfCheckpoint;
 use crate::error::{EngineError, Result};
 use crate::model_config::ModelConfig;
 use candle_core::quantized::{GgmlDType, QTensor};
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+/// The default model's file name, as `scripts/fetch-model.sh` caches it.
+pub const DEFAULT_MODEL_FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
+
+/// Where `scripts/fetch-model.sh` caches the default model: `$TOKENMILL_MODEL` if set,
+/// else [`DEFAULT_MODEL_FILE`] in `$TOKENMILL_MODEL_DIR`, else in
+/// `${XDG_CACHE_HOME:-$HOME/.cache}/tokenmill/models`. The server's default and every test
+/// that needs the real model read it from here, so the rules live in one place.
+pub fn default_model_path() -> PathBuf {
+    if let Some(p) = std::env::var_os("TOKENMILL_MODEL") {
+        return PathBuf::from(p);
+    }
+    let dir = std::env::var_os("TOKENMILL_MODEL_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            let cache = std::env::var_os("XDG_CACHE_HOME")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| {
+                    PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache")
+                });
+            cache.join("tokenmill/models")
+        });
+    dir.join(DEFAULT_MODEL_FILE)
+}
 
 pub trait Checkpoint {
     fn config(&self) -> &ModelConfig;

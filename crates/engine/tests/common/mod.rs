@@ -1,59 +1,74 @@
 //! Shared test helpers: the cached default model, the golden reference, a tiny model writer.
 #![allow(dead_code)]
 
+mod reference;
 pub mod tiny_llama;
 
-use std::path::PathBuf;
-use tokenmill_engine::checkpoint::GgufCheckpoint;
-use tokenmill_engine::{Engine, EngineConfig};
+// Each test binary uses some of these.
+#[allow(unused_imports)]
+pub use reference::{golden, golden_case, model_path, Golden, GoldenCase};
 
-/// The default model; a missing file fails the test with the command that fetches it.
-pub fn model_path() -> PathBuf {
-    let path = match std::env::var_os("TOKENMILL_MODEL") {
-        Some(p) => PathBuf::from(p),
-        None => {
-            let cache = std::env::var_os("XDG_CACHE_HOME")
-                .map(PathBuf::from)
-                .unwrap_or_else(|| {
-                    PathBuf::from(std::env::var_os("HOME").expect("HOME is set")).join(".cache")
-                });
-            let dir = std::env::var_os("TOKENMILL_MODEL_DIR")
-                .map(PathBuf::from)
-                .unwrap_or_else(|| cache.join("tokenmill/models"));
-            dir.join("SmolLM2-135M-Instruct.Q4_1.gguf")
-        }
-    };
-    assert!(
-        path.exists(),
-        "default model not found at {}: run scripts/fetch-model.sh first",
-        path.display()
-    );
-    path
-}
+use tokenmill_engine::block_manager::BlockManager;
+use tokenmill_engine::checkpoint::GgufCheckpoint;
+use tokenmill_engine::forward_batch::ForwardBatch;
+use tokenmill_engine::kv_cache::{KvCache, KvCacheDtype};
+use tokenmill_engine::models::{Llama, WeightMode};
+use tokenmill_engine::{Engine, EngineConfig};
 
 pub fn load_engine(config: EngineConfig) -> Engine {
     let mut ckpt = GgufCheckpoint::open(&model_path()).expect("default model opens");
     Engine::load(&mut ckpt, config).expect("default model loads")
 }
 
-#[derive(serde::Deserialize)]
-pub struct Golden {
-    pub cases: Vec<GoldenCase>,
+/// The default model loaded as a bare [`Llama`] (no engine), for tests that read logits.
+pub fn load_model(mode: WeightMode) -> Llama {
+    let mut ckpt = GgufCheckpoint::open(&model_path()).expect("default model opens");
+    Llama::load(&mut ckpt, mode, 4096).expect("default model loads")
 }
 
-#[derive(serde::Deserialize)]
-pub struct GoldenCase {
-    pub name: String,
-    pub prompt_ids: Vec<u32>,
-    pub prompt_argmax: Vec<u32>,
-    pub first_step_top10: Vec<(u32, f64)>,
-    pub greedy_ids: Vec<u32>,
-    pub greedy_top1_margin: Vec<f64>,
+/// Logits `[prompt.len(), vocab]` at every position of `prompt` (teacher forcing), as
+/// `examples/quant_accuracy.rs` computes them: each position is its own one-token chunk in
+/// one batch, all sharing one block table, so every row samples.
+pub fn prompt_logits(model: &Llama, prompt: &[u32], kv_dtype: KvCacheDtype) -> Vec<f32> {
+    const BLOCK_SIZE: usize = 16;
+    let c = model.config();
+    let blocks = prompt.len().div_ceil(BLOCK_SIZE);
+    let mut kv = KvCache::new(
+        c.num_layers,
+        blocks,
+        BLOCK_SIZE,
+        c.num_kv_heads * c.head_dim,
+        kv_dtype.resolve(),
+    );
+    // Block ids are only minted by a block manager.
+    let table = BlockManager::new(blocks, BLOCK_SIZE, false)
+        .allocate(blocks)
+        .expect("a fresh pool has every block");
+    let mut batch = ForwardBatch::default();
+    for (pos, &tok) in prompt.iter().enumerate() {
+        batch.push_seq(&[tok], pos, &table, BLOCK_SIZE, true);
+    }
+    let logits = model.forward(&batch, &mut kv).expect("forward");
+    assert_eq!(logits.len(), prompt.len() * c.vocab_size);
+    logits
 }
 
-pub fn golden() -> Golden {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/golden/smollm2-golden.json");
-    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    serde_json::from_str(&text).expect("golden JSON parses")
+/// Lowest index wins ties, as the engine's greedy sampler does.
+pub fn argmax(v: &[f32]) -> u32 {
+    (0..v.len()).fold(0, |b, i| if v[i] > v[b] { i } else { b }) as u32
+}
+
+/// `l − ln Σ eˡ` over the whole row, in f64: the reference normaliser for logprob checks.
+pub fn log_softmax_f64(logits: &[f32]) -> Vec<f64> {
+    let max = logits
+        .iter()
+        .map(|&l| l as f64)
+        .fold(f64::NEG_INFINITY, f64::max);
+    let lse = max
+        + logits
+            .iter()
+            .map(|&l| (l as f64 - max).exp())
+            .sum::<f64>()
+            .ln();
+    logits.iter().map(|&l| l as f64 - lse).collect()
 }
