@@ -110,11 +110,14 @@ fn assert_close_to_reference(q: &QuantMatrix, x: &[f32], m: usize, kernel: CpuKe
     }
 }
 
-#[test]
-fn packed_rows_dequantize_to_exactly_what_candle_reads_from_the_same_bytes() {
-    let (n, k) = (7, 96);
-    for (format, dtype) in FORMATS {
-        let (bytes, qt) = ggml_weights(&mut Rng(1), dtype, n, k);
+/// The packed matrix's rows dequantize to exactly candle's values for the same GGUF bytes.
+fn assert_dequantizes_like_candle(
+    formats: &[(WeightFormat, GgmlDType)],
+    (n, k): (usize, usize),
+    seed: u64,
+) {
+    for &(format, dtype) in formats {
+        let (bytes, qt) = ggml_weights(&mut Rng(seed), dtype, n, k);
         let q = QuantMatrix::from_ggml(format, &bytes, n, k).unwrap();
         let want = qt
             .dequantize(&Device::Cpu)
@@ -125,6 +128,11 @@ fn packed_rows_dequantize_to_exactly_what_candle_reads_from_the_same_bytes() {
             .unwrap();
         assert_eq!(bits(&dequantized(&q)), bits(&want), "{format:?}");
     }
+}
+
+#[test]
+fn packed_rows_dequantize_to_exactly_what_candle_reads_from_the_same_bytes() {
+    assert_dequantizes_like_candle(&FORMATS, (7, 96), 1);
 }
 
 #[test]
@@ -158,19 +166,21 @@ fn remainder_rows_and_columns_are_correct() {
     }
 }
 
-#[test]
-fn every_cpu_path_is_bitwise_equal_to_the_portable_one() {
+/// Every path this CPU has against the portable one, bit for bit, on rows of very different
+/// magnitudes (zeros included) for each shape and batch size.
+fn assert_every_path_gives_portable_bits(
+    formats: &[(WeightFormat, GgmlDType)],
+    shapes: &[(usize, usize)],
+    batches: &[usize],
+    seed: u64,
+) {
     let kernels = CpuKernel::supported();
     eprintln!("paths on this CPU: {kernels:?}");
-    for (format, dtype) in FORMATS {
-        for (s, &(n, k)) in [(45, 320), (8, 32), (203, 576), (13, 1536), (96, 64)]
-            .iter()
-            .enumerate()
-        {
-            let q = packed(format, dtype, 40 + s as u64, n, k);
-            for m in [1, 2, 3, 4, 5, 9, 17] {
-                // Rows of very different magnitudes, zeros included.
-                let mut rng = Rng((s * 100 + m) as u64 + 1);
+    for &(format, dtype) in formats {
+        for (s, &(n, k)) in shapes.iter().enumerate() {
+            let q = packed(format, dtype, seed + s as u64, n, k);
+            for &m in batches {
+                let mut rng = Rng((s * 100 + m) as u64 + seed);
                 let mut x: Vec<f32> = (0..m)
                     .flat_map(|r| rng.vec(k, 10f32.powi(r as i32 % 5 - 2)))
                     .collect();
@@ -183,6 +193,38 @@ fn every_cpu_path_is_bitwise_equal_to_the_portable_one() {
             }
         }
     }
+}
+
+/// Each row of a batched matmul has the bits of the same row computed alone.
+fn assert_rows_independent_of_the_batch(
+    formats: &[(WeightFormat, GgmlDType)],
+    (n, k): (usize, usize),
+    seed: u64,
+) {
+    for &(format, dtype) in formats {
+        let q = packed(format, dtype, seed, n, k);
+        let mut rng = Rng(seed + 1);
+        for m in [3, 4, 5, 17, 64] {
+            let x: Vec<f32> = (0..m)
+                .flat_map(|r| rng.vec(k, 10f32.powi(r as i32 % 5 - 2)))
+                .collect();
+            let all = q.matmul(&x, m);
+            for r in 0..m {
+                let alone = q.matmul(&x[r * k..(r + 1) * k], 1);
+                assert_eq!(
+                    bits(&alone),
+                    bits(&all[r * n..(r + 1) * n]),
+                    "{format:?} m={m} row {r}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn every_cpu_path_is_bitwise_equal_to_the_portable_one() {
+    let shapes = [(45, 320), (8, 32), (203, 576), (13, 1536), (96, 64)];
+    assert_every_path_gives_portable_bits(&FORMATS, &shapes, &[1, 2, 3, 4, 5, 9, 17], 40);
 }
 
 #[test]
@@ -200,25 +242,7 @@ fn requantized_q8_0_weights_are_bitwise_equal_across_paths_too() {
 
 #[test]
 fn each_output_row_is_bitwise_independent_of_the_batch() {
-    let (n, k) = (203, 576);
-    for (format, dtype) in FORMATS {
-        let q = packed(format, dtype, 42, n, k);
-        let mut rng = Rng(43);
-        for m in [3, 4, 5, 17, 64] {
-            let x: Vec<f32> = (0..m)
-                .flat_map(|r| rng.vec(k, 10f32.powi(r as i32 % 5 - 2)))
-                .collect();
-            let all = q.matmul(&x, m);
-            for r in 0..m {
-                let alone = q.matmul(&x[r * k..(r + 1) * k], 1);
-                assert_eq!(
-                    bits(&alone),
-                    bits(&all[r * n..(r + 1) * n]),
-                    "{format:?} m={m} row {r}"
-                );
-            }
-        }
-    }
+    assert_rows_independent_of_the_batch(&FORMATS, (203, 576), 42);
 }
 
 #[test]
@@ -316,19 +340,7 @@ fn kernel_names_parse_and_unknown_ones_are_refused() {
 #[test]
 fn k_quant_rows_dequantize_to_exactly_what_candle_reads_from_the_same_bytes() {
     // n = 7: a partial row group; k = 768: three super-blocks.
-    let (n, k) = (7, 768);
-    for (format, dtype) in K_FORMATS {
-        let (bytes, qt) = ggml_weights(&mut Rng(3), dtype, n, k);
-        let q = QuantMatrix::from_ggml(format, &bytes, n, k).unwrap();
-        let want = qt
-            .dequantize(&Device::Cpu)
-            .unwrap()
-            .flatten_all()
-            .unwrap()
-            .to_vec1::<f32>()
-            .unwrap();
-        assert_eq!(bits(&dequantized(&q)), bits(&want), "{format:?}");
-    }
+    assert_dequantizes_like_candle(&K_FORMATS, (7, 768), 3);
 }
 
 #[test]
@@ -343,27 +355,9 @@ fn k_quants_keep_about_the_files_bits_per_weight() {
 
 #[test]
 fn every_cpu_path_is_bitwise_equal_to_the_portable_one_for_k_quants() {
-    let kernels = CpuKernel::supported();
-    for (format, dtype) in K_FORMATS {
-        for (s, &(n, k)) in [(45, 256), (8, 512), (203, 1536), (13, 768), (5, 2048)]
-            .iter()
-            .enumerate()
-        {
-            let q = packed(format, dtype, 60 + s as u64, n, k);
-            for m in (1..=9).chain([17, 33]) {
-                let mut rng = Rng((s * 100 + m) as u64 + 5);
-                let mut x: Vec<f32> = (0..m)
-                    .flat_map(|r| rng.vec(k, 10f32.powi(r as i32 % 5 - 2)))
-                    .collect();
-                x[..40].fill(0.0);
-                let portable = bits(&matmul(&q, &x, m, CpuKernel::Portable));
-                for &kernel in &kernels[1..] {
-                    let got = bits(&matmul(&q, &x, m, kernel));
-                    assert_eq!(got, portable, "{format:?} {kernel} n={n} k={k} m={m}");
-                }
-            }
-        }
-    }
+    let shapes = [(45, 256), (8, 512), (203, 1536), (13, 768), (5, 2048)];
+    let batches: Vec<usize> = (1..=9).chain([17, 33]).collect();
+    assert_every_path_gives_portable_bits(&K_FORMATS, &shapes, &batches, 60);
 }
 
 #[test]
@@ -384,25 +378,7 @@ fn k_quants_match_a_dequantized_reference_within_the_activation_rounding_bound()
 
 #[test]
 fn k_quant_output_rows_are_bitwise_independent_of_the_batch() {
-    let (n, k) = (203, 512);
-    for (format, dtype) in K_FORMATS {
-        let q = packed(format, dtype, 44, n, k);
-        let mut rng = Rng(45);
-        for m in [3, 4, 5, 17, 64] {
-            let x: Vec<f32> = (0..m)
-                .flat_map(|r| rng.vec(k, 10f32.powi(r as i32 % 5 - 2)))
-                .collect();
-            let all = q.matmul(&x, m);
-            for r in 0..m {
-                let alone = q.matmul(&x[r * k..(r + 1) * k], 1);
-                assert_eq!(
-                    bits(&alone),
-                    bits(&all[r * n..(r + 1) * n]),
-                    "{format:?} m={m} row {r}"
-                );
-            }
-        }
-    }
+    assert_rows_independent_of_the_batch(&K_FORMATS, (203, 512), 44);
 }
 
 #[test]
