@@ -135,20 +135,28 @@ fn packed_rows_dequantize_to_exactly_what_candle_reads_from_the_same_bytes() {
     assert_dequantizes_like_candle(&FORMATS, (7, 96), 1);
 }
 
-#[test]
-fn every_format_matches_a_dequantized_reference_within_the_activation_rounding_bound() {
-    for (f, (format, dtype)) in FORMATS.into_iter().enumerate() {
-        for (i, &(m, n, k)) in [(1, 64, 576), (8, 96, 576), (33, 40, 1536), (5, 7, 1024)]
-            .iter()
-            .enumerate()
-        {
-            let q = packed(format, dtype, 100 + (f * 10 + i) as u64, n, k);
-            let x = Rng(7 + i as u64).vec(m * k, 3.0);
+/// Each `(m, n, k)` case on every path, within the activation-rounding bound of a
+/// dequantize-then-f64 reference.
+fn assert_every_case_near_the_reference(
+    formats: &[(WeightFormat, GgmlDType)],
+    cases: &[(usize, usize, usize)],
+    seeds: (u64, u64),
+) {
+    for (f, &(format, dtype)) in formats.iter().enumerate() {
+        for (i, &(m, n, k)) in cases.iter().enumerate() {
+            let q = packed(format, dtype, seeds.0 + (f * 10 + i) as u64, n, k);
+            let x = Rng(seeds.1 + i as u64).vec(m * k, 3.0);
             for kernel in CpuKernel::supported() {
                 assert_close_to_reference(&q, &x, m, kernel);
             }
         }
     }
+}
+
+#[test]
+fn every_format_matches_a_dequantized_reference_within_the_activation_rounding_bound() {
+    let cases = [(1, 64, 576), (8, 96, 576), (33, 40, 1536), (5, 7, 1024)];
+    assert_every_case_near_the_reference(&FORMATS, &cases, (100, 7));
 }
 
 #[test]
@@ -362,18 +370,8 @@ fn every_cpu_path_is_bitwise_equal_to_the_portable_one_for_k_quants() {
 
 #[test]
 fn k_quants_match_a_dequantized_reference_within_the_activation_rounding_bound() {
-    for (f, (format, dtype)) in K_FORMATS.into_iter().enumerate() {
-        for (i, &(m, n, k)) in [(1, 64, 256), (8, 96, 1536), (33, 40, 512), (5, 7, 1024)]
-            .iter()
-            .enumerate()
-        {
-            let q = packed(format, dtype, 200 + (f * 10 + i) as u64, n, k);
-            let x = Rng(17 + i as u64).vec(m * k, 3.0);
-            for kernel in CpuKernel::supported() {
-                assert_close_to_reference(&q, &x, m, kernel);
-            }
-        }
-    }
+    let cases = [(1, 64, 256), (8, 96, 1536), (33, 40, 512), (5, 7, 1024)];
+    assert_every_case_near_the_reference(&K_FORMATS, &cases, (200, 17));
 }
 
 #[test]
