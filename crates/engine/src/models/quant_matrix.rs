@@ -447,14 +447,16 @@ impl QuantMatrix {
             let mr = (act.m - i0).min(MR);
             // Rows past `mr` repeat the last one; the kernels ignore them.
             let x: [XRow; MR] = std::array::from_fn(|i| act.row(i0 + i.min(mr - 1)));
-            for c in cols.clone().step_by(NR) {
-                let tile = tile(self.format, kernel, self.group(c / NR), &x, mr);
+            let mut emit = |g: usize, tile: &Tile| {
+                let c = g * NR;
                 let width = (cols.end - c).min(NR);
                 for (i, row) in tile.iter().take(mr).enumerate() {
                     // SAFETY: these columns belong to this task (caller's contract).
                     unsafe { out.write(i0 + i, c, &row[..width]) };
                 }
-            }
+            };
+            let groups = cols.start / NR..cols.end.div_ceil(NR);
+            tiles(self, kernel, groups, &x, mr, &mut emit);
         }
     }
 }
@@ -715,25 +717,33 @@ fn scale_and_inverse(amax: f32) -> (f32, f32) {
 type Tile = [[f32; NR]; MR];
 
 /// Multiplies activation rows `x[..mr]` by one weight group on the chosen path.
-fn tile(format: WeightFormat, kernel: CpuKernel, w: Group, x: &[XRow; MR], mr: usize) -> Tile {
+fn tiles(
+    m: &QuantMatrix,
+    kernel: CpuKernel,
+    groups: Range<usize>,
+    x: &[XRow; MR],
+    mr: usize,
+    emit: &mut dyn FnMut(usize, &Tile),
+) {
+    let format = m.format;
     match kernel {
-        CpuKernel::Portable if format.is_k_quant() => {
-            let mut out = [[0f32; NR]; MR];
-            for (o, row) in out.iter_mut().zip(x).take(mr) {
-                *o = k_quants::row(format, w, row);
-            }
-            out
-        }
         CpuKernel::Portable => {
-            let mut out = [[0f32; NR]; MR];
-            for (o, row) in out.iter_mut().zip(x).take(mr) {
-                *o = portable::row(format, w, row);
+            for g in groups {
+                let w = m.group(g);
+                let mut out = [[0f32; NR]; MR];
+                for (o, row) in out.iter_mut().zip(x).take(mr) {
+                    *o = if format.is_k_quant() {
+                        k_quants::row(format, w, row)
+                    } else {
+                        portable::row(format, w, row)
+                    };
+                }
+                emit(g, &out);
             }
-            out
         }
         // SAFETY: `matmul_with` checked the CPU supports `kernel`.
         #[cfg(target_arch = "x86_64")]
-        _ => unsafe { x86::tile(format, kernel, w, x, mr) },
+        _ => unsafe { x86::tiles(m, kernel, groups, x, mr, emit) },
         #[cfg(not(target_arch = "x86_64"))]
         _ => unreachable!("only the portable kernel exists off x86_64"),
     }
@@ -811,47 +821,42 @@ mod x86 {
     //! The SIMD paths. One tile body per format, stamped out per instruction set by
     //! `simd_path!`; only the integer dot of four adjacent u8×i8 products differs.
     use super::{
-        scale_and_inverse, CpuKernel, Group, Tile, WeightFormat, XRow, BLOCK, MR, NR, SUB,
+        scale_and_inverse, CpuKernel, Group, QuantMatrix, Tile, WeightFormat, XRow, BLOCK, MR, NR,
+        SUB,
     };
     use std::arch::x86_64::*;
+    use std::ops::Range;
 
+    /// Every group of `groups` against the activation rows, each tile handed to `emit`. One
+    /// dispatch and one bounds check of the rows per run of groups, not per tile: at one
+    /// activation row a tile is only a few hundred instructions.
+    ///
     /// # Safety
     /// The CPU must support `kernel` (and so AVX2, FMA and F16C).
-    pub(super) unsafe fn tile(
-        format: WeightFormat,
+    pub(super) unsafe fn tiles(
+        m: &QuantMatrix,
         kernel: CpuKernel,
-        w: Group,
+        groups: Range<usize>,
         x: &[XRow; MR],
         mr: usize,
-    ) -> Tile {
+        emit: &mut dyn FnMut(usize, &Tile),
+    ) {
         macro_rules! by_rows {
-            ($path:ident, $f:ident $(, $c:expr)?) => {
-                match mr {
-                    1 => $path::$f::<1 $(, $c)?>(w, x),
-                    2 => $path::$f::<2 $(, $c)?>(w, x),
-                    3 => $path::$f::<3 $(, $c)?>(w, x),
-                    _ => $path::$f::<4 $(, $c)?>(w, x),
-                }
-            };
-        }
-        macro_rules! by_format {
             ($path:ident) => {
-                match format {
-                    WeightFormat::Q8_0 => by_rows!($path, q8_0),
-                    WeightFormat::Q4_0 => by_rows!($path, q4, false),
-                    WeightFormat::Q4_1 => by_rows!($path, q4, true),
-                    WeightFormat::Q4K => by_rows!($path, q4k, false),
-                    WeightFormat::Q5K => by_rows!($path, q4k, true),
-                    WeightFormat::Q6K => by_rows!($path, q6k),
+                match mr {
+                    1 => $path::tiles::<1>(m, groups, x, emit),
+                    2 => $path::tiles::<2>(m, groups, x, emit),
+                    3 => $path::tiles::<3>(m, groups, x, emit),
+                    _ => $path::tiles::<4>(m, groups, x, emit),
                 }
             };
         }
         // SAFETY: the caller guarantees the CPU supports `kernel`.
         unsafe {
             match kernel {
-                CpuKernel::Avx512Vnni => by_format!(avx512_vnni),
-                CpuKernel::AvxVnni => by_format!(avx_vnni),
-                _ => by_format!(avx2),
+                CpuKernel::Avx512Vnni => by_rows!(avx512_vnni),
+                CpuKernel::AvxVnni => by_rows!(avx_vnni),
+                _ => by_rows!(avx2),
             }
         }
     }
@@ -1082,11 +1087,9 @@ mod x86 {
         std::array::from_fn(|j| lanes[[0, 4, 2, 6][j]] - m[j])
     }
 
-    /// Checks every read a tile makes is in bounds, so the loops can use raw loads.
-    fn check<const R: usize>(w: &Group, x: &[XRow; MR], format: WeightFormat) {
-        let blocks = w.blocks();
-        assert!(w.quants.len() >= blocks * NR * format.quant_bytes());
-        assert!(format != WeightFormat::Q4_1 || w.mins.len() >= blocks * NR);
+    /// Checks every read of the activation rows a tile of `blocks` blocks makes is in
+    /// bounds, so the loops can use raw loads. Once per run of groups.
+    fn check_rows<const R: usize>(x: &[XRow; MR], blocks: usize, format: WeightFormat) {
         for row in &x[..R] {
             assert!(row.quants.len() >= blocks * BLOCK && row.scales.len() >= blocks);
             match format {
@@ -1102,6 +1105,15 @@ mod x86 {
                 }
             }
         }
+    }
+
+    /// Checks every read of one weight group is in bounds, for the `blocks` its rows were
+    /// checked for.
+    #[inline(always)]
+    fn check_group(w: &Group, blocks: usize, format: WeightFormat) {
+        assert!(w.blocks() == blocks);
+        assert!(w.quants.len() >= blocks * NR * format.quant_bytes());
+        assert!(format != WeightFormat::Q4_1 || w.mins.len() >= blocks * NR);
         if format.is_k_quant() {
             let supers = blocks.div_ceil(SUB) * NR;
             assert!(w.sub.len() >= 2 * blocks * NR && w.scales.len() >= supers);
@@ -1114,20 +1126,54 @@ mod x86 {
             pub(super) mod $name {
                 use super::*;
 
+                /// Every group of `groups` against `R` activation rows, each tile handed
+                /// to `emit`.
+                ///
+                /// # Safety
+                /// The CPU must support the path's features.
+                #[target_feature(enable = $features)]
+                pub(in super::super) unsafe fn tiles<const R: usize>(
+                    m: &QuantMatrix,
+                    groups: Range<usize>,
+                    x: &[XRow; MR],
+                    emit: &mut dyn FnMut(usize, &Tile),
+                ) {
+                    let (format, blocks) = (m.format, m.cols / BLOCK);
+                    check_rows::<R>(x, blocks, format);
+                    // SAFETY: the CPU supports this path (caller's contract); the rows were
+                    // checked for `blocks` blocks, and each kernel checks its group.
+                    unsafe {
+                        for g in groups {
+                            let w = m.group(g);
+                            let tile = match format {
+                                WeightFormat::Q8_0 => q8_0::<R>(w, x, blocks),
+                                WeightFormat::Q4_0 => q4::<R, false>(w, x, blocks),
+                                WeightFormat::Q4_1 => q4::<R, true>(w, x, blocks),
+                                WeightFormat::Q4K => q4k::<R, false>(w, x, blocks),
+                                WeightFormat::Q5K => q4k::<R, true>(w, x, blocks),
+                                WeightFormat::Q6K => q6k::<R>(w, x, blocks),
+                            };
+                            emit(g, &tile);
+                        }
+                    }
+                }
+
                 /// `R` activation rows against one Q8_0 weight group: per row, `|x|`
                 /// against the weights signed by `x`; lanes `[lo₀..lo₃, hi₀..hi₃]`.
                 ///
                 /// # Safety
                 /// The CPU must support the path's features.
+                #[inline]
                 #[target_feature(enable = $features)]
                 pub(in super::super) unsafe fn q8_0<const R: usize>(
                     w: Group,
                     x: &[XRow; MR],
+                    blocks: usize,
                 ) -> Tile {
-                    check::<R>(&w, x, WeightFormat::Q8_0);
+                    check_group(&w, blocks, WeightFormat::Q8_0);
                     let mut acc = [_mm256_setzero_ps(); R];
-                    for b in 0..w.blocks() {
-                        // SAFETY: `check` keeps every load below in bounds.
+                    for b in 0..blocks {
+                        // SAFETY: `check_rows` and `check_group` keep every load in bounds.
                         unsafe {
                             let wp = w.quants.as_ptr().add(b * NR * BLOCK) as *const __m256i;
                             let wv = [
@@ -1171,25 +1217,27 @@ mod x86 {
                 ///
                 /// # Safety
                 /// The CPU must support the path's features.
+                #[inline]
                 #[target_feature(enable = $features)]
                 pub(in super::super) unsafe fn q4<const R: usize, const MIN: bool>(
                     w: Group,
                     x: &[XRow; MR],
+                    blocks: usize,
                 ) -> Tile {
                     let format = if MIN {
                         WeightFormat::Q4_1
                     } else {
                         WeightFormat::Q4_0
                     };
-                    check::<R>(&w, x, format);
+                    check_group(&w, blocks, format);
                     let nib = _mm256_set1_epi8(0x0F);
                     // After `reduce4` the lanes are [r0lo r0hi r2lo r2hi | r1lo r1hi r3lo r3hi];
                     // the scales are spread to match rather than the sums reordered.
                     let spread = _mm256_setr_epi32(0, 0, 2, 2, 1, 1, 3, 3);
                     let mut acc = [_mm256_setzero_ps(); R];
                     let mut mn = [_mm_setzero_ps(); R];
-                    for b in 0..w.blocks() {
-                        // SAFETY: `check` keeps every load below in bounds.
+                    for b in 0..blocks {
+                        // SAFETY: `check_rows` and `check_group` keep every load in bounds.
                         unsafe {
                             let wp = w.quants.as_ptr().add(b * NR * BLOCK / 2) as *const __m256i;
                             let (r01, r23) =
@@ -1254,24 +1302,26 @@ mod x86 {
                 ///
                 /// # Safety
                 /// The CPU must support the path's features.
+                #[inline]
                 #[target_feature(enable = $features)]
                 pub(in super::super) unsafe fn q4k<const R: usize, const HIGH: bool>(
                     w: Group,
                     x: &[XRow; MR],
+                    blocks: usize,
                 ) -> Tile {
                     let format = if HIGH {
                         WeightFormat::Q5K
                     } else {
                         WeightFormat::Q4K
                     };
-                    check::<R>(&w, x, format);
+                    check_group(&w, blocks, format);
                     let qb = format.quant_bytes();
                     let spread = _mm256_setr_epi32(0, 0, 2, 2, 1, 1, 3, 3);
                     let mut acc = [_mm256_setzero_ps(); R];
                     let mut mn = [_mm_setzero_ps(); R];
                     let mut d = _mm256_setzero_ps();
-                    for b in 0..w.blocks() {
-                        // SAFETY: `check` keeps every load below in bounds.
+                    for b in 0..blocks {
+                        // SAFETY: `check_rows` and `check_group` keep every load in bounds.
                         unsafe {
                             let p = w.quants.as_ptr().add(b * NR * qb);
                             let q = if HIGH {
@@ -1331,20 +1381,22 @@ mod x86 {
                 ///
                 /// # Safety
                 /// The CPU must support the path's features.
+                #[inline]
                 #[target_feature(enable = $features)]
                 pub(in super::super) unsafe fn q6k<const R: usize>(
                     w: Group,
                     x: &[XRow; MR],
+                    blocks: usize,
                 ) -> Tile {
-                    check::<R>(&w, x, WeightFormat::Q6K);
+                    check_group(&w, blocks, WeightFormat::Q6K);
                     let qb = WeightFormat::Q6K.quant_bytes();
                     let spread = _mm256_setr_epi32(0, 0, 2, 2, 1, 1, 3, 3);
                     // Scales `[lo₀..lo₃, hi₀..hi₃]` into the half sums' lane order.
                     let order = _mm256_setr_epi32(0, 4, 2, 6, 1, 5, 3, 7);
                     let mut acc = [_mm256_setzero_ps(); R];
                     let mut dw = _mm256_setzero_ps();
-                    for b in 0..w.blocks() {
-                        // SAFETY: `check` keeps every load below in bounds.
+                    for b in 0..blocks {
+                        // SAFETY: `check_rows` and `check_group` keep every load in bounds.
                         unsafe {
                             let q = k_quants::<2>(w.quants.as_ptr().add(b * NR * qb));
                             let sc = _mm256_cvtepi8_epi32(_mm_loadl_epi64(
