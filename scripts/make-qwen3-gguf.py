@@ -11,11 +11,18 @@ compared on a model ~5x larger than the default SmolLM2-135M.
 The weights are seeded normal values with std 0.02 (norm weights 1), magnitudes like a real
 model's so activations stay finite; the text it generates is meaningless. The tokenizer
 (`tokenizer.ggml.*` and the chat template) is copied from the default model, SmolLM2-135M-Instruct
-(see scripts/fetch-model.sh), and its 49,152 tokens are padded with unused `<|pad_N|>` tokens up
-to the embedding's 151,936 rows, which both servers require to match.
+(see scripts/fetch-model.sh), and its 49,152 tokens are padded with `<|pad_N|>` tokens up to the
+embedding's 151,936 rows, which both servers require to match. The padding is of type NORMAL, not
+UNUSED: random weights generate padding ids as readily as real ones (two thirds of the ids), and
+llama-server streams an UNUSED token as empty text, which the benchmark client skips as no token
+(it would see fewer token arrivals from llama-server than from tokenmill, which prints the
+token's text either way).
 
     scripts/make-qwen3-gguf.py q4_0          # prints ~/.cache/tokenmill/models/qwen3-0.6b-dummy-q4_0.gguf
     scripts/make-qwen3-gguf.py q8_0 --seed 1 --output /tmp/q8.gguf
+
+An existing output file is kept and its path printed at once (writing one takes about a minute);
+--force writes it again.
 
 gguf-py (llama.cpp's Python GGUF package) is taken from the llama.cpp source that
 scripts/build-llama-server.sh unpacks into ~/.cache/tokenmill/llama.cpp/<version>/, or from
@@ -54,7 +61,8 @@ def parse_args():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("type", choices=["q4_0", "q8_0"], help="storage type of every matrix")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--output", type=Path, help="default: <model cache>/qwen3-0.6b-dummy-TYPE.gguf")
+    p.add_argument("--output", type=Path, help="default: <model cache>/qwen3-0.6b-dummy-TYPE[-seedN].gguf")
+    p.add_argument("--force", action="store_true", help="write the file even if it exists")
     p.add_argument(
         "--tokenizer-from",
         type=Path,
@@ -140,12 +148,12 @@ def add_model_metadata(gguf, writer, file_type):
 
 
 def padded(key, values, n, gguf):
-    """Pads the per-token arrays up to n entries with unused tokens."""
+    """Pads the per-token arrays up to n entries with tokens no text encodes to (no merge makes them)."""
     extra = range(len(values), n)
     if key == "tokenizer.ggml.tokens":
         return values + [f"<|pad_{i}|>" for i in extra]
     if key == "tokenizer.ggml.token_type":
-        return values + [int(gguf.TokenType.UNUSED)] * len(extra)
+        return values + [int(gguf.TokenType.NORMAL)] * len(extra)
     if key == "tokenizer.ggml.scores":
         return values + [0.0] * len(extra)
     return values
@@ -172,6 +180,11 @@ def copy_tokenizer(gguf, writer, source, vocab_size):
 
 def main():
     args = parse_args()
+    seed_suffix = f"-seed{args.seed}" if args.seed else ""
+    output = args.output or MODEL_DIR / f"qwen3-0.6b-dummy-{args.type}{seed_suffix}.gguf"
+    if output.is_file() and not args.force:
+        print(output)
+        return
     gguf = import_gguf(args.gguf_py)
     import numpy as np
 
@@ -179,7 +192,6 @@ def main():
         sys.exit(f"no {args.tokenizer_from}: run scripts/fetch-model.sh or pass --tokenizer-from")
     qtype = {"q4_0": gguf.GGMLQuantizationType.Q4_0, "q8_0": gguf.GGMLQuantizationType.Q8_0}[args.type]
     file_type = {"q4_0": gguf.LlamaFileType.MOSTLY_Q4_0, "q8_0": gguf.LlamaFileType.MOSTLY_Q8_0}[args.type]
-    output = args.output or MODEL_DIR / f"qwen3-0.6b-dummy-{args.type}.gguf"
     output.parent.mkdir(parents=True, exist_ok=True)
 
     writer = gguf.GGUFWriter(str(output) + ".tmp", "qwen3")
