@@ -4,6 +4,7 @@
 //! candle, so the rest of the forward pass reads as ordinary loops.
 
 use super::quant_matrix::{QuantMatrix, QuantizedActivations, WeightFormat};
+use crate::cpu_kernel::CpuKernel;
 use crate::error::Result;
 use crate::model_config::{ModelConfig, RopeStyle};
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
@@ -409,12 +410,31 @@ impl Rope {
 
 /// `out = silu(gate) · up`, the SwiGLU activation, for `[rows, width]` matrices.
 pub fn swiglu_into(gate: &[f32], up: &[f32], out: &mut [f32], width: usize) {
+    let wide = CpuKernel::active() != CpuKernel::Portable;
     for_each_row(out, width, |r, row| {
         let (g, u) = (&gate[r * width..][..width], &up[r * width..][..width]);
-        for ((o, &g), &u) in row.iter_mut().zip(g).zip(u) {
-            *o = g / (1.0 + exp(-g)) * u;
+        #[cfg(target_arch = "x86_64")]
+        if wide {
+            // SAFETY: every kernel but the portable one implies AVX2 (`CpuKernel`).
+            return unsafe { swiglu_row_avx2(g, u, row) };
         }
+        swiglu_row(g, u, row);
     });
+}
+
+#[inline(always)]
+fn swiglu_row(gate: &[f32], up: &[f32], out: &mut [f32]) {
+    for ((o, &g), &u) in out.iter_mut().zip(gate).zip(up) {
+        *o = g / (1.0 + exp(-g)) * u;
+    }
+}
+
+/// The same operations in 256-bit vectors. `exp` has no fused steps and Rust never
+/// contracts `a * b + c`, so every lane rounds as the scalar code does: the same bits.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn swiglu_row_avx2(gate: &[f32], up: &[f32], out: &mut [f32]) {
+    swiglu_row(gate, up, out)
 }
 
 /// `eˣ` in plain f32 arithmetic (no libm call), so loops over it vectorize: `2ⁿ · eʳ` with
@@ -493,6 +513,37 @@ impl Embedding {
                     row.copy_from_slice(&d[tok * self.width..(tok + 1) * self.width])
                 }
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    #[cfg(target_arch = "x86_64")]
+    fn swiglu_in_avx2_vectors_gives_the_scalar_bits() {
+        if !std::arch::is_x86_feature_detected!("avx2") {
+            return;
+        }
+        // Ordinary values, both ends of exp's clamp, tiny and signed zeros, odd lengths.
+        let mut gate = vec![0.0f32, -0.0, 1e-30, -1e-30, 88.5, -88.5, 200.0, -200.0];
+        let mut seed = 0x9E37_79B9_u32;
+        for _ in 0..1021 {
+            seed ^= seed << 13;
+            seed ^= seed >> 17;
+            seed ^= seed << 5;
+            gate.push((seed as f32 / u32::MAX as f32 - 0.5) * 40.0);
+        }
+        let up: Vec<f32> = gate.iter().map(|g| 0.75 - g * 0.01).collect();
+        for n in [gate.len(), 7, 1] {
+            let (mut scalar, mut wide) = (vec![0.0; n], vec![0.0; n]);
+            swiglu_row(&gate[..n], &up[..n], &mut scalar);
+            // SAFETY: AVX2 was detected above.
+            unsafe { swiglu_row_avx2(&gate[..n], &up[..n], &mut wide) };
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&scalar), bits(&wide), "length {n}");
         }
     }
 }

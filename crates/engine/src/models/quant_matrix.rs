@@ -450,10 +450,8 @@ impl QuantMatrix {
             let mut emit = |g: usize, tile: &Tile| {
                 let c = g * NR;
                 let width = (cols.end - c).min(NR);
-                for (i, row) in tile.iter().take(mr).enumerate() {
-                    // SAFETY: these columns belong to this task (caller's contract).
-                    unsafe { out.write(i0 + i, c, &row[..width]) };
-                }
+                // SAFETY: these columns belong to this task (caller's contract).
+                unsafe { out.write_tile(i0, c, &tile[..mr], width) };
             };
             let groups = cols.start / NR..cols.end.div_ceil(NR);
             tiles(self, kernel, groups, &x, mr, &mut emit);
@@ -660,6 +658,39 @@ impl<'a> OutputWriter<'a> {
             m,
             add,
             _out: PhantomData,
+        }
+    }
+
+    /// Stores (or adds) the first `width` columns of each of `rows` at
+    /// `[row0 + i, col..col + width]`. Finds the output once for the whole tile when its
+    /// columns lie in one (always, for outputs whose widths are multiples of [`NR`]).
+    ///
+    /// # Safety
+    /// No other thread may access those elements concurrently.
+    #[inline]
+    unsafe fn write_tile(&self, row0: usize, col: usize, rows: &[[f32; NR]], width: usize) {
+        let seg = self.segments[..self.count]
+            .iter()
+            .find(|&&(first, w, _)| col >= first && col + width <= first + w);
+        let Some(&(first, w, ptr)) = seg else {
+            for (i, row) in rows.iter().enumerate() {
+                // SAFETY: the caller's contract.
+                unsafe { self.write(row0 + i, col, &row[..width]) };
+            }
+            return;
+        };
+        assert!(row0 + rows.len() <= self.m);
+        for (i, row) in rows.iter().enumerate() {
+            // SAFETY: `col - first + width <= w` and `row0 + i < m`, so in bounds of this
+            // `[m, w]` output; exclusive by the caller's contract.
+            let dst = unsafe {
+                std::slice::from_raw_parts_mut(ptr.add((row0 + i) * w + col - first), width)
+            };
+            if self.add {
+                dst.iter_mut().zip(row).for_each(|(d, v)| *d += v);
+            } else {
+                dst.copy_from_slice(&row[..width]);
+            }
         }
     }
 
