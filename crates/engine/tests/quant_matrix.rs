@@ -482,3 +482,22 @@ fn stacked_projections_in_different_k_quants_each_run_in_their_own_bits() {
         assert_eq!(bits(&row[nq..]), bits(&want_v[r * nv..(r + 1) * nv]));
     }
 }
+
+#[test]
+fn outputs_split_inside_a_weight_group_get_the_same_bits_as_one_output() {
+    use tokenmill_engine::models::quant_matrix::QuantizedActivations;
+    // Widths 3, 6 and 5: two cuts fall inside four-row weight groups.
+    let (k, n, m) = (64, 14, 5);
+    let (bytes, _) = ggml_weights(&mut Rng(80), GgmlDType::Q4_1, n, k);
+    let w = QuantMatrix::from_ggml(WeightFormat::Q4_1, &bytes, n, k).unwrap();
+    let x = Rng(81).vec(m * k, 1.0);
+    let whole = w.matmul(&x, m);
+    let (mut a, mut b, mut c) = (vec![0f32; m * 3], vec![0f32; m * 6], vec![0f32; m * 5]);
+    let mut act = QuantizedActivations::default();
+    w.matmul_split_into(&x, m, &mut [&mut a, &mut b, &mut c], &mut act);
+    for (r, row) in whole.chunks_exact(n).enumerate() {
+        assert_eq!(bits(&row[..3]), bits(&a[r * 3..(r + 1) * 3]), "row {r}");
+        assert_eq!(bits(&row[3..9]), bits(&b[r * 6..(r + 1) * 6]), "row {r}");
+        assert_eq!(bits(&row[9..]), bits(&c[r * 5..(r + 1) * 5]), "row {r}");
+    }
+}
