@@ -686,10 +686,12 @@ impl<'a> OutputWriter<'a> {
             let dst = unsafe {
                 std::slice::from_raw_parts_mut(ptr.add((row0 + i) * w + col - first), width)
             };
-            if self.add {
-                dst.iter_mut().zip(row).for_each(|(d, v)| *d += v);
-            } else {
-                dst.copy_from_slice(&row[..width]);
+            // A whole group's width is a constant, so the copy is two moves, not a memcpy call.
+            match (self.add, <&mut [f32; NR]>::try_from(&mut *dst)) {
+                (false, Ok(full)) => *full = *row,
+                (true, Ok(full)) => full.iter_mut().zip(row).for_each(|(d, v)| *d += v),
+                (false, Err(_)) => dst.copy_from_slice(&row[..width]),
+                (true, Err(_)) => dst.iter_mut().zip(row).for_each(|(d, v)| *d += v),
             }
         }
     }
