@@ -21,7 +21,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use rayon::prelude::*;
 use std::collections::HashMap;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 
 #[derive(Debug, Clone)]
@@ -43,6 +43,9 @@ pub struct EngineConfig {
     pub weight_mode: WeightMode,
     /// Requests allowed to wait before new ones are refused.
     pub max_waiting: usize,
+    /// Inter-token latency the scheduler holds by admitting less prefill per step
+    /// (`--target-itl-ms`); the token budget stays the hard cap.
+    pub target_itl: Option<Duration>,
 }
 
 impl Default for EngineConfig {
@@ -60,6 +63,7 @@ impl Default for EngineConfig {
             policy: SchedulingPolicy::Fcfs,
             weight_mode: WeightMode::Quantized,
             max_waiting: 1024,
+            target_itl: None,
         }
     }
 }
@@ -183,6 +187,7 @@ impl Engine {
                 policy: config.policy,
                 max_model_len,
                 eos_token_ids: c.eos_token_ids.clone(),
+                target_itl: config.target_itl,
             },
             BlockManager::new(num_blocks, config.block_size, config.enable_prefix_caching),
         );
@@ -256,6 +261,7 @@ impl Engine {
 
     /// One engine iteration. Returns how many tokens the forward pass computed.
     pub fn step(&mut self) -> Result<usize> {
+        let started = Instant::now();
         let mut clock = StepClock::start();
         let mut times = self.times;
         self.abort_abandoned();
@@ -273,6 +279,8 @@ impl Engine {
         let sampled = self.sample(&out, self.runner.logits());
         clock.lap(&mut times.sample);
         let updates = self.scheduler.update(&out, sampled);
+        // The gap between this step's tokens and the previous ones: what the target bounds.
+        self.scheduler.observe_step(&out, started.elapsed());
         self.dispatch(updates);
         self.in_flight.clear();
         clock.lap(&mut times.update);

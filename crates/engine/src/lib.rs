@@ -21,6 +21,7 @@ pub mod sampler;
 pub mod sampling_params;
 pub mod scheduler;
 pub mod sequence;
+pub mod step_cost_model;
 pub mod step_times;
 
 pub use config_validation::ConfigError;

@@ -8,8 +8,9 @@ use crate::forward_batch::ForwardBatch;
 use crate::request::{FinishReason, SeqId};
 use crate::sampler::SampledToken;
 use crate::sequence::Sequence;
+use crate::step_cost_model::{StepCostModel, StepShape};
 use std::collections::VecDeque;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum SchedulingPolicy {
@@ -41,7 +42,14 @@ pub struct SchedulerConfig {
     pub policy: SchedulingPolicy,
     pub max_model_len: usize,
     pub eos_token_ids: Vec<u32>,
+    /// Inter-token latency to hold: prefill admitted per step only while the step's
+    /// predicted time stays under it (decodes always run). `None`: the budget alone.
+    pub target_itl: Option<Duration>,
 }
+
+/// Steps a pending prefill may get less than one block before it is given one anyway, so
+/// decodes that alone fill the ITL target cannot starve waiting prompts.
+pub const MAX_STARVED_STEPS: usize = 4;
 
 /// One sequence's share of a step: tokens `start..start + len` are computed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -58,6 +66,10 @@ pub struct SchedulerOutput {
     pub chunks: Vec<ScheduledChunk>,
     pub preempted: Vec<SeqId>,
     pub batch: ForwardBatch,
+    /// The step cost model's forecast for this step, once it has seen enough steps.
+    pub predicted_seconds: Option<f64>,
+    /// Prefill tokens the ITL target allowed this step (`None` without a target).
+    pub prefill_allowance: Option<usize>,
 }
 
 impl SchedulerOutput {
@@ -97,6 +109,16 @@ pub struct Scheduler {
     waiting: VecDeque<Sequence>,
     running: Vec<Sequence>,
     stats: SchedulerStats,
+    cost: StepCostModel,
+    /// Consecutive steps a pending prefill got less than one block.
+    starved_steps: usize,
+}
+
+/// What one step may still schedule: tokens under the hard budget and, of them, prefill
+/// tokens (any chunk but a running sequence's single decode token) under the ITL target.
+struct StepBudget {
+    tokens: usize,
+    prefill: usize,
 }
 
 impl Scheduler {
@@ -107,6 +129,8 @@ impl Scheduler {
             waiting: VecDeque::new(),
             running: Vec::new(),
             stats: SchedulerStats::default(),
+            cost: StepCostModel::default(),
+            starved_steps: 0,
         }
     }
 
@@ -149,7 +173,10 @@ impl Scheduler {
     /// Plans one step within the token budget and lays out its `ForwardBatch`.
     pub fn schedule(&mut self) -> SchedulerOutput {
         let mut out = SchedulerOutput::default();
-        let mut budget = self.config.max_num_batched_tokens;
+        let tokens = self.config.max_num_batched_tokens;
+        let prefill = self.prefill_allowance(tokens);
+        out.prefill_allowance = self.config.target_itl.map(|_| prefill);
+        let mut budget = StepBudget { tokens, prefill };
         self.schedule_running(&mut budget, &mut out);
         // A step that had to preempt is short of blocks: admitting newcomers would only
         // preempt them again.
@@ -157,22 +184,98 @@ impl Scheduler {
             self.schedule_waiting(&mut budget, &mut out);
         }
         self.build_batch(&mut out);
+        out.predicted_seconds = self.cost.predict(StepShape::of(&out.chunks));
         out
     }
 
-    fn chunk_len(&self, gap: usize, budget: usize) -> usize {
+    /// Records how long a scheduled step took, for the step cost model.
+    pub fn observe_step(&mut self, out: &SchedulerOutput, elapsed: Duration) {
+        self.cost
+            .observe(StepShape::of(&out.chunks), elapsed.as_secs_f64());
+    }
+
+    pub fn step_cost_model(&self) -> &StepCostModel {
+        &self.cost
+    }
+
+    /// Prefill tokens this step may take: all the budget leaves after the decodes, or with
+    /// an ITL target, the most whose predicted step time stays under it (at least one
+    /// block every `MAX_STARVED_STEPS` steps while prefill is pending).
+    fn prefill_allowance(&mut self, budget: usize) -> usize {
+        let Some(target) = self.config.target_itl else {
+            return budget;
+        };
+        let decodes = self
+            .running
+            .iter()
+            .filter(|s| s.gap() == 1)
+            .fold(StepShape::default(), |acc, s| {
+                acc.plus(StepShape::chunk(s.num_computed, 1))
+            });
+        let room = budget.saturating_sub(decodes.tokens);
+        let pending = self.running.iter().find(|s| s.gap() > 1);
+        if pending.is_none() && self.waiting.is_empty() {
+            self.starved_steps = 0;
+            return room;
+        }
+        // Where the next prefill chunk starts: a running prompt's next token, or a new one.
+        let start = pending.map_or(0, |s| s.num_computed);
+        let target = target.as_secs_f64();
+        let fits = |x: usize| {
+            self.cost
+                .predict(decodes.plus(StepShape::chunk(start, x)))
+                .map(|t| t <= target)
+        };
+        // Until the model has seen enough steps, the hard budget alone.
+        let Some(_) = fits(0) else { return room };
+        let (mut lo, mut hi) = (0, room);
+        while lo < hi {
+            let mid = (lo + hi).div_ceil(2);
+            if fits(mid) == Some(true) {
+                lo = mid;
+            } else {
+                hi = mid - 1;
+            }
+        }
+        let floor = self.blocks.block_size().min(room);
+        if lo >= floor {
+            self.starved_steps = 0;
+            return lo;
+        }
+        self.starved_steps += 1;
+        if self.starved_steps >= MAX_STARVED_STEPS {
+            self.starved_steps = 0;
+            return floor;
+        }
+        lo
+    }
+
+    /// Tokens a sequence with `gap` uncomputed tokens gets; prefill (`decode == false`)
+    /// is also held to the step's prefill allowance. Zero only when that is spent.
+    fn chunk_len(&self, gap: usize, decode: bool, budget: &StepBudget) -> usize {
         let cap = self
             .config
             .long_prefill_token_threshold
             .unwrap_or(usize::MAX);
-        gap.min(budget).min(cap)
+        let n = gap.min(budget.tokens).min(cap);
+        if decode {
+            n
+        } else {
+            n.min(budget.prefill)
+        }
     }
 
-    fn schedule_running(&mut self, budget: &mut usize, out: &mut SchedulerOutput) {
+    fn schedule_running(&mut self, budget: &mut StepBudget, out: &mut SchedulerOutput) {
         let bs = self.blocks.block_size();
         let mut i = 0;
-        while i < self.running.len() && *budget > 0 {
-            let n = self.chunk_len(self.running[i].gap(), *budget);
+        while i < self.running.len() && budget.tokens > 0 {
+            let decode = self.running[i].gap() == 1;
+            let n = self.chunk_len(self.running[i].gap(), decode, budget);
+            if n == 0 {
+                // Prefill allowance spent: this prompt waits; decodes behind it still run.
+                i += 1;
+                continue;
+            }
             let need = self.running[i].blocks_needed(self.running[i].num_computed + n, bs);
             let new_blocks = loop {
                 if let Some(blocks) = self.blocks.allocate(need) {
@@ -193,7 +296,10 @@ impl Scheduler {
                 len: n,
                 sample: seq.num_computed + n == seq.tokens.len(),
             });
-            *budget -= n;
+            budget.tokens -= n;
+            if !decode {
+                budget.prefill -= n;
+            }
             i += 1;
         }
     }
@@ -236,9 +342,12 @@ impl Scheduler {
         }
     }
 
-    fn schedule_waiting(&mut self, budget: &mut usize, out: &mut SchedulerOutput) {
+    fn schedule_waiting(&mut self, budget: &mut StepBudget, out: &mut SchedulerOutput) {
         let bs = self.blocks.block_size();
-        while *budget > 0 && self.running.len() < self.config.max_num_seqs {
+        while budget.tokens > 0
+            && budget.prefill > 0
+            && self.running.len() < self.config.max_num_seqs
+        {
             let Some(index) = self.next_waiting() else {
                 break;
             };
@@ -255,7 +364,7 @@ impl Scheduler {
                 hits.pop();
             }
             let cached = hits.len() * bs;
-            let n = self.chunk_len(seq.tokens.len() - cached, *budget);
+            let n = self.chunk_len(seq.tokens.len() - cached, false, budget);
             let new = (cached + n).div_ceil(bs) - hits.len();
             if new + self.blocks.count_free(&hits) > self.blocks.num_free() {
                 break; // Wait for blocks; newcomers never preempt.
@@ -281,7 +390,8 @@ impl Scheduler {
                 len: n,
                 sample: cached + n == seq.tokens.len(),
             });
-            *budget -= n;
+            budget.tokens -= n;
+            budget.prefill -= n;
             self.running.push(seq);
         }
     }

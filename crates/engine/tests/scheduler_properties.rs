@@ -128,6 +128,7 @@ fn run(setup: Setup, events: Vec<Event>) {
             policy: setup.policy,
             max_model_len: limits_len,
             eos_token_ids: vec![0],
+            target_itl: None,
         },
         BlockManager::new(setup.num_blocks, setup.block_size, true),
     );
@@ -236,6 +237,7 @@ fn a_decode_is_scheduled_before_any_new_prefill() {
             policy: SchedulingPolicy::Fcfs,
             max_model_len: 256,
             eos_token_ids: vec![0],
+            target_itl: None,
         },
         BlockManager::new(64, 4, true),
     );
@@ -280,6 +282,7 @@ fn running_out_of_blocks_preempts_the_most_recently_admitted() {
             policy: SchedulingPolicy::Fcfs,
             max_model_len: 64,
             eos_token_ids: vec![0],
+            target_itl: None,
         },
         BlockManager::new(4, 4, false),
     );

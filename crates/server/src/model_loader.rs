@@ -98,6 +98,7 @@ impl EngineArgs {
             policy: self.scheduling_policy,
             weight_mode: self.weight_mode,
             max_waiting: self.max_waiting,
+            target_itl: None,
         })
     }
 

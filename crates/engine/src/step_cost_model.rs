@@ -1,0 +1,206 @@
+//! `StepCostModel`: what a step of a given shape costs on this machine, fitted online from
+//! the steps the engine has run, so the scheduler can hold an inter-token-latency target.
+//!
+//! A step's time is modelled as `a + b·tokens + c·context + d·sequences`: weights stream
+//! once per step (`a`), every computed token pays the matmuls (`b`), attention pays per
+//! attended position (`c`), and each sequence pays sampling and bookkeeping (`d`). The
+//! coefficients are the least-squares fit over a sliding window of recent steps, so they
+//! follow the machine (other load, thermal state) without hand-tuned constants.
+
+use crate::scheduler::ScheduledChunk;
+use std::collections::VecDeque;
+
+/// The features of one step that its cost depends on.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct StepShape {
+    /// Tokens computed.
+    pub tokens: usize,
+    /// Positions attended, summed over the computed tokens (a token at position p sees p + 1).
+    pub context: usize,
+    /// Sequences in the batch.
+    pub seqs: usize,
+}
+
+impl StepShape {
+    pub fn of(chunks: &[ScheduledChunk]) -> Self {
+        chunks
+            .iter()
+            .fold(Self::default(), |s, c| s.plus(Self::chunk(c.start, c.len)))
+    }
+
+    /// One sequence computing `len` tokens from position `start`.
+    pub fn chunk(start: usize, len: usize) -> Self {
+        Self {
+            tokens: len,
+            context: len * start + len * (len + 1) / 2,
+            seqs: usize::from(len > 0),
+        }
+    }
+
+    pub fn plus(self, o: Self) -> Self {
+        Self {
+            tokens: self.tokens + o.tokens,
+            context: self.context + o.context,
+            seqs: self.seqs + o.seqs,
+        }
+    }
+
+    fn features(self) -> [f64; FEATURES] {
+        [
+            1.0,
+            self.tokens as f64,
+            self.context as f64,
+            self.seqs as f64,
+        ]
+    }
+}
+
+const FEATURES: usize = 4;
+/// Steps remembered: enough to span decode-only and prefill-heavy steps, few enough to
+/// follow a change of load within seconds.
+const WINDOW: usize = 256;
+/// Observations before the model predicts: fewer cannot pin four coefficients down.
+const MIN_OBSERVATIONS: usize = 16;
+
+#[derive(Debug, Clone)]
+pub struct StepCostModel {
+    window: VecDeque<(StepShape, f64)>,
+    /// Coefficients of the last fit, `None` until there are enough observations.
+    coef: Option<[f64; FEATURES]>,
+}
+
+impl Default for StepCostModel {
+    fn default() -> Self {
+        Self {
+            window: VecDeque::with_capacity(WINDOW),
+            coef: None,
+        }
+    }
+}
+
+impl StepCostModel {
+    /// Records a step's measured seconds and refits.
+    pub fn observe(&mut self, shape: StepShape, seconds: f64) {
+        if !seconds.is_finite() || seconds < 0.0 || shape.tokens == 0 {
+            return;
+        }
+        if self.window.len() == WINDOW {
+            self.window.pop_front();
+        }
+        self.window.push_back((shape, seconds));
+        if self.window.len() >= MIN_OBSERVATIONS {
+            self.coef = fit(&self.window);
+        }
+    }
+
+    /// Predicted seconds for a step of `shape`, once the model has seen enough steps.
+    pub fn predict(&self, shape: StepShape) -> Option<f64> {
+        let coef = self.coef?;
+        let x = shape.features();
+        Some((0..FEATURES).map(|i| coef[i] * x[i]).sum::<f64>().max(0.0))
+    }
+
+    /// The fitted `[a, b, c, d]`, for reports.
+    pub fn coefficients(&self) -> Option<[f64; FEATURES]> {
+        self.coef
+    }
+}
+
+/// Least squares through the normal equations, each feature scaled to unit mean square
+/// (token and context counts differ by orders of magnitude) and a small ridge, so steps
+/// that never vary a feature (every step one sequence) still give a usable fit.
+fn fit(window: &VecDeque<(StepShape, f64)>) -> Option<[f64; FEATURES]> {
+    let n = window.len() as f64;
+    let mut scale = [0.0f64; FEATURES];
+    for (shape, _) in window {
+        for (s, x) in scale.iter_mut().zip(shape.features()) {
+            *s += x * x / n;
+        }
+    }
+    let scale = scale.map(|s| if s > 0.0 { 1.0 / s.sqrt() } else { 0.0 });
+    let mut a = [[0.0f64; FEATURES]; FEATURES];
+    let mut b = [0.0f64; FEATURES];
+    for (shape, t) in window {
+        let x: [f64; FEATURES] = std::array::from_fn(|i| shape.features()[i] * scale[i]);
+        for i in 0..FEATURES {
+            b[i] += x[i] * t;
+            for j in 0..FEATURES {
+                a[i][j] += x[i] * x[j];
+            }
+        }
+    }
+    for (i, row) in a.iter_mut().enumerate() {
+        row[i] += 1e-6 * n;
+    }
+    let w = solve(a, b)?;
+    Some(std::array::from_fn(|i| w[i] * scale[i]))
+}
+
+/// Gaussian elimination with partial pivoting; `None` for a singular system.
+fn solve(mut a: [[f64; FEATURES]; FEATURES], mut b: [f64; FEATURES]) -> Option<[f64; FEATURES]> {
+    for col in 0..FEATURES {
+        let pivot = (col..FEATURES).max_by(|&i, &j| a[i][col].abs().total_cmp(&a[j][col].abs()))?;
+        if a[pivot][col].abs() < 1e-12 {
+            return None;
+        }
+        a.swap(col, pivot);
+        b.swap(col, pivot);
+        let (pivot_row, pivot_b) = (a[col], b[col]);
+        for row in col + 1..FEATURES {
+            let f = a[row][col] / pivot_row[col];
+            for (v, p) in a[row][col..].iter_mut().zip(&pivot_row[col..]) {
+                *v -= f * p;
+            }
+            b[row] -= f * pivot_b;
+        }
+    }
+    let mut x = [0.0f64; FEATURES];
+    for row in (0..FEATURES).rev() {
+        let rest: f64 = (row + 1..FEATURES).map(|k| a[row][k] * x[k]).sum();
+        x[row] = (b[row] - rest) / a[row][row];
+    }
+    x.iter().all(|v| v.is_finite()).then_some(x)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cost(s: StepShape) -> f64 {
+        0.004 + 1e-4 * s.tokens as f64 + 2e-8 * s.context as f64 + 3e-5 * s.seqs as f64
+    }
+
+    #[test]
+    fn noiseless_steps_give_back_the_coefficients_they_were_made_with() {
+        let mut m = StepCostModel::default();
+        for i in 0..64usize {
+            let shape = StepShape::chunk(i * 37 % 500, 1 + i * 13 % 300)
+                .plus(StepShape::chunk(i * 11 % 900, 1));
+            let shape = StepShape {
+                seqs: shape.seqs + i % 7,
+                tokens: shape.tokens + i % 7,
+                ..shape
+            };
+            m.observe(shape, cost(shape));
+        }
+        let [a, b, c, d] = m.coefficients().expect("fitted");
+        let close = |got: f64, want: f64| (got - want).abs() <= want * 1e-3;
+        assert!(
+            close(a, 0.004) && close(b, 1e-4) && close(c, 2e-8) && close(d, 3e-5),
+            "{a} {b} {c} {d}"
+        );
+    }
+
+    #[test]
+    fn the_model_predicts_nothing_until_it_has_seen_enough_steps() {
+        let mut m = StepCostModel::default();
+        let shape = StepShape::chunk(0, 10);
+        for _ in 0..MIN_OBSERVATIONS - 1 {
+            m.observe(shape, 0.01);
+            assert_eq!(m.predict(shape), None);
+        }
+        m.observe(shape, 0.01);
+        let p = m.predict(shape).expect("enough steps");
+        assert!((p - 0.01).abs() < 1e-4, "{p}");
+    }
+}
