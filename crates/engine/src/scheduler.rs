@@ -70,6 +70,8 @@ pub struct SchedulerOutput {
     pub predicted_seconds: Option<f64>,
     /// Prefill tokens the ITL target allowed this step (`None` without a target).
     pub prefill_allowance: Option<usize>,
+    /// Prompt tokens this step computes (every chunk but the one-token decodes).
+    pub prefill_tokens: usize,
 }
 
 impl SchedulerOutput {
@@ -101,6 +103,39 @@ pub struct SchedulerStats {
     pub prefix_cache_queries: u64,
     pub prefix_cache_hits: u64,
     pub num_preemptions: u64,
+    /// Wall time of every step (schedule to update).
+    pub step_seconds: StepHistogram,
+    /// Prompt tokens computed, summed over steps (what the ITL target rations).
+    pub prefill_tokens: u64,
+    /// Mean |predicted − measured| / measured step time, over the steps the cost model
+    /// predicted (moving average, the last ~100 steps weigh most).
+    pub step_prediction_error: Option<f64>,
+}
+
+/// Step times in fixed buckets, as a Prometheus histogram reports them.
+#[derive(Debug, Clone, Default)]
+pub struct StepHistogram {
+    /// Steps at or under each of `STEP_BUCKETS` (not cumulative), then the rest.
+    pub counts: [u64; STEP_BUCKETS.len() + 1],
+    pub sum: f64,
+    pub count: u64,
+}
+
+/// Upper bounds in seconds: from a lone decode of a small model to a long prefill step.
+pub const STEP_BUCKETS: [f64; 12] = [
+    0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5,
+];
+
+impl StepHistogram {
+    fn observe(&mut self, seconds: f64) {
+        let slot = STEP_BUCKETS
+            .iter()
+            .position(|&b| seconds <= b)
+            .unwrap_or(STEP_BUCKETS.len());
+        self.counts[slot] += 1;
+        self.sum += seconds;
+        self.count += 1;
+    }
 }
 
 pub struct Scheduler {
@@ -183,15 +218,26 @@ impl Scheduler {
         if out.preempted.is_empty() {
             self.schedule_waiting(&mut budget, &mut out);
         }
+        out.prefill_tokens = prefill - budget.prefill;
         self.build_batch(&mut out);
         out.predicted_seconds = self.cost.predict(StepShape::of(&out.chunks));
         out
     }
 
-    /// Records how long a scheduled step took, for the step cost model.
+    /// Records how long a scheduled step took: for the step cost model and the stats.
     pub fn observe_step(&mut self, out: &SchedulerOutput, elapsed: Duration) {
-        self.cost
-            .observe(StepShape::of(&out.chunks), elapsed.as_secs_f64());
+        let seconds = elapsed.as_secs_f64();
+        self.cost.observe(StepShape::of(&out.chunks), seconds);
+        let stats = &mut self.stats;
+        stats.step_seconds.observe(seconds);
+        stats.prefill_tokens += out.prefill_tokens as u64;
+        if let Some(predicted) = out.predicted_seconds.filter(|_| seconds > 0.0) {
+            let error = (predicted - seconds).abs() / seconds;
+            stats.step_prediction_error = Some(match stats.step_prediction_error {
+                Some(mean) => mean + (error - mean) / 100.0,
+                None => error,
+            });
+        }
     }
 
     pub fn step_cost_model(&self) -> &StepCostModel {

@@ -182,6 +182,8 @@ proptest! {
             let (out, _) = step(&mut s, 0.1, &mut rng);
             prop_assert!(out.num_tokens() <= budget);
             prop_assert!(out.chunks.iter().all(|c| c.len > 0));
+            let allowance = out.prefill_allowance.expect("a target is set");
+            prop_assert!(out.prefill_tokens <= allowance.min(out.num_tokens()));
             steps += 1;
             prop_assert!(steps < 20_000, "no progress");
         }
