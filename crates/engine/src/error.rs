@@ -16,6 +16,9 @@ pub enum EngineError {
     InvalidRequest(String),
     #[error("invalid engine configuration: {0}")]
     InvalidConfig(#[from] ConfigError),
+    /// A configuration refused as the operator gave it: named by its command-line flag.
+    #[error("{} {}: {}", .0.flag(), .0.value, .0.reason)]
+    InvalidFlag(ConfigError),
     #[error("the waiting queue is full ({0} requests); retry later")]
     Overloaded(usize),
     #[error("the engine has stopped")]

@@ -5,6 +5,8 @@ pub mod block_manager;
 pub mod checkpoint;
 pub mod config_validation;
 pub mod cpu_kernel;
+#[cfg(feature = "cli")]
+pub mod engine_args;
 pub mod error;
 pub mod forward_batch;
 pub mod kv_cache;
@@ -26,6 +28,8 @@ pub mod step_times;
 
 pub use config_validation::ConfigError;
 pub use engine::{Completion, Engine, EngineConfig, EngineLimits};
+#[cfg(feature = "cli")]
+pub use engine_args::{EngineArgs, LoadedEngine};
 pub use engine_handle::{EngineHandle, EngineHealth};
 pub use request::{FinishReason, Request, RequestEvent, SeqId};
 pub use sampling_params::SamplingParams;

@@ -1,9 +1,11 @@
 //! Engine configuration is validated in one step, before anything is allocated: each bad
-//! setting is refused with its name, and the defaults pass.
+//! setting is refused with its name, and the defaults pass. The command-line flags feed the
+//! same step, so a bad flag is refused by the flag's name.
 
+use clap::Parser;
 use tokenmill_engine::checkpoint::{DummyCheckpoint, DummyDType};
 use tokenmill_engine::model_config::ModelConfig;
-use tokenmill_engine::{Engine, EngineConfig, EngineError};
+use tokenmill_engine::{Engine, EngineArgs, EngineConfig, EngineError};
 
 fn model() -> ModelConfig {
     ModelConfig::smollm2_135m()
@@ -72,5 +74,116 @@ fn engine_construction_refuses_a_bad_configuration_before_loading_weights() {
         }
         Err(other) => panic!("expected a configuration error, got {other}"),
         Ok(_) => panic!("a threshold of 0 was accepted"),
+    }
+}
+
+#[derive(Parser)]
+struct Cli {
+    #[command(flatten)]
+    engine: EngineArgs,
+}
+
+fn flags(argv: &[&str]) -> EngineArgs {
+    Cli::try_parse_from(std::iter::once("tokenmill").chain(argv.iter().copied()))
+        .unwrap_or_else(|e| panic!("{argv:?}: {e}"))
+        .engine
+}
+
+#[test]
+fn engine_flags_parse_from_an_argv_and_default_to_the_default_configuration() {
+    let defaults = flags(&[]).engine_config().unwrap();
+    assert_eq!(
+        format!("{defaults:?}"),
+        format!("{:?}", EngineConfig::default())
+    );
+
+    let args = flags(&[
+        "--block-size",
+        "32",
+        "--kv-cache-memory-gib",
+        "0.5",
+        "--max-num-seqs",
+        "8",
+        "--no-enable-prefix-caching",
+        "--threads",
+        "2",
+        "--target-itl-ms",
+        "150",
+    ]);
+    assert_eq!(args.threads, Some(2));
+    let config = args.engine_config().unwrap();
+    assert_eq!(
+        config.target_itl,
+        Some(std::time::Duration::from_millis(150))
+    );
+    assert_eq!(config.block_size, 32);
+    assert_eq!(config.kv_cache_memory_bytes, 1 << 29);
+    assert_eq!(config.max_num_seqs, 8);
+    assert!(!config.enable_prefix_caching);
+    assert!(args.plan(&model()).is_ok());
+}
+
+#[test]
+fn each_bad_flag_is_refused_by_the_flag_name_through_the_one_validation_step() {
+    let cases: &[(&[&str], &str)] = &[
+        (&["--threads", "0"], "--threads"),
+        (&["--target-itl-ms", "0"], "--target-itl-ms"),
+        (&["--target-itl-ms", "NaN"], "--target-itl-ms"),
+        (&["--target-itl-ms=-5"], "--target-itl-ms"),
+        (&["--kv-cache-memory-gib", "inf"], "--kv-cache-memory-gib"),
+        (&["--kv-cache-memory-gib", "NaN"], "--kv-cache-memory-gib"),
+        (&["--kv-cache-memory-gib=-1"], "--kv-cache-memory-gib"),
+        (&["--kv-cache-memory-gib", "0"], "--kv-cache-memory-gib"),
+        // Finite, but below one block or above the machine's memory: `plan` refuses the
+        // bytes, and the refusal still names the flag in GiB.
+        (
+            &["--kv-cache-memory-gib", "0.0000001"],
+            "--kv-cache-memory-gib",
+        ),
+        (
+            &["--kv-cache-memory-gib", "100000"],
+            "--kv-cache-memory-gib",
+        ),
+        (&["--load-format", "pt"], "--load-format"),
+        (&["--block-size", "12"], "--block-size"),
+        (
+            &["--max-num-batched-tokens", "64"],
+            "--max-num-batched-tokens",
+        ),
+        (
+            &["--long-prefill-token-threshold", "0"],
+            "--long-prefill-token-threshold",
+        ),
+        (&["--num-kv-blocks", "0"], "--num-kv-blocks"),
+        (&["--max-model-len", "99999999"], "--max-model-len"),
+    ];
+    for (argv, flag) in cases {
+        let error = flags(argv).plan(&model()).unwrap_err();
+        assert_eq!(error.flag(), *flag, "{argv:?}: {error}");
+        assert!(!error.reason.is_empty());
+    }
+    let error = flags(&["--kv-cache-memory-gib", "0.0000001"])
+        .plan(&model())
+        .unwrap_err();
+    assert_eq!(error.value, "0.0000001", "the value as typed, in GiB");
+}
+
+#[test]
+fn building_an_engine_from_a_bad_flag_fails_with_one_line_naming_the_flag() {
+    let args = flags(&[
+        "--load-format",
+        "dummy",
+        "--model",
+        "smollm2-135m",
+        "--threads",
+        "0",
+    ]);
+    match args.build_engine() {
+        Err(error @ EngineError::InvalidFlag(_)) => assert_eq!(
+            error.to_string(),
+            "--threads 0: must be at least 1 (omit it to use every core)"
+        ),
+        Err(other) => panic!("expected a refused flag, got {other}"),
+        Ok(_) => panic!("--threads 0 was accepted"),
     }
 }

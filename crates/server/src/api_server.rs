@@ -15,13 +15,13 @@ use clap::Args;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
-use tokenmill_engine::EngineHandle;
+use tokenmill_engine::{EngineArgs, EngineHandle};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
 use crate::app_state::AppState;
 use crate::metrics::Metrics;
-use crate::model_loader::{self, EngineArgs, LoadedModel};
+use crate::model_loader::{self, LoadedModel};
 use crate::request_limits::RequestLimits;
 use crate::routes;
 

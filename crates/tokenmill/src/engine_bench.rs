@@ -5,8 +5,7 @@ use clap::Args;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::time::Instant;
-use tokenmill_engine::{Completion, Engine, Request, SamplingParams};
-use tokenmill_server::model_loader::{self, EngineArgs};
+use tokenmill_engine::{Completion, Engine, EngineArgs, Request, SamplingParams};
 
 #[derive(Args, Debug)]
 pub struct LatencyArgs {
@@ -65,7 +64,7 @@ pub fn latency(args: LatencyArgs) -> anyhow::Result<()> {
         .max_num_batched_tokens
         .max(args.batch_size * args.input_len);
     engine_args.no_enable_prefix_caching = true;
-    let mut model = model_loader::load(&engine_args)?;
+    let mut model = engine_args.build_engine()?;
     let mut rng = StdRng::seed_from_u64(0);
     let mut rows = Vec::new();
     let mut warm = model.engine.step_times();
@@ -130,7 +129,7 @@ fn phases(start: Instant, done: &[Completion]) -> (f64, f64) {
 }
 
 pub fn throughput(args: ThroughputArgs) -> anyhow::Result<()> {
-    let mut model = model_loader::load(&args.engine)?;
+    let mut model = args.engine.build_engine()?;
     let mut rng = StdRng::seed_from_u64(args.seed);
     let requests = random_requests(
         &model.engine,

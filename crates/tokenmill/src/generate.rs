@@ -3,9 +3,9 @@
 
 use anyhow::{bail, Context};
 use clap::Args;
-use tokenmill_engine::{Request, SamplingParams};
+use tokenmill_engine::{EngineArgs, Request, SamplingParams};
 use tokenmill_server::chat_template::ChatMessage;
-use tokenmill_server::model_loader::{self, EngineArgs};
+use tokenmill_server::model_loader;
 
 #[derive(Args, Debug)]
 pub struct GenerateArgs {

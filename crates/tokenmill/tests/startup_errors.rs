@@ -1,4 +1,5 @@
-//! A bad flag or a bad model file stops `tokenmill serve` with one line on stderr naming
+//! A bad flag or a bad model file stops `tokenmill serve` (and `generate` and the engine
+//! benches, which take the same engine flags) with one line on stderr naming
 //! what is wrong and exit status 1: no panic, no backtrace, no hang. That includes a model
 //! whose weights hold NaN or infinite values: refused by tensor name, never served.
 
@@ -119,6 +120,48 @@ fn each_bad_engine_flag_is_one_line_naming_the_flag_and_exit_status_1() {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         assert_one_line_error(&args, expected);
     }
+    assert_one_line_error(
+        &["serve", "--load-format", "pt", "--port", "0"],
+        "--load-format pt: must be auto or dummy",
+    );
+}
+
+/// `generate` and the engine benches take the same engine flags, checked by the same step.
+#[test]
+fn generate_and_the_engine_benches_refuse_a_bad_engine_flag_in_one_line_too() {
+    let dummy = ["--load-format", "dummy", "--model", "smollm2-135m"];
+    let commands: [&[&str]; 3] = [
+        &["generate", "--prompt", "hello"],
+        &["bench", "latency"],
+        &["bench", "throughput"],
+    ];
+    for command in commands {
+        let args: Vec<&str> = [command, &dummy, &["--threads", "0"]].concat();
+        assert_one_line_error(&args, "--threads 0: must be at least 1");
+        let args: Vec<&str> = [command, &dummy, &["--kv-cache-memory-gib", "inf"]].concat();
+        assert_one_line_error(&args, "--kv-cache-memory-gib inf: must be a finite number");
+    }
+}
+
+#[test]
+fn a_missing_default_model_is_one_line_saying_how_to_fetch_it() {
+    let missing = std::env::temp_dir().join("tokenmill-startup-no-such-model.gguf");
+    let output = Command::new(env!("CARGO_BIN_EXE_tokenmill"))
+        .args(["serve", "--port", "0"])
+        .env("TOKENMILL_MODEL", &missing)
+        .env("RUST_BACKTRACE", "1")
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("the binary runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert_eq!(lines.len(), 1, "{stderr}");
+    assert!(
+        lines[0].starts_with("error: ")
+            && lines[0].contains("default model not found: run scripts/fetch-model.sh"),
+        "{stderr}"
+    );
 }
 
 fn temp_model(name: &str, bytes: &[u8]) -> PathBuf {

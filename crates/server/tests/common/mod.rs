@@ -7,10 +7,10 @@ use std::sync::{Arc, Mutex, OnceLock};
 use clap::Parser;
 use reqwest::StatusCode;
 use serde_json::Value;
-use tokenmill_engine::{Engine, Request, SamplingParams};
+use tokenmill_engine::{Engine, EngineArgs, Request, SamplingParams};
 use tokenmill_server::api_server::{spawn_server, ServerHandle, ServerOptions};
 use tokenmill_server::chat_template::{ChatMessage, ChatTemplate};
-use tokenmill_server::model_loader::{self, default_model_path, EngineArgs, LoadedModel};
+use tokenmill_server::model_loader::{self, default_model_path, LoadedModel};
 use tokenmill_server::tokenizer::Tokenizer;
 
 /// A pool of 512 blocks of 16 tokens keeps each engine small; prompts and outputs here are short.
