@@ -27,15 +27,15 @@ impl Architecture {
     /// [`Architecture`], or the error that refuses it. Known families we do not run are
     /// named by their GGUF name, so a GGUF and a safetensors copy fail alike.
     pub fn parse(name: &str) -> Result<Self, String> {
-        Self::from_name(name).ok_or_else(|| {
-            let known = match name {
-                "qwen3moe" | "qwen3_moe" | "Qwen3MoeForCausalLM" => "qwen3moe",
-                "qwen2moe" | "qwen2_moe" | "Qwen2MoeForCausalLM" => "qwen2moe",
-                other => other,
-            };
-            format!(
-                "unsupported architecture {known} (from {name:?}; supported: llama, qwen2, qwen3)"
-            )
+        const SUPPORTED: &str = "supported: llama, qwen2, qwen3";
+        Self::from_name(name).ok_or_else(|| match name {
+            "qwen3moe" | "qwen3_moe" | "Qwen3MoeForCausalLM" => {
+                format!("unsupported architecture qwen3moe (from {name:?}; {SUPPORTED})")
+            }
+            "qwen2moe" | "qwen2_moe" | "Qwen2MoeForCausalLM" => {
+                format!("unsupported architecture qwen2moe (from {name:?}; {SUPPORTED})")
+            }
+            other => format!("unknown architecture {other:?} ({SUPPORTED})"),
         })
     }
 }
