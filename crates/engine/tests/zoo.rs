@@ -16,6 +16,7 @@ use tokenmill_engine::checkpoint;
 use tokenmill_engine::forward_batch::ForwardBatch;
 use tokenmill_engine::kv_cache::{KvCache, KvCacheDtype};
 use tokenmill_engine::models::{Llama, WeightMode};
+use tokenmill_engine::{Engine, EngineConfig, Request, SamplingParams};
 
 const LOGIT_TOL: f64 = 1e-4;
 const BLOCK_SIZE: usize = 4;
@@ -293,5 +294,47 @@ fn tiny_qwen3_moe_is_refused_as_an_unsupported_architecture() {
             err.contains("unsupported architecture qwen3moe"),
             "{format:?}: {err}"
         );
+    }
+}
+
+/// The same models through the engine itself: its scheduler chunks the prompts (16 tokens a
+/// step for four sequences, 8-token blocks, the smallest it accepts) and samples greedily,
+/// and every case's 24 tokens must be the reference's.
+#[test]
+fn the_engine_generates_every_dense_zoo_models_greedy_tokens_in_one_chunked_batch() {
+    for model in ["tiny-llama3", "tiny-qwen2", "tiny-qwen3"] {
+        for format in [Format::Safetensors, Format::Gguf] {
+            let reference = reference(model);
+            let mut ckpt = checkpoint::open(&checkpoint_path(model, format)).unwrap();
+            let config = EngineConfig {
+                weight_mode: WeightMode::F32,
+                kv_cache_dtype: KvCacheDtype::F32,
+                block_size: 8,
+                num_kv_blocks: Some(64),
+                max_num_batched_tokens: TOKEN_BUDGET,
+                max_num_seqs: 4,
+                ..EngineConfig::default()
+            };
+            let mut engine = Engine::load(&mut *ckpt, config)
+                .unwrap_or_else(|e| panic!("{model} ({format:?}) does not load: {e}"));
+            let requests = reference
+                .cases
+                .iter()
+                .map(|c| Request {
+                    prompt: c.prompt_ids.clone(),
+                    params: SamplingParams::greedy(c.greedy.ids.len()),
+                    priority: 0,
+                })
+                .collect();
+            let done = engine.generate(requests).expect("generation");
+            for (case, completion) in reference.cases.iter().zip(&done) {
+                assert_eq!(
+                    completion.token_ids(),
+                    case.greedy.ids,
+                    "{model} ({format:?}) {}: engine greedy tokens differ",
+                    case.name
+                );
+            }
+        }
     }
 }
