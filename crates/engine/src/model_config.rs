@@ -41,7 +41,7 @@ impl Architecture {
 }
 
 /// How query/key pairs are rotated. GGUF's llama converter permutes Q/K rows so that
-/// adjacent elements form a pair; Hugging Face checkpoints (and GGUF qwen3) pair element
+/// adjacent elements form a pair; Hugging Face checkpoints (and GGUF qwen2/qwen3) pair element
 /// `i` with `i + head_dim / 2`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RopeStyle {
