@@ -7,6 +7,8 @@ use serde::Deserialize;
 pub enum Architecture {
     /// Llama 2/3, SmolLM2, Mistral-shaped models.
     Llama,
+    /// Qwen2 / Qwen2.5: Llama plus biases on the query, key and value projections.
+    Qwen2,
     /// Qwen3 dense: Llama plus an RMSNorm on every query and key head.
     Qwen3,
 }
@@ -15,14 +17,31 @@ impl Architecture {
     pub fn from_name(name: &str) -> Option<Self> {
         match name {
             "llama" | "LlamaForCausalLM" | "MistralForCausalLM" | "mistral" => Some(Self::Llama),
+            "qwen2" | "Qwen2ForCausalLM" => Some(Self::Qwen2),
             "qwen3" | "Qwen3ForCausalLM" => Some(Self::Qwen3),
             _ => None,
         }
     }
+
+    /// `name` (a GGUF `general.architecture` or an HF class or model type) as an
+    /// [`Architecture`], or the error that refuses it. Known families we do not run are
+    /// named by their GGUF name, so a GGUF and a safetensors copy fail alike.
+    pub fn parse(name: &str) -> Result<Self, String> {
+        const SUPPORTED: &str = "supported: llama, qwen2, qwen3";
+        Self::from_name(name).ok_or_else(|| match name {
+            "qwen3moe" | "qwen3_moe" | "Qwen3MoeForCausalLM" => {
+                format!("unsupported architecture qwen3moe (from {name:?}; {SUPPORTED})")
+            }
+            "qwen2moe" | "qwen2_moe" | "Qwen2MoeForCausalLM" => {
+                format!("unsupported architecture qwen2moe (from {name:?}; {SUPPORTED})")
+            }
+            other => format!("unknown architecture {other:?} ({SUPPORTED})"),
+        })
+    }
 }
 
 /// How query/key pairs are rotated. GGUF's llama converter permutes Q/K rows so that
-/// adjacent elements form a pair; Hugging Face checkpoints (and GGUF qwen3) pair element
+/// adjacent elements form a pair; Hugging Face checkpoints (and GGUF qwen2/qwen3) pair element
 /// `i` with `i + head_dim / 2`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RopeStyle {
@@ -43,6 +62,10 @@ pub struct ModelConfig {
     pub rms_norm_eps: f64,
     pub rope_theta: f64,
     pub rope_style: RopeStyle,
+    /// What each rotary frequency `θ^(-2i/d)` is divided by (`head_dim / 2` of them): Llama 3
+    /// scaling (HF `rope_scaling`, GGUF `rope_freqs.weight`) or linear scaling. `None`: plain
+    /// RoPE.
+    pub rope_freq_divisors: Option<Vec<f64>>,
     pub max_position_embeddings: usize,
     pub tie_word_embeddings: bool,
     pub bos_token_id: Option<u32>,
@@ -52,6 +75,11 @@ pub struct ModelConfig {
 impl ModelConfig {
     pub fn has_qk_norm(&self) -> bool {
         self.architecture == Architecture::Qwen3
+    }
+
+    /// Qwen2 always has q/k/v biases; other families only when the checkpoint holds them.
+    pub fn requires_qkv_bias(&self) -> bool {
+        self.architecture == Architecture::Qwen2
     }
 
     /// Bytes of keys plus values one token occupies in the f32 KV cache, over all layers.
@@ -74,6 +102,7 @@ impl ModelConfig {
             rms_norm_eps: 1e-6,
             rope_theta: 1_000_000.0,
             rope_style: RopeStyle::HalfSplit,
+            rope_freq_divisors: None,
             max_position_embeddings: 40_960,
             tie_word_embeddings: true,
             bos_token_id: None,
@@ -95,6 +124,7 @@ impl ModelConfig {
             rms_norm_eps: 1e-5,
             rope_theta: 100_000.0,
             rope_style: RopeStyle::HalfSplit,
+            rope_freq_divisors: None,
             max_position_embeddings: 8192,
             tie_word_embeddings: true,
             bos_token_id: Some(1),
@@ -118,14 +148,94 @@ pub(crate) struct HfConfig {
     pub num_key_value_heads: Option<usize>,
     pub head_dim: Option<usize>,
     pub rms_norm_eps: f64,
-    #[serde(default = "default_rope_theta")]
-    pub rope_theta: f64,
+    pub rope_theta: Option<f64>,
+    /// Classic key; `null` or absent means plain RoPE.
+    #[serde(default)]
+    pub rope_scaling: Option<RopeScaling>,
+    /// transformers 5's key: the theta and the scaling together.
+    #[serde(default)]
+    pub rope_parameters: Option<RopeScaling>,
     #[serde(default = "default_max_positions")]
     pub max_position_embeddings: usize,
     #[serde(default)]
     pub tie_word_embeddings: bool,
     pub bos_token_id: Option<u32>,
     pub eos_token_id: Option<OneOrMany>,
+}
+
+/// HF `rope_scaling` / `rope_parameters`. Older configs name the type `type`.
+#[derive(Debug, Deserialize)]
+pub(crate) struct RopeScaling {
+    #[serde(alias = "type")]
+    pub rope_type: Option<String>,
+    pub rope_theta: Option<f64>,
+    pub factor: Option<f64>,
+    pub low_freq_factor: Option<f64>,
+    pub high_freq_factor: Option<f64>,
+    pub original_max_position_embeddings: Option<usize>,
+}
+
+impl RopeScaling {
+    /// The divisor of each of `head_dim / 2` frequencies, or `None` for plain RoPE. A type
+    /// we do not implement is refused: ignoring it would rotate by the wrong angles from the
+    /// first token on, with no other sign.
+    fn freq_divisors(&self, theta: f64, head_dim: usize) -> Result<Option<Vec<f64>>, String> {
+        let kind = self.rope_type.as_deref().unwrap_or("default");
+        let need = |v: Option<f64>, key: &str| {
+            v.ok_or_else(|| format!("rope_scaling type {kind:?} needs {key}"))
+        };
+        match kind {
+            "default" => Ok(None),
+            "linear" => Ok(Some(vec![need(self.factor, "factor")?; head_dim / 2])),
+            "llama3" => {
+                let original = self
+                    .original_max_position_embeddings
+                    .ok_or("rope_scaling type \"llama3\" needs original_max_position_embeddings")?;
+                Ok(Some(llama3_freq_divisors(
+                    theta,
+                    head_dim,
+                    need(self.factor, "factor")?,
+                    need(self.low_freq_factor, "low_freq_factor")?,
+                    need(self.high_freq_factor, "high_freq_factor")?,
+                    original as f64,
+                )))
+            }
+            other => Err(format!(
+                "unsupported rope_scaling type {other:?} (supported: default, linear, llama3)"
+            )),
+        }
+    }
+}
+
+/// Llama 3's frequency divisors, as transformers' `_compute_llama3_parameters` and
+/// llama.cpp's converter compute them: wavelengths shorter than `original / high` keep
+/// their frequency, those longer than `original / low` are divided by `factor`, and those
+/// between blend the two smoothly.
+pub fn llama3_freq_divisors(
+    theta: f64,
+    head_dim: usize,
+    factor: f64,
+    low_freq_factor: f64,
+    high_freq_factor: f64,
+    original_max_positions: f64,
+) -> Vec<f64> {
+    let low_freq_wavelen = original_max_positions / low_freq_factor;
+    let high_freq_wavelen = original_max_positions / high_freq_factor;
+    (0..head_dim / 2)
+        .map(|i| {
+            let freq = theta.powf(-2.0 * i as f64 / head_dim as f64);
+            let wavelen = 2.0 * std::f64::consts::PI / freq;
+            if wavelen < high_freq_wavelen {
+                1.0
+            } else if wavelen > low_freq_wavelen {
+                factor
+            } else {
+                let smooth = (original_max_positions / wavelen - low_freq_factor)
+                    / (high_freq_factor - low_freq_factor);
+                1.0 / ((1.0 - smooth) / factor + smooth)
+            }
+        })
+        .collect()
 }
 
 #[derive(Debug, Deserialize)]
@@ -135,9 +245,7 @@ pub(crate) enum OneOrMany {
     Many(Vec<u32>),
 }
 
-fn default_rope_theta() -> f64 {
-    10_000.0
-}
+const DEFAULT_ROPE_THETA: f64 = 10_000.0;
 
 fn default_max_positions() -> usize {
     4096
@@ -151,8 +259,20 @@ impl HfConfig {
             .cloned()
             .or(self.model_type.clone())
             .unwrap_or_default();
-        let architecture = Architecture::from_name(&name)
-            .ok_or_else(|| format!("unknown architecture {name:?} (supported: llama, qwen3)"))?;
+        let architecture = Architecture::parse(&name)?;
+        let head_dim = self
+            .head_dim
+            .unwrap_or(self.hidden_size / self.num_attention_heads.max(1));
+        let rope_theta = self
+            .rope_theta
+            .or(self.rope_parameters.as_ref().and_then(|p| p.rope_theta))
+            .unwrap_or(DEFAULT_ROPE_THETA);
+        // The classic key wins; transformers 5 writes both, and the same scaling in each.
+        let rope_freq_divisors = match self.rope_scaling.as_ref().or(self.rope_parameters.as_ref())
+        {
+            Some(scaling) => scaling.freq_divisors(rope_theta, head_dim)?,
+            None => None,
+        };
         let eos_token_ids = match self.eos_token_id {
             Some(OneOrMany::One(id)) => vec![id],
             Some(OneOrMany::Many(ids)) => ids,
@@ -166,16 +286,71 @@ impl HfConfig {
             num_layers: self.num_hidden_layers,
             num_heads: self.num_attention_heads,
             num_kv_heads: self.num_key_value_heads.unwrap_or(self.num_attention_heads),
-            head_dim: self
-                .head_dim
-                .unwrap_or(self.hidden_size / self.num_attention_heads),
+            head_dim,
             rms_norm_eps: self.rms_norm_eps,
-            rope_theta: self.rope_theta,
+            rope_theta,
             rope_style: RopeStyle::HalfSplit,
+            rope_freq_divisors,
             max_position_embeddings: self.max_position_embeddings,
             tie_word_embeddings: self.tie_word_embeddings,
             bos_token_id: self.bos_token_id,
             eos_token_ids,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(rope: &str) -> Result<ModelConfig, String> {
+        let json = format!(
+            r#"{{"architectures": ["LlamaForCausalLM"], "vocab_size": 512, "hidden_size": 64,
+                "intermediate_size": 128, "num_hidden_layers": 1, "num_attention_heads": 4,
+                "head_dim": 16, "rms_norm_eps": 1e-5, "rope_theta": 500000.0, {rope}}}"#
+        );
+        serde_json::from_str::<HfConfig>(&json)
+            .map_err(|e| e.to_string())?
+            .into_model_config()
+    }
+
+    #[test]
+    fn llama3_rope_scaling_keeps_divides_and_blends_the_three_bands() {
+        let c = parse(
+            r#""rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0, "original_max_position_embeddings": 64}"#,
+        )
+        .unwrap();
+        let d = c.rope_freq_divisors.unwrap();
+        assert_eq!(d.len(), 8);
+        assert_eq!(d[0], 1.0, "the fastest frequency is kept");
+        assert_eq!(d[7], 8.0, "the slowest is divided by the factor");
+        assert!(
+            d.iter().any(|&x| x > 1.0 && x < 8.0),
+            "some are blended: {d:?}"
+        );
+        assert!(d.windows(2).all(|w| w[0] <= w[1]), "{d:?}");
+    }
+
+    #[test]
+    fn an_unknown_rope_scaling_type_is_refused_not_ignored() {
+        for kind in ["yarn", "dynamic", "longrope"] {
+            let err = parse(&format!(
+                r#""rope_scaling": {{"type": "{kind}", "factor": 4.0}}"#
+            ))
+            .unwrap_err();
+            assert!(
+                err.contains("unsupported rope_scaling type"),
+                "{kind}: {err}"
+            );
+        }
+        let plain = parse(r#""rope_scaling": null"#).unwrap();
+        assert!(plain.rope_freq_divisors.is_none());
+    }
+
+    #[test]
+    fn qwen3_moe_is_named_when_refused() {
+        let err = Architecture::parse("Qwen3MoeForCausalLM").unwrap_err();
+        assert!(err.contains("unsupported architecture qwen3moe"), "{err}");
     }
 }

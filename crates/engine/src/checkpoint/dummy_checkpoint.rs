@@ -88,6 +88,8 @@ impl DummyCheckpoint {
                     "attn_q_norm.weight" | "attn_k_norm.weight" if c.has_qk_norm() => {
                         vec![c.head_dim]
                     }
+                    "attn_q.bias" if c.requires_qkv_bias() => vec![q],
+                    "attn_k.bias" | "attn_v.bias" if c.requires_qkv_bias() => vec![kv],
                     "attn_q.weight" => vec![q, c.hidden_size],
                     "attn_k.weight" | "attn_v.weight" => vec![kv, c.hidden_size],
                     "attn_output.weight" => vec![c.hidden_size, q],

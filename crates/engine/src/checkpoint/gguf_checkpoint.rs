@@ -35,16 +35,48 @@ impl GgufCheckpoint {
             }
         }
         let config = config_from_metadata(&content).map_err(|m| EngineError::bad_file(path, m))?;
-        Ok(Self {
+        let mut ckpt = Self {
             path: path.to_path_buf(),
             reader,
             content,
             config,
-        })
+        };
+        ckpt.read_rope_freqs()?;
+        Ok(ckpt)
     }
 
     pub fn metadata(&self) -> &std::collections::HashMap<String, Value> {
         &self.content.metadata
+    }
+}
+
+impl GgufCheckpoint {
+    /// llama.cpp's converter stores Llama 3's frequency scaling as a tensor, one divisor per
+    /// frequency, rather than as metadata; it joins any linear scaling the metadata gave.
+    fn read_rope_freqs(&mut self) -> Result<()> {
+        const NAME: &str = "rope_freqs.weight";
+        if !self.has_tensor(NAME) {
+            return Ok(());
+        }
+        let half = self.config.head_dim / 2;
+        let freqs = self
+            .tensor(NAME, &[half])?
+            .dequantize(&Device::Cpu)?
+            .to_vec1::<f32>()?;
+        if let Some(&bad) = freqs.iter().find(|&&f| f <= 0.0) {
+            return Err(EngineError::bad_file(
+                &self.path,
+                format!("{NAME} holds a divisor {bad}; every one must be positive"),
+            ));
+        }
+        let divisors = self
+            .config
+            .rope_freq_divisors
+            .get_or_insert_with(|| vec![1.0; half]);
+        for (d, &f) in divisors.iter_mut().zip(&freqs) {
+            *d *= f as f64;
+        }
+        Ok(())
     }
 }
 
@@ -74,8 +106,7 @@ fn config_from_metadata(content: &Content) -> std::result::Result<ModelConfig, S
         .get("general.architecture")
         .and_then(|v| v.to_string().ok())
         .ok_or("missing general.architecture")?;
-    let architecture = Architecture::from_name(arch_name)
-        .ok_or_else(|| format!("unknown architecture {arch_name:?} (supported: llama, qwen3)"))?;
+    let architecture = Architecture::parse(arch_name)?;
     let key = |k: &str| format!("{arch_name}.{k}");
     let get_u = |k: &str| -> std::result::Result<usize, String> {
         md.get(&key(k))
@@ -90,6 +121,37 @@ fn config_from_metadata(content: &Content) -> std::result::Result<ModelConfig, S
         Some(info) => info.shape.dims()[0],
         None => return Err("missing tensor token_embd.weight".into()),
     };
+    let head_dim = get_u("attention.key_length").unwrap_or(hidden_size / num_heads.max(1));
+    if let Ok(rotated) = get_u("rope.dimension_count") {
+        if rotated != head_dim {
+            return Err(format!(
+                "{} is {rotated} but heads are {head_dim} wide: partial rotary embeddings are \
+                 not supported",
+                key("rope.dimension_count")
+            ));
+        }
+    }
+    let scaling = md
+        .get(&key("rope.scaling.type"))
+        .and_then(|v| v.to_string().ok())
+        .map(String::as_str)
+        .unwrap_or("none");
+    let rope_freq_divisors = match scaling {
+        "none" => None,
+        "linear" => {
+            let factor = get_f("rope.scaling.factor").ok_or_else(|| {
+                format!("linear rope scaling without {}", key("rope.scaling.factor"))
+            })?;
+            Some(vec![factor as f64; head_dim / 2])
+        }
+        other => {
+            return Err(format!(
+                "unsupported rope scaling type {other:?} in {} (supported: none, linear, and \
+                 Llama 3's rope_freqs tensor)",
+                key("rope.scaling.type")
+            ))
+        }
+    };
     let eos_token_ids = md
         .get("tokenizer.ggml.eos_token_id")
         .and_then(|v| v.to_u32().ok())
@@ -103,13 +165,14 @@ fn config_from_metadata(content: &Content) -> std::result::Result<ModelConfig, S
         num_layers: get_u("block_count")?,
         num_heads,
         num_kv_heads: get_u("attention.head_count_kv").unwrap_or(num_heads),
-        head_dim: get_u("attention.key_length").unwrap_or(hidden_size / num_heads.max(1)),
+        head_dim,
         rms_norm_eps: get_f("attention.layer_norm_rms_epsilon").unwrap_or(1e-5) as f64,
         rope_theta: get_f("rope.freq_base").unwrap_or(10_000.0) as f64,
         rope_style: match architecture {
             Architecture::Llama => RopeStyle::AdjacentPairs,
-            Architecture::Qwen3 => RopeStyle::HalfSplit,
+            Architecture::Qwen2 | Architecture::Qwen3 => RopeStyle::HalfSplit,
         },
+        rope_freq_divisors,
         max_position_embeddings: get_u("context_length").unwrap_or(4096),
         tie_word_embeddings: !content.tensor_infos.contains_key("output.weight"),
         bos_token_id: md

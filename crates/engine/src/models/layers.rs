@@ -364,9 +364,11 @@ impl Rope {
         let mut sin = Vec::with_capacity(max_positions * half);
         for pos in 0..max_positions {
             for i in 0..half {
+                let divisor = config.rope_freq_divisors.as_ref().map_or(1.0, |d| d[i]);
                 let freq = config
                     .rope_theta
-                    .powf(-2.0 * i as f64 / config.head_dim as f64);
+                    .powf(-2.0 * i as f64 / config.head_dim as f64)
+                    / divisor;
                 let angle = pos as f64 * freq;
                 cos.push(angle.cos() as f32);
                 sin.push(angle.sin() as f32);

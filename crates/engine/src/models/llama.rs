@@ -1,5 +1,6 @@
-//! The Llama family's decoder (Llama 2/3, SmolLM2, Mistral-shaped) and Qwen3 dense, which
-//! is the same network plus an RMSNorm on each query and key head.
+//! The Llama family's decoder (Llama 2/3, SmolLM2, Mistral-shaped), Qwen2, which is the
+//! same network plus biases on the query/key/value projections, and Qwen3 dense, which adds
+//! an RMSNorm on each query and key head instead.
 //!
 //! Tensor names follow GGUF (`blk.N.attn_q.weight`); other formats are mapped at load.
 
@@ -30,6 +31,8 @@ struct Block {
     attn_norm: RmsNorm,
     /// Q, K and V projections stacked: `[heads*d + 2*kv_heads*d, hidden]`.
     attn_qkv: Linear,
+    /// Qwen2's biases for the stacked projection, `[heads*d + 2*kv_heads*d]`.
+    attn_qkv_bias: Option<Vec<f32>>,
     attn_q_norm: Option<RmsNorm>,
     attn_k_norm: Option<RmsNorm>,
     attn_output: Linear,
@@ -62,6 +65,22 @@ impl Llama {
         };
         let mut blocks = Vec::with_capacity(c.num_layers);
         for i in 0..c.num_layers {
+            let has_bias =
+                c.requires_qkv_bias() || ckpt.has_tensor(&format!("blk.{i}.attn_q.bias"));
+            let attn_qkv_bias = if has_bias {
+                let mut stacked = Vec::with_capacity(q_width + 2 * kv_width);
+                for (leaf, width) in [
+                    ("attn_q", q_width),
+                    ("attn_k", kv_width),
+                    ("attn_v", kv_width),
+                ] {
+                    let bias = ckpt.tensor(&format!("blk.{i}.{leaf}.bias"), &[width])?;
+                    stacked.extend(bias.dequantize(&Device::Cpu)?.to_vec1::<f32>()?);
+                }
+                Some(stacked)
+            } else {
+                None
+            };
             let mut weight = |leaf: &str, shape: [usize; 2]| {
                 ckpt.tensor(&format!("blk.{i}.{leaf}.weight"), &shape)
             };
@@ -100,6 +119,7 @@ impl Llama {
                 attn_norm: norm("attn_norm", h)?,
                 ffn_norm: norm("ffn_norm", h)?,
                 attn_qkv,
+                attn_qkv_bias,
                 attn_q_norm,
                 attn_k_norm,
                 attn_output,
@@ -190,7 +210,7 @@ impl Llama {
         }
     }
 
-    /// `x += o_proj(attention(rope(qkv(norm(x)))))`, storing this layer's keys and values.
+    /// `x += o_proj(attention(rope(qkv(norm(x)) + bias)))`, storing this layer's keys and values.
     fn attention(
         &self,
         b: &Block,
@@ -209,7 +229,15 @@ impl Llama {
             &mut [&mut s.q[..], &mut s.k[..], &mut s.v[..]],
             &mut s.quantized,
         )?;
-        // 2. Qwen3 normalizes each head before rotating it.
+        // 2. Qwen2's biases belong to the projection, so they come before anything else
+        //    touches q/k/v; Qwen3 instead normalizes each head before rotating it.
+        if let Some(bias) = &b.attn_qkv_bias {
+            let (bq, rest) = bias.split_at(c.num_heads * c.head_dim);
+            let (bk, bv) = rest.split_at(c.num_kv_heads * c.head_dim);
+            add_bias(&mut s.q, bq);
+            add_bias(&mut s.k, bk);
+            add_bias(&mut s.v, bv);
+        }
         if let (Some(qn), Some(kn)) = (&b.attn_q_norm, &b.attn_k_norm) {
             qn.forward_inplace(&mut s.q);
             kn.forward_inplace(&mut s.k);
@@ -243,6 +271,13 @@ impl Llama {
         swiglu_into(&s.gate, &s.up, &mut s.act, self.config.intermediate_size);
         b.ffn_down
             .forward_add_into(&s.act, t, &mut s.x, &mut s.quantized)
+    }
+}
+
+/// `x[r] += bias` for every `bias.len()`-wide row of `x`.
+fn add_bias(x: &mut [f32], bias: &[f32]) {
+    for row in x.chunks_exact_mut(bias.len()) {
+        row.iter_mut().zip(bias).for_each(|(v, b)| *v += b);
     }
 }
 
