@@ -250,3 +250,48 @@ fn step_times_count_every_step_and_put_the_forward_pass_in_its_own_phase() {
     assert_eq!(t.total(), t.schedule + t.forward + t.sample + t.update);
     assert!(t.summary().contains(&format!("{} steps", t.steps)));
 }
+
+/// An ITL target no step can meet (1 ms): once the step cost model has seen enough steps,
+/// prefill is rationed to a block every few steps, yet every request finishes with exactly
+/// the tokens and logprobs it gets alone.
+#[test]
+fn an_itl_target_moves_prefill_between_steps_but_changes_no_token_or_logprob() {
+    let prompts: Vec<Vec<u32>> = prompts().into_iter().take(12).collect();
+    let params = |_| greedy_with_logprobs(8);
+    let run = |target_itl| {
+        // Four at a time, so the later prompts arrive after the model has learnt.
+        let mut engine = common::load_engine(EngineConfig {
+            max_num_batched_tokens: 64,
+            max_num_seqs: 4,
+            target_itl,
+            ..EngineConfig::default()
+        });
+        let reqs = prompts
+            .iter()
+            .enumerate()
+            .map(|(i, p)| Request {
+                prompt: p.clone(),
+                params: params(i),
+                priority: 0,
+            })
+            .collect();
+        let done = engine.generate(reqs).unwrap();
+        (done, engine.stats())
+    };
+    let (_, plain) = run(None);
+    let (done, rationed) = run(Some(std::time::Duration::from_millis(1)));
+    let prompt_tokens: usize = prompts.iter().map(Vec::len).sum();
+    assert_eq!(plain.prefill_tokens, prompt_tokens as u64);
+    assert_eq!(rationed.prefill_tokens, prompt_tokens as u64);
+    assert!(
+        2 * rationed.step_seconds.count > 3 * plain.step_seconds.count,
+        "{} steps with the target, {} without: prefill was not rationed",
+        rationed.step_seconds.count,
+        plain.step_seconds.count
+    );
+    assert!(
+        rationed.step_prediction_error.is_some(),
+        "the cost model never predicted"
+    );
+    assert_same(&alone(&prompts, KvCacheDtype::Auto, params), &done);
+}
