@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use crate::api_error::REFUSAL_REASONS;
 use tokenmill_engine::request::RequestTimings;
-use tokenmill_engine::scheduler::SchedulerStats;
+use tokenmill_engine::scheduler::{SchedulerStats, STEP_BUCKETS};
 
 /// Bucket bounds in seconds. First-token and whole-request latencies span milliseconds to
 /// minutes; per-token gaps are tighter.
@@ -224,6 +224,32 @@ impl Metrics {
             "Times a running request was preempted.",
             stats.num_preemptions as f64,
         );
+        counter(
+            &mut out,
+            "step_prefill_tokens",
+            "Prompt tokens computed by engine steps (what --target-itl-ms rations).",
+            stats.prefill_tokens as f64,
+        );
+        if let Some(error) = stats.step_prediction_error {
+            gauge(
+                &mut out,
+                "step_time_prediction_error_ratio",
+                "Mean |predicted - measured| / measured step time of the step cost model.",
+                error,
+            );
+        }
+        let steps = Histogram {
+            bounds: &STEP_BUCKETS,
+            counts: stats.step_seconds.counts.to_vec(),
+            sum: stats.step_seconds.sum,
+            count: stats.step_seconds.count,
+        };
+        let spec = HistogramSpec {
+            name: "step_time_seconds",
+            help: "Wall time of each engine step, schedule to update: the inter-token gap.",
+            buckets: &STEP_BUCKETS,
+        };
+        histogram_family(&mut out, &spec, &steps, &label);
         let Ok(r) = self.recorded.lock() else {
             return out;
         };

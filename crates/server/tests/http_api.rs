@@ -350,3 +350,43 @@ async fn metrics_count_tokens_and_finished_requests() {
     }
     assert!(after.contains(label));
 }
+
+#[tokio::test]
+async fn a_server_with_an_itl_target_reports_its_steps_in_metrics() {
+    use tokenmill_server::api_server::ServerOptions;
+    let server = tokio::task::spawn_blocking(|| {
+        start_server(&["--target-itl-ms", "1000"], ServerOptions::default())
+    })
+    .await
+    .unwrap();
+    let base = server.base_url();
+    let body = json!({"prompt": "Counting: 1, 2, 3,", "max_tokens": 24, "ignore_eos": true, "temperature": 0});
+    let reply: Value = client()
+        .post(format!("{base}/v1/completions"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(reply["usage"]["completion_tokens"], 24);
+    let prompt_tokens = reply["usage"]["prompt_tokens"].as_f64().unwrap();
+    let text = client()
+        .get(format!("{base}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    // One step per generated token (the prompt fits one step's budget).
+    assert_eq!(metric(&text, "tokenmill:step_time_seconds_count"), 24.0);
+    assert_eq!(
+        metric(&text, "tokenmill:step_prefill_tokens_total"),
+        prompt_tokens
+    );
+    // 24 steps are enough for the cost model to predict the last few.
+    let error = metric(&text, "tokenmill:step_time_prediction_error_ratio");
+    assert!(error.is_finite() && error >= 0.0, "{error}");
+}
