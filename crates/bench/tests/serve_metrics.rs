@@ -90,7 +90,7 @@ fn mock_server_to_myself() -> (std::sync::MutexGuard<'static, ()>, &'static Mock
     static TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
     static SERVER: std::sync::OnceLock<MockServer> = std::sync::OnceLock::new();
     let turn = TURN.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    let server = SERVER.get_or_init(|| MockServer::with_tokenizer());
+    let server = SERVER.get_or_init(MockServer::with_tokenizer);
     server.take_generation_bodies();
     (turn, server)
 }

@@ -12,10 +12,7 @@ pub fn sent_key_matches(headers: &HeaderMap, key: &str) -> bool {
         .get(header::AUTHORIZATION)
         .map(|v| v.as_bytes())
         .and_then(|v| v.strip_prefix(b"Bearer "));
-    match sent {
-        Some(sent) => constant_time_eq(sent, key.as_bytes()),
-        None => false,
-    }
+    sent.is_some_and(|sent| constant_time_eq(sent, key.as_bytes()))
 }
 
 /// `sent == expected`, in a time that depends only on `expected`'s length: every byte of the
