@@ -45,7 +45,8 @@ mod tests {
         timeval(usage.ru_utime) + timeval(usage.ru_stime)
     }
 
-    /// The total covers every thread: work done by another thread shows up in it in full.
+    /// The total covers every thread: work done by another thread shows up in it in full. (A
+    /// total that only counted the calling thread, which waits in `join`, would grow by ~0.)
     #[cfg(target_os = "linux")]
     #[test]
     fn another_threads_work_counts_toward_the_process_total() {
@@ -53,18 +54,60 @@ mod tests {
         let worked = std::thread::spawn(|| {
             let start = thread_cpu_time();
             let mut x = 0u64;
-            while thread_cpu_time() < start + Duration::from_millis(20) {
+            while thread_cpu_time() < start + Duration::from_millis(100) {
                 x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
             }
             thread_cpu_time() - start
         })
         .join()
         .unwrap();
-        let after = process_cpu_time();
+        let grown = process_cpu_time().saturating_sub(before);
         assert!(
-            after - before >= worked,
-            "the process total grew {:?} while one of its threads worked {worked:?}",
-            after - before
+            grown >= worked,
+            "the process total grew {grown:?} while one of its threads worked {worked:?}"
+        );
+    }
+
+    /// Set in the child process that `a_sleeping_process_gains_little_cpu_time` starts.
+    const ALONE: &str = "TOKENMILL_CPU_TIME_TEST_ALONE";
+
+    /// The total is CPU time, not time passed: a process that sleeps gains almost none. (A wall
+    /// clock in its place passes the test above but not this one.) The sleep runs in a child
+    /// process running this test alone, as the other tests of this binary, running in parallel
+    /// threads of the same process, would add their CPU time to it. Sleeping uses no CPU however
+    /// busy the machine is, so a third of the interval leaves room for wake-ups and the harness.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_sleeping_process_gains_little_cpu_time() {
+        let test_name = module_path!()
+            .split_once("::")
+            .map(|(_, path)| format!("{path}::a_sleeping_process_gains_little_cpu_time"))
+            .unwrap();
+        if std::env::var_os(ALONE).is_none() {
+            let child = std::process::Command::new(std::env::current_exe().unwrap())
+                .args(["--exact", &test_name, "--test-threads=1", "--nocapture"])
+                .env(ALONE, "1")
+                .output()
+                .unwrap();
+            let stdout = String::from_utf8_lossy(&child.stdout);
+            assert!(
+                child.status.success(),
+                "{stdout}{}",
+                String::from_utf8_lossy(&child.stderr)
+            );
+            assert!(
+                stdout.contains("1 passed"),
+                "the child ran no test: {stdout}"
+            );
+            return;
+        }
+        let slept = Duration::from_millis(300);
+        let before = process_cpu_time();
+        std::thread::sleep(slept);
+        let grown = process_cpu_time().saturating_sub(before);
+        assert!(
+            grown < slept / 3,
+            "the process total grew {grown:?} over a {slept:?} sleep"
         );
     }
 }

@@ -22,10 +22,7 @@ fn run(server: &MockServer, dir: &std::path::Path, extra: &[&str]) -> serde_json
 fn random_prompts_have_exact_token_counts_by_the_server_tokenizer() {
     // The mock's detokenizer drops some ids, so the first text of each prompt comes out short
     // and has to be extended.
-    let server = MockServer::start(MockOptions {
-        tokenizer: true,
-        ..Default::default()
-    });
+    let server = MockServer::with_tokenizer();
     let dir = tempfile::tempdir().unwrap();
     let args = [
         "--num-prompts",
@@ -63,10 +60,7 @@ fn random_prompts_have_exact_token_counts_by_the_server_tokenizer() {
 
 #[test]
 fn range_ratio_spreads_random_lengths() {
-    let server = MockServer::start(MockOptions {
-        tokenizer: true,
-        ..Default::default()
-    });
+    let server = MockServer::with_tokenizer();
     let dir = tempfile::tempdir().unwrap();
     let args = [
         "--num-prompts",
@@ -115,10 +109,7 @@ fn without_tokenize_completions_get_token_id_prompts_of_exact_length() {
 
 #[test]
 fn sharegpt_sends_first_turns_and_asks_for_the_reference_reply_length() {
-    let server = MockServer::start(MockOptions {
-        tokenizer: true,
-        ..Default::default()
-    });
+    let server = MockServer::with_tokenizer();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("sharegpt.json");
     let data = serde_json::json!([
@@ -156,10 +147,7 @@ fn sharegpt_sends_first_turns_and_asks_for_the_reference_reply_length() {
 
 #[test]
 fn missing_dataset_file_is_a_clear_error() {
-    let server = MockServer::start(MockOptions {
-        tokenizer: true,
-        ..Default::default()
-    });
+    let server = MockServer::with_tokenizer();
     let args = serve_args(&[
         "--base-url",
         &server.base_url,

@@ -6,14 +6,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::mock_server::{MockOptions, MockServer};
+use common::spawned_process::{placeholder_server, spawned_pid, stops_within};
 use common::{serve_args, write_jsonl};
-
-/// A command whose background child stands in for a server, and records that child's pid.
-/// Writing the pid file is what makes the mock report healthy, so the benchmark cannot
-/// finish (and stop the command) before the child exists.
-fn placeholder_server(pid_file: &Path) -> String {
-    format!("sleep 300 & echo $! > {}; wait", pid_file.display())
-}
 
 fn mock_healthy_once(pid_file: &Path) -> MockServer {
     MockServer::start(MockOptions {
@@ -23,30 +17,12 @@ fn mock_healthy_once(pid_file: &Path) -> MockServer {
     })
 }
 
-/// True once the process is gone (or a zombie awaiting its reaper, which runs nothing).
-fn is_stopped(pid: &str) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Err(_) => true,
-        Ok(stat) => stat
-            .rsplit(')')
-            .next()
-            .is_some_and(|rest| rest.trim_start().starts_with('Z')),
-    }
-}
-
 fn assert_stopped_soon(pid_file: &Path) {
-    let pid = std::fs::read_to_string(pid_file)
-        .expect("the spawned command ran")
-        .trim()
-        .to_owned();
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !is_stopped(&pid) {
-        assert!(
-            Instant::now() < deadline,
-            "process {pid} still runs after the benchmark"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let pid = spawned_pid(pid_file);
+    assert!(
+        stops_within(&pid, Duration::from_secs(5)),
+        "process {pid} still runs after the benchmark"
+    );
 }
 
 #[test]

@@ -2,15 +2,12 @@
 
 mod common;
 
-use common::mock_server::{MockOptions, MockServer};
+use common::mock_server::MockServer;
 use common::{read_json, sweep_args, write_jsonl};
 
 #[test]
 fn sweep_writes_summary_json_table_runs_and_both_charts() {
-    let server = MockServer::start(MockOptions {
-        tokenizer: true,
-        ..Default::default()
-    });
+    let server = MockServer::with_tokenizer();
     let dir = tempfile::tempdir().unwrap();
     let dataset = dir.path().join("prompts.jsonl");
     write_jsonl(&dataset, &vec!["ttft=20 itl=5 n=4".to_owned(); 4]);

@@ -40,7 +40,8 @@ pub struct ServeArgs {
     /// The model name clients send and see (default: the model file's stem).
     #[arg(long)]
     pub served_model_name: Option<String>,
-    /// Require `Authorization: Bearer KEY` on every /v1 route.
+    /// Require `Authorization: Bearer KEY` on every /v1 route and on /tokenize and /detokenize
+    /// (/health, /version and /metrics stay open for probes and scrapers).
     #[arg(long)]
     pub api_key: Option<String>,
     /// Seconds in-flight requests may take to finish after SIGINT/SIGTERM. Shortly before this

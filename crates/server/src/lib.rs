@@ -5,6 +5,7 @@ pub mod model_loader;
 pub mod tokenizer;
 
 pub mod api_error;
+pub mod api_key;
 pub mod api_server;
 pub mod app_state;
 pub mod choice_run;

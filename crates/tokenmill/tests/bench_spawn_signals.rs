@@ -1,15 +1,14 @@
 //! `tokenmill bench sweep --spawn` (and `bench serve --spawn`) stopped by SIGTERM, as `timeout`
 //! stops it, or by Ctrl-C stops the server it spawned before exiting.
 
-use std::path::Path;
+// The stand-in server and the stop checks are the bench crate's own tests' helpers.
+#[path = "../../bench/tests/common/spawned_process.rs"]
+mod spawned_process;
+
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// A stand-in server: a background `sleep` whose pid is written to `pid_file`. Nothing answers
-/// `/health` (port 9), so the benchmark waits for it until it is signalled.
-fn placeholder_server(pid_file: &Path) -> String {
-    format!("sleep 300 & echo $! > {}; wait", pid_file.display())
-}
+use spawned_process::{is_stopped, placeholder_server, spawned_pid, stops_within};
 
 fn start_bench(args: &[&str]) -> Child {
     Command::new(env!("CARGO_BIN_EXE_tokenmill"))
@@ -20,31 +19,6 @@ fn start_bench(args: &[&str]) -> Child {
         .stderr(Stdio::piped())
         .spawn()
         .expect("the binary runs")
-}
-
-/// Waits for the spawned command to have written its pid.
-fn spawned_pid(pid_file: &Path) -> String {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Ok(pid) = std::fs::read_to_string(pid_file) {
-            if pid.ends_with('\n') {
-                return pid.trim().to_owned();
-            }
-        }
-        assert!(Instant::now() < deadline, "the spawned command never ran");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-/// True once the process is gone (or a zombie awaiting its reaper, which runs nothing).
-fn is_stopped(pid: &str) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Err(_) => true,
-        Ok(stat) => stat
-            .rsplit(')')
-            .next()
-            .is_some_and(|rest| rest.trim_start().starts_with('Z')),
-    }
 }
 
 fn signal(child: &Child, name: &str) {
@@ -68,6 +42,7 @@ fn assert_signal_stops_the_spawned_server(subcommand: &[&str], signal_name: &str
     let command = placeholder_server(&pid_file);
     let output_dir = dir.join("out");
     let mut args = subcommand.to_vec();
+    // Nothing answers on port 9, so the benchmark waits for its server until it is signalled.
     args.extend([
         "--base-url",
         "http://127.0.0.1:9",
@@ -95,16 +70,10 @@ fn assert_signal_stops_the_spawned_server(subcommand: &[&str], signal_name: &str
         }
         std::thread::sleep(Duration::from_millis(20));
     };
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !is_stopped(&server) {
-        if Instant::now() > deadline {
-            // Not left behind by the test either (it also holds the benchmark's stderr open).
-            let _ = Command::new("kill").args(["-KILL", &server]).status();
-            panic!(
-                "the spawned server (pid {server}) outlived the benchmark stopped by {signal_name}"
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
+    if !stops_within(&server, Duration::from_secs(5)) {
+        // Not left behind by the test either (it also holds the benchmark's stderr open).
+        let _ = Command::new("kill").args(["-KILL", &server]).status();
+        panic!("the spawned server (pid {server}) outlived the benchmark stopped by {signal_name}");
     }
     let stderr = std::io::read_to_string(bench.stderr.take().unwrap()).unwrap();
     assert!(!status.success(), "{stderr}");

@@ -39,6 +39,14 @@ impl MockServer {
         Self::start_on("127.0.0.1:0", options)
     }
 
+    /// The mock most tests want: with `/tokenize`, healthy at once, at the scripted speed.
+    pub fn with_tokenizer() -> MockServer {
+        Self::start(MockOptions {
+            tokenizer: true,
+            ..Default::default()
+        })
+    }
+
     pub fn start_on(address: &str, options: MockOptions) -> MockServer {
         let listener = StdListener::bind(address).expect("bind the mock server");
         let base_url = format!("http://{}", listener.local_addr().unwrap());

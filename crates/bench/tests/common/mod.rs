@@ -1,8 +1,10 @@
-//! Helpers shared by the integration tests: the scripted mock server and argument parsing.
+//! Helpers shared by the integration tests: the scripted mock server, the stand-in for a
+//! spawned server, and argument parsing.
 
 #![allow(dead_code)]
 
 pub mod mock_server;
+pub mod spawned_process;
 
 use std::path::Path;
 

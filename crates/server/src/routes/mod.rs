@@ -20,6 +20,7 @@ use axum::routing::{get, post};
 use axum::Router;
 
 use crate::api_error::{ApiError, Refusal};
+use crate::api_key;
 use crate::app_state::AppState;
 
 pub fn router(state: Arc<AppState>) -> Router {
@@ -34,13 +35,22 @@ pub fn router(state: Arc<AppState>) -> Router {
             state.clone(),
             require_api_key,
         ));
+    // Tokenizing costs CPU in proportion to the text sent, so it wants the key like generation.
+    let tokenizing = Router::new()
+        .route("/tokenize", post(tokenize::tokenize))
+        .route("/detokenize", post(tokenize::detokenize))
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            require_api_key,
+        ));
+    // `/health`, `/version` and `/metrics` stay open: each is a cheap read of fixed size, and
+    // what polls them (load balancers, orchestrators' probes, Prometheus) holds no API key.
     Router::new()
         .nest("/v1", v1)
+        .merge(tokenizing)
         .route("/health", get(info::health))
         .route("/version", get(info::version))
         .route("/metrics", get(info::metrics))
-        .route("/tokenize", post(tokenize::tokenize))
-        .route("/detokenize", post(tokenize::detokenize))
         .fallback(unknown_route)
         .method_not_allowed_fallback(wrong_method)
         // Bodies without a Content-Length (chunked) are cut off at the limit while being read.
@@ -75,12 +85,7 @@ async fn require_api_key(
     next: Next,
 ) -> Response {
     if let Some(key) = &state.api_key {
-        let sent = request
-            .headers()
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "));
-        if sent != Some(key.as_str()) {
+        if !api_key::sent_key_matches(request.headers(), key) {
             return ApiError::unauthorized().into_response();
         }
     }
