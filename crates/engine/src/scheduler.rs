@@ -254,12 +254,12 @@ impl Scheduler {
         let decodes = self
             .running
             .iter()
-            .filter(|s| s.gap() == 1)
+            .filter(|s| s.is_decoding())
             .fold(StepShape::default(), |acc, s| {
                 acc.plus(StepShape::chunk(s.num_computed, 1))
             });
         let room = budget.saturating_sub(decodes.tokens);
-        let pending = self.running.iter().find(|s| s.gap() > 1);
+        let pending = self.running.iter().find(|s| !s.is_decoding());
         if pending.is_none() && self.waiting.is_empty() {
             self.starved_steps = 0;
             return room;
@@ -315,7 +315,7 @@ impl Scheduler {
         let bs = self.blocks.block_size();
         let mut i = 0;
         while i < self.running.len() && budget.tokens > 0 {
-            let decode = self.running[i].gap() == 1;
+            let decode = self.running[i].is_decoding();
             let n = self.chunk_len(self.running[i].gap(), decode, budget);
             if n == 0 {
                 // Prefill allowance spent: this prompt waits; decodes behind it still run.

@@ -63,6 +63,11 @@ impl Sequence {
         self.tokens.len() - self.num_computed
     }
 
+    /// Its next step computes one generated token: the prompt (and any recompute) is done.
+    pub fn is_decoding(&self) -> bool {
+        self.gap() == 1 && self.num_computed >= self.prompt_len
+    }
+
     pub fn blocks_needed(&self, num_tokens: usize, block_size: usize) -> usize {
         num_tokens
             .div_ceil(block_size)
