@@ -12,6 +12,7 @@ use crate::model_runner::{Logits, ModelRunner};
 use crate::models::{Llama, WeightMode};
 use crate::request::{FinishReason, Request, RequestEvent, RequestTimings, SeqId};
 use crate::sampler::{SampledToken, Sampler, SamplingContext};
+use crate::sampling_params::SamplingParams;
 use crate::scheduler::{
     Scheduler, SchedulerConfig, SchedulerOutput, SchedulerStats, SchedulingPolicy, SeqUpdate,
 };
@@ -161,12 +162,43 @@ impl Engine {
             config.block_size,
             plan.num_blocks * config.block_size
         );
-        Ok(Self::new(
-            model,
-            plan.num_blocks,
-            plan.max_model_len,
-            &config,
-        ))
+        let mut engine = Self::new(model, plan.num_blocks, plan.max_model_len, &config);
+        if config.target_itl.is_some() {
+            engine.calibrate(config.max_num_batched_tokens)?;
+        }
+        Ok(engine)
+    }
+
+    /// Runs throwaway requests of several sizes so the step cost model knows this machine
+    /// before real requests come: a fresh server facing a burst runs its costliest steps
+    /// first, and an untrained model cannot ration them. Counters start from zero after.
+    fn calibrate(&mut self, budget: usize) -> Result<()> {
+        let pool = self.limits.num_kv_blocks * self.limits.block_size;
+        let longest = budget
+            .min(self.limits.max_model_len.saturating_sub(4))
+            .min(pool.saturating_sub(4 + self.limits.block_size));
+        let vocab = self.limits.vocab_size.max(1);
+        let request = |len: usize, salt: usize| Request {
+            prompt: (0..len)
+                .map(|i| ((i * 7919 + salt * 104_729 + 13) % vocab) as u32)
+                .collect(),
+            params: SamplingParams {
+                ignore_eos: true,
+                ..SamplingParams::greedy(3)
+            },
+            priority: 0,
+        };
+        // Full, half and quarter budget steps, then a few short prompts decoding together.
+        for (salt, len) in [longest, longest / 2, longest / 4].into_iter().enumerate() {
+            if len > 0 {
+                self.generate(vec![request(len, salt)])?;
+            }
+        }
+        let short = (0..8).map(|salt| request(longest.min(8).max(1), 10 + salt));
+        self.generate(short.collect())?;
+        self.scheduler.reset_stats();
+        self.times = StepTimes::default();
+        Ok(())
     }
 
     fn new(model: Llama, num_blocks: usize, max_model_len: usize, config: &EngineConfig) -> Self {

@@ -240,6 +240,11 @@ impl Scheduler {
         }
     }
 
+    /// Starts the counters afresh (after calibration runs), keeping what the cost model learnt.
+    pub fn reset_stats(&mut self) {
+        self.stats = SchedulerStats::default();
+    }
+
     pub fn step_cost_model(&self) -> &StepCostModel {
         &self.cost
     }
