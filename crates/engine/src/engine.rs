@@ -194,7 +194,7 @@ impl Engine {
                 self.generate(vec![request(len, salt)])?;
             }
         }
-        let short = (0..8).map(|salt| request(longest.min(8).max(1), 10 + salt));
+        let short = (0..8).map(|salt| request(longest.clamp(1, 8), 10 + salt));
         self.generate(short.collect())?;
         self.scheduler.reset_stats();
         self.times = StepTimes::default();
