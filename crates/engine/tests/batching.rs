@@ -68,7 +68,12 @@ fn together(
         max_num_seqs: 24,
         ..EngineConfig::default()
     });
-    let reqs = prompts
+    let done = engine.generate(requests(prompts, params)).unwrap();
+    (done, engine.stats().num_preemptions)
+}
+
+fn requests(prompts: &[Vec<u32>], params: impl Fn(usize) -> SamplingParams) -> Vec<Request> {
+    prompts
         .iter()
         .enumerate()
         .map(|(i, p)| Request {
@@ -76,9 +81,7 @@ fn together(
             params: params(i),
             priority: 0,
         })
-        .collect();
-    let done = engine.generate(reqs).unwrap();
-    (done, engine.stats().num_preemptions)
+        .collect()
 }
 
 /// Alternatives asked for with every token, so logprobs are compared and not only ids.
@@ -251,31 +254,21 @@ fn step_times_count_every_step_and_put_the_forward_pass_in_its_own_phase() {
     assert!(t.summary().contains(&format!("{} steps", t.steps)));
 }
 
-/// An ITL target no step can meet (1 ms): once the step cost model has seen enough steps,
-/// prefill is rationed to a block every few steps, yet every request finishes with exactly
-/// the tokens and logprobs it gets alone.
+/// An ITL target no step can meet (1 ms): prefill is rationed to a block every few steps,
+/// yet every request finishes with exactly the tokens and logprobs it gets alone.
 #[test]
 fn an_itl_target_moves_prefill_between_steps_but_changes_no_token_or_logprob() {
     let prompts: Vec<Vec<u32>> = prompts().into_iter().take(12).collect();
     let params = |_| greedy_with_logprobs(8);
     let run = |target_itl| {
-        // Four at a time, so the later prompts arrive after the model has learnt.
+        // With a target, the engine's calibration at load has trained the cost model.
         let mut engine = common::load_engine(EngineConfig {
             max_num_batched_tokens: 64,
             max_num_seqs: 4,
             target_itl,
             ..EngineConfig::default()
         });
-        let reqs = prompts
-            .iter()
-            .enumerate()
-            .map(|(i, p)| Request {
-                prompt: p.clone(),
-                params: params(i),
-                priority: 0,
-            })
-            .collect();
-        let done = engine.generate(reqs).unwrap();
+        let done = engine.generate(requests(&prompts, params)).unwrap();
         (done, engine.stats())
     };
     let (_, plain) = run(None);
