@@ -110,6 +110,54 @@ impl ModelConfig {
         }
     }
 
+    /// Qwen2.5-0.5B's published shape (q/k/v biases, 2 KV heads), for random-weight runs.
+    pub fn qwen2_5_0_5b() -> Self {
+        Self {
+            architecture: Architecture::Qwen2,
+            vocab_size: 151_936,
+            hidden_size: 896,
+            intermediate_size: 4864,
+            num_layers: 24,
+            num_heads: 14,
+            num_kv_heads: 2,
+            head_dim: 64,
+            rms_norm_eps: 1e-6,
+            rope_theta: 1_000_000.0,
+            rope_style: RopeStyle::HalfSplit,
+            rope_freq_divisors: None,
+            max_position_embeddings: 32_768,
+            tie_word_embeddings: true,
+            bos_token_id: None,
+            eos_token_ids: vec![151_645],
+        }
+    }
+
+    /// Llama-3.2-1B's published shape, with its Llama 3 RoPE scaling (factor 32 over an
+    /// original 8,192 positions), for random-weight runs.
+    pub fn llama_3_2_1b() -> Self {
+        let (theta, head_dim) = (500_000.0, 64);
+        Self {
+            architecture: Architecture::Llama,
+            vocab_size: 128_256,
+            hidden_size: 2048,
+            intermediate_size: 8192,
+            num_layers: 16,
+            num_heads: 32,
+            num_kv_heads: 8,
+            head_dim,
+            rms_norm_eps: 1e-5,
+            rope_theta: theta,
+            rope_style: RopeStyle::HalfSplit,
+            rope_freq_divisors: Some(llama3_freq_divisors(
+                theta, head_dim, 32.0, 1.0, 4.0, 8192.0,
+            )),
+            max_position_embeddings: 131_072,
+            tie_word_embeddings: true,
+            bos_token_id: Some(128_000),
+            eos_token_ids: vec![128_001, 128_008, 128_009],
+        }
+    }
+
     /// SmolLM2-135M's shape, for random-weight runs of the default model's size.
     pub fn smollm2_135m() -> Self {
         Self {

@@ -195,39 +195,49 @@ fn a_path_that_does_not_exist_is_named() {
 }
 
 #[test]
-fn qwen3_dummy_weights_build_a_model_of_the_published_shape() {
+fn dummy_weights_build_models_of_the_published_shapes_that_generate() {
     use tokenmill_engine::checkpoint::{DummyCheckpoint, DummyDType};
-    let mut ckpt = DummyCheckpoint::new("qwen3-0.6b", DummyDType::Q8_0, 0).unwrap();
-    let c = ckpt.config().clone();
-    assert_eq!(
-        (
-            c.hidden_size,
-            c.num_layers,
-            c.num_heads,
-            c.num_kv_heads,
-            c.head_dim
-        ),
-        (1024, 28, 16, 8, 128)
-    );
-    let mut engine = Engine::load(
-        &mut ckpt,
-        EngineConfig {
-            num_kv_blocks: Some(16),
-            ..EngineConfig::default()
-        },
-    )
-    .unwrap();
-    let done = engine
-        .generate(vec![tokenmill_engine::Request {
-            prompt: vec![1, 2, 3],
-            params: tokenmill_engine::SamplingParams {
-                ignore_eos: true,
-                ..tokenmill_engine::SamplingParams::greedy(2)
+    // (shape, hidden, layers, heads, KV heads, head_dim, vocab)
+    let shapes = [
+        ("qwen3-0.6b", 1024, 28, 16, 8, 128, 151_936),
+        ("qwen2.5-0.5b", 896, 24, 14, 2, 64, 151_936),
+        ("llama-3.2-1b", 2048, 16, 32, 8, 64, 128_256),
+    ];
+    for (name, hidden, layers, heads, kv_heads, head_dim, vocab) in shapes {
+        let mut ckpt = DummyCheckpoint::new(name, DummyDType::Q4_0, 0).unwrap();
+        let c = ckpt.config().clone();
+        assert_eq!(
+            (
+                c.hidden_size,
+                c.num_layers,
+                c.num_heads,
+                c.num_kv_heads,
+                c.head_dim,
+                c.vocab_size
+            ),
+            (hidden, layers, heads, kv_heads, head_dim, vocab),
+            "{name}"
+        );
+        let mut engine = Engine::load(
+            &mut ckpt,
+            EngineConfig {
+                num_kv_blocks: Some(16),
+                ..EngineConfig::default()
             },
-            priority: 0,
-        }])
+        )
         .unwrap();
-    assert_eq!(done[0].tokens.len(), 2);
+        let done = engine
+            .generate(vec![tokenmill_engine::Request {
+                prompt: vec![1, 2, 3],
+                params: tokenmill_engine::SamplingParams {
+                    ignore_eos: true,
+                    ..tokenmill_engine::SamplingParams::greedy(2)
+                },
+                priority: 0,
+            }])
+            .unwrap();
+        assert_eq!(done[0].tokens.len(), 2, "{name}");
+    }
 }
 
 fn tempdir(name: &str) -> std::path::PathBuf {

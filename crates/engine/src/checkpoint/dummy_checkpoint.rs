@@ -52,14 +52,18 @@ pub struct DummyCheckpoint {
 }
 
 impl DummyCheckpoint {
-    /// `shape` names a published architecture: `qwen3-0.6b` or `smollm2-135m`.
+    /// `shape` names a published architecture: `qwen3-0.6b`, `qwen2.5-0.5b`, `llama-3.2-1b`
+    /// or `smollm2-135m`.
     pub fn new(shape: &str, dtype: DummyDType, seed: u64) -> Result<Self> {
         let config = match shape.to_ascii_lowercase().as_str() {
             "qwen3-0.6b" => ModelConfig::qwen3_0_6b(),
+            "qwen2.5-0.5b" => ModelConfig::qwen2_5_0_5b(),
+            "llama-3.2-1b" => ModelConfig::llama_3_2_1b(),
             "smollm2-135m" => ModelConfig::smollm2_135m(),
             other => {
                 return Err(EngineError::Unsupported(format!(
-                    "unknown dummy shape {other:?} (qwen3-0.6b, smollm2-135m)"
+                    "unknown dummy shape {other:?} (qwen3-0.6b, qwen2.5-0.5b, llama-3.2-1b, \
+                     smollm2-135m)"
                 )))
             }
         };
