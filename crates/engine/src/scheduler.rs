@@ -274,7 +274,7 @@ impl Scheduler {
         let target = target.as_secs_f64();
         let fits = |x: usize| {
             self.cost
-                .predict(decodes.plus(StepShape::chunk(start, x)))
+                .predict_upper(decodes.plus(StepShape::chunk(start, x)))
                 .map(|t| t <= target)
         };
         // Until the model has seen enough steps, the hard budget alone.
