@@ -146,7 +146,8 @@ fn fit(window: &VecDeque<(StepShape, f64)>) -> Option<[f64; FEATURES]> {
     let mut a = [[0.0f64; FEATURES]; FEATURES];
     let mut b = [0.0f64; FEATURES];
     for (shape, t) in window {
-        let x: [f64; FEATURES] = std::array::from_fn(|i| shape.features()[i] * scale[i]);
+        let f = shape.features();
+        let x: [f64; FEATURES] = std::array::from_fn(|i| f[i] * scale[i]);
         for i in 0..FEATURES {
             b[i] += x[i] * t;
             for j in 0..FEATURES {
