@@ -3,9 +3,10 @@
 //! path bit for bit the same.
 //!
 //! Layout: weight rows are grouped by [`NR`]; a group's blocks are interleaved
-//! (`[group][block][row in group]`), so one tile reads a group's block contiguously. The
-//! quants keep GGUF's block encoding (Q4: byte `i` holds elements `i` and `i + 16`), and
-//! the f16 scales (and Q4_1 minimums) stay f16: decode reads the file's bytes, not more.
+//! (`[group][block][row in group]`), so one tile reads a group's block contiguously. Q8_0
+//! quants keep GGUF's bytes; Q4 nibbles are regrouped within a group's block (see
+//! [`q4_at`]) so that one 32-byte load holds eight elements of each of the four rows. The
+//! f16 scales (and Q4_1 minimums) stay f16: decode reads the file's bytes, not more.
 //!
 //! Activations are quantized per row to int8 blocks of 32 (scale = amax/127, round half away
 //! from zero, as ggml's Q8_0/Q8_1). Each block's dot product is an exact integer, split
@@ -166,11 +167,20 @@ impl QuantMatrix {
                     }
                     _ => &src[2..],
                 };
-                let dst = &mut m.quants[at * format.quant_bytes()..][..format.quant_bytes()];
-                dst.copy_from_slice(qs);
+                let qb = format.quant_bytes();
                 if format == WeightFormat::Q8_0 {
+                    let dst = &mut m.quants[at * qb..][..qb];
+                    dst.copy_from_slice(qs);
                     for q in dst.iter_mut().filter(|q| **q == 0x80) {
                         *q = (-127i8) as u8;
+                    }
+                } else {
+                    let j = row % NR;
+                    let span = &mut m.quants[(at - j) * qb..][..NR * qb];
+                    // GGUF's byte `i` holds elements `i` (low nibble) and `i + 16`.
+                    for (i, &byte) in qs.iter().enumerate() {
+                        q4_put(span, j, i, byte & 0x0F);
+                        q4_put(span, j, i + BLOCK / 2, byte >> 4);
                     }
                 }
             }
@@ -269,7 +279,9 @@ impl QuantMatrix {
         for (b, out) in out.chunks_exact_mut(BLOCK).enumerate() {
             let at = self.slot(r, b);
             let d = f16::from_bits(self.scales[at]).to_f32();
-            let q = &self.quants[at * self.format.quant_bytes()..][..self.format.quant_bytes()];
+            let qb = self.format.quant_bytes();
+            let (j, q) = (r % NR, &self.quants[at * qb..][..qb]);
+            let span = &self.quants[(at - j) * qb..][..NR * qb];
             match self.format {
                 WeightFormat::Q8_0 => {
                     for (o, &q) in out.iter_mut().zip(q) {
@@ -277,16 +289,14 @@ impl QuantMatrix {
                     }
                 }
                 WeightFormat::Q4_0 => {
-                    for (i, &byte) in q.iter().enumerate() {
-                        out[i] = d * ((byte & 0x0F) as i32 - 8) as f32;
-                        out[i + BLOCK / 2] = d * ((byte >> 4) as i32 - 8) as f32;
+                    for (e, o) in out.iter_mut().enumerate() {
+                        *o = d * (q4_get(span, j, e) as i32 - 8) as f32;
                     }
                 }
                 WeightFormat::Q4_1 => {
                     let m = f16::from_bits(self.mins[at]).to_f32();
-                    for (i, &byte) in q.iter().enumerate() {
-                        out[i] = d * (byte & 0x0F) as f32 + m;
-                        out[i + BLOCK / 2] = d * (byte >> 4) as f32 + m;
+                    for (e, o) in out.iter_mut().enumerate() {
+                        *o = d * q4_get(span, j, e) as f32 + m;
                     }
                 }
                 WeightFormat::Q4K | WeightFormat::Q5K | WeightFormat::Q6K => unreachable!(),
@@ -459,6 +469,32 @@ impl QuantMatrix {
     }
 }
 
+/// Where element `e` of row `j` sits in a Q4 group's block (`NR · 16` bytes): `(byte,
+/// shift)`. The block's 32 elements form four chunks of eight, chunk `c` being elements
+/// `4c..4c+4` then `16+4c..16+4c+4`: the first four belong to the block's first half, the
+/// last four to its second, as the per-half sums the kernels keep. Byte `32h + 8j + p`
+/// holds position `p` of row `j`'s chunk `2h` (low nibble) and chunk `2h + 1` (high): one
+/// 32-byte load, masked or shifted, is one chunk of all four rows, which meets the same
+/// eight activations broadcast to every row.
+fn q4_at(j: usize, e: usize) -> (usize, u32) {
+    let (half, i) = (e / (BLOCK / 2), e % (BLOCK / 2));
+    let (c, p) = (i / 4, i % 4 + 4 * half);
+    (32 * (c / 2) + 8 * j + p, 4 * (c % 2) as u32)
+}
+
+/// The nibble of element `e` of row `j` in a Q4 group's block.
+fn q4_get(span: &[u8], j: usize, e: usize) -> u8 {
+    let (at, shift) = q4_at(j, e);
+    (span[at] >> shift) & 0x0F
+}
+
+/// Stores nibble `q` of element `e` of row `j` (the inverse of [`q4_get`]); `span` starts
+/// zeroed.
+fn q4_put(span: &mut [u8], j: usize, e: usize, q: u8) {
+    let (at, shift) = q4_at(j, e);
+    span[at] |= (q & 0x0F) << shift;
+}
+
 /// One weight group's blocks, as the tile kernels read them.
 #[derive(Clone, Copy)]
 struct Group<'a> {
@@ -495,9 +531,12 @@ pub struct QuantizedActivations {
     quants: Vec<i8>,
     /// `|quants|` (Q8_0 weights): the SIMD dot takes the unsigned side from here.
     abs: Vec<i8>,
-    /// Q4 weights: per block, its first 16 quants twice then its last 16 twice, so one
-    /// 32-byte load meets two weight rows' low (or high) nibbles.
+    /// K-quant weights: per block, its first 16 quants twice then its last 16 twice, so
+    /// one 32-byte load meets two weight rows' low (or high) nibbles.
     halves: Vec<i8>,
+    /// Q4_0/Q4_1 weights: per block its four chunks of eight (chunk `c`: quants `4c..4c+4`
+    /// then `16+4c..16+4c+4`, as [`q4_at`] groups the weights), each broadcast whole.
+    chunks: Vec<i8>,
     scales: Vec<f32>,
     /// `8 · Σ quants` over each block's first and second halves (Q4_0's offset of 8), or
     /// `32 · Σ` for Q6K.
@@ -512,6 +551,7 @@ struct XRow<'a> {
     quants: &'a [i8],
     abs: &'a [i8],
     halves: &'a [i8],
+    chunks: &'a [i8],
     scales: &'a [f32],
     offsets: &'a [[i32; 2]],
     sums: &'a [f32],
@@ -543,12 +583,24 @@ impl QuantizedActivations {
         offsets.clear();
         sums.clear();
         self.halves.clear();
-        if format != WeightFormat::Q8_0 {
-            let h = BLOCK / 2;
-            for b in self.quants.chunks_exact(BLOCK) {
-                for half in [&b[..h], &b[h..]] {
-                    self.halves.extend_from_slice(half);
-                    self.halves.extend_from_slice(half);
+        self.chunks.clear();
+        let h = BLOCK / 2;
+        match format {
+            WeightFormat::Q8_0 => {}
+            WeightFormat::Q4_0 | WeightFormat::Q4_1 => {
+                for b in self.quants.chunks_exact(BLOCK) {
+                    for c in 0..4 {
+                        self.chunks.extend_from_slice(&b[4 * c..4 * c + 4]);
+                        self.chunks.extend_from_slice(&b[h + 4 * c..h + 4 * c + 4]);
+                    }
+                }
+            }
+            WeightFormat::Q4K | WeightFormat::Q5K | WeightFormat::Q6K => {
+                for b in self.quants.chunks_exact(BLOCK) {
+                    for half in [&b[..h], &b[h..]] {
+                        self.halves.extend_from_slice(half);
+                        self.halves.extend_from_slice(half);
+                    }
                 }
             }
         }
@@ -579,6 +631,7 @@ impl QuantizedActivations {
             quants: &self.quants[r * k..(r + 1) * k],
             abs: part(&self.abs, r * k..(r + 1) * k),
             halves: part(&self.halves, 2 * r * k..2 * (r + 1) * k),
+            chunks: part(&self.chunks, r * k..(r + 1) * k),
             scales: &self.scales[r * b..(r + 1) * b],
             offsets: part(&self.offsets, r * b..(r + 1) * b),
             sums: part(&self.sums, r * b..(r + 1) * b),
@@ -783,7 +836,7 @@ fn tiles(
 }
 
 mod portable {
-    use super::{f16, Group, WeightFormat, XRow, BLOCK, NR};
+    use super::{f16, q4_get, Group, WeightFormat, XRow, BLOCK, NR};
 
     /// One activation row against one weight group, in the shared per-element sequence.
     pub(super) fn row(format: WeightFormat, w: Group, x: &XRow) -> [f32; NR] {
@@ -793,6 +846,7 @@ mod portable {
         let mut mn = [0f32; NR];
         for b in 0..w.blocks() {
             let xb = &x.quants[b * BLOCK..(b + 1) * BLOCK];
+            let span = &w.quants[b * NR * qb..(b + 1) * NR * qb];
             for j in 0..NR {
                 let at = b * NR + j;
                 let wb = &w.quants[at * qb..(at + 1) * qb];
@@ -800,10 +854,10 @@ mod portable {
                 let (l, h) = match format {
                     WeightFormat::Q8_0 => q8_halves(wb, xb),
                     WeightFormat::Q4_0 => {
-                        let (l, h) = q4_halves(wb, xb);
+                        let (l, h) = q4_halves(span, j, xb);
                         (l - x.offsets[b][0], h - x.offsets[b][1])
                     }
-                    WeightFormat::Q4_1 => q4_halves(wb, xb),
+                    WeightFormat::Q4_1 => q4_halves(span, j, xb),
                     WeightFormat::Q4K | WeightFormat::Q5K | WeightFormat::Q6K => {
                         unreachable!("K-quants take `k_row`")
                     }
@@ -839,12 +893,13 @@ mod portable {
         )
     }
 
-    /// Integer dots of the unsigned nibbles (low: elements 0..16, high: 16..32).
-    fn q4_halves(w: &[u8], x: &[i8]) -> (i32, i32) {
+    /// Integer dots of row `j`'s unsigned nibbles in a group's block with the first and
+    /// second 16 elements of `x`.
+    fn q4_halves(span: &[u8], j: usize, x: &[i8]) -> (i32, i32) {
         let h = BLOCK / 2;
         (
-            dot(w.iter().map(|&b| (b & 0x0F) as i32), &x[..h]),
-            dot(w.iter().map(|&b| (b >> 4) as i32), &x[h..]),
+            dot((0..h).map(|e| q4_get(span, j, e) as i32), &x[..h]),
+            dot((h..BLOCK).map(|e| q4_get(span, j, e) as i32), &x[h..]),
         )
     }
 }
@@ -1011,6 +1066,42 @@ mod x86 {
         reduce4(a, b, c, d)
     }
 
+    /// Eight i32 sums, over four chunks, of four adjacent u8×i8 products (lane `l` covers
+    /// bytes `4l..4l+4` of every chunk). For nibbles (≤ 15) an i16 lane of the four
+    /// chunks' `maddubs` sums eight products, |Σ| ≤ 8·15·127 < 2¹⁵, so one widening `madd`
+    /// ends it, exactly as VNNI's accumulation.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn chunk4_avx2(w: [__m256i; 4], x: [__m256i; 4]) -> __m256i {
+        let a = _mm256_add_epi16(
+            _mm256_maddubs_epi16(w[0], x[0]),
+            _mm256_maddubs_epi16(w[1], x[1]),
+        );
+        let b = _mm256_add_epi16(
+            _mm256_maddubs_epi16(w[2], x[2]),
+            _mm256_maddubs_epi16(w[3], x[3]),
+        );
+        _mm256_madd_epi16(_mm256_add_epi16(a, b), _mm256_set1_epi16(1))
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,avxvnni")]
+    fn chunk4_avx_vnni(w: [__m256i; 4], x: [__m256i; 4]) -> __m256i {
+        let acc = _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), w[0], x[0]);
+        let acc = _mm256_dpbusd_avx_epi32(acc, w[1], x[1]);
+        let acc = _mm256_dpbusd_avx_epi32(acc, w[2], x[2]);
+        _mm256_dpbusd_avx_epi32(acc, w[3], x[3])
+    }
+
+    #[inline]
+    #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl,avx512vnni")]
+    fn chunk4_avx512_vnni(w: [__m256i; 4], x: [__m256i; 4]) -> __m256i {
+        let acc = _mm256_dpbusd_epi32(_mm256_setzero_si256(), w[0], x[0]);
+        let acc = _mm256_dpbusd_epi32(acc, w[1], x[1]);
+        let acc = _mm256_dpbusd_epi32(acc, w[2], x[2]);
+        _mm256_dpbusd_epi32(acc, w[3], x[3])
+    }
+
     /// Sums the four lanes of each 128-bit half of `a`, `b`, `c`, `d` (i32 lanes 0..4 and
     /// 4..8 of each) into `[a₀, b₀, c₀, d₀, a₁, b₁, c₁, d₁]`, where `x₀`/`x₁` are the low
     /// and high half sums. Interleave-and-add rather than `hadd`, which is microcoded as
@@ -1035,31 +1126,33 @@ mod x86 {
         _mm256_set_m128(v, v)
     }
 
-    /// Lanes `[j]` + `[j + 4]` of `acc` (the Q8_0 tile's order).
-    const PLAIN: [(usize, usize); NR] = [(0, 4), (1, 5), (2, 6), (3, 7)];
-    /// Row j's (lo, hi) lanes in the Q4 tile's order `[r0lo r0hi r2lo r2hi | r1lo r1hi r3lo r3hi]`.
-    const SPREAD: [(usize, usize); NR] = [(0, 1), (4, 5), (2, 3), (6, 7)];
-
-    /// Per weight row `j`: `lo + hi` from the lanes `at[j]` names, plus Q4_1's minimum term.
+    /// Per weight row `j`: `lo + hi` from lanes `j` and `j + 4` (the Q8_0 tile's order).
     #[inline]
     #[target_feature(enable = "avx2")]
-    fn finish(acc: __m256, mn: Option<__m128>, at: [(usize, usize); NR]) -> [f32; NR] {
-        let mut lanes = [0f32; 8];
-        // SAFETY: `lanes` is 8 f32s; storeu has no alignment requirement.
-        unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), acc) };
-        let mut m = [0f32; NR];
-        if let Some(mn) = mn {
-            // SAFETY: `m` is 4 f32s.
-            unsafe { _mm_storeu_ps(m.as_mut_ptr(), mn) };
-        }
-        std::array::from_fn(|j| {
-            let v = lanes[at[j].0] + lanes[at[j].1];
-            if mn.is_some() {
-                v + m[j]
-            } else {
-                v
-            }
-        })
+    fn finish_halves(acc: __m256) -> [f32; NR] {
+        let rows = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps::<1>(acc));
+        let mut out = [0f32; NR];
+        // SAFETY: `out` is 4 f32s; storeu has no alignment requirement.
+        unsafe { _mm_storeu_ps(out.as_mut_ptr(), rows) };
+        out
+    }
+
+    /// Per weight row `j`: `lo + hi` from lanes `2j` and `2j + 1` (the Q4 tile's order),
+    /// plus Q4_1's minimum term.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn finish_pairs(acc: __m256, mn: Option<__m128>) -> [f32; NR] {
+        let sums = _mm256_add_ps(acc, _mm256_permute_ps::<0b10_11_00_01>(acc));
+        let even = _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6);
+        let rows = _mm256_castps256_ps128(_mm256_permutevar8x32_ps(sums, even));
+        let rows = match mn {
+            Some(mn) => _mm_add_ps(rows, mn),
+            None => rows,
+        };
+        let mut out = [0f32; NR];
+        // SAFETY: `out` is 4 f32s; storeu has no alignment requirement.
+        unsafe { _mm_storeu_ps(out.as_mut_ptr(), rows) };
+        out
     }
 
     /// A K-quant block's four 32-byte vectors `[lo01, hi01, lo23, hi23]` (row pair ×
@@ -1158,9 +1251,12 @@ mod x86 {
             match format {
                 WeightFormat::Q8_0 => assert!(row.abs.len() >= blocks * BLOCK),
                 WeightFormat::Q4_0 => {
-                    assert!(row.offsets.len() >= blocks && row.halves.len() >= 2 * blocks * BLOCK)
+                    assert!(row.offsets.len() >= blocks && row.chunks.len() >= blocks * BLOCK)
                 }
-                WeightFormat::Q4_1 | WeightFormat::Q4K | WeightFormat::Q5K => {
+                WeightFormat::Q4_1 => {
+                    assert!(row.sums.len() >= blocks && row.chunks.len() >= blocks * BLOCK)
+                }
+                WeightFormat::Q4K | WeightFormat::Q5K => {
                     assert!(row.sums.len() >= blocks && row.halves.len() >= 2 * blocks * BLOCK)
                 }
                 WeightFormat::Q6K => {
@@ -1185,7 +1281,7 @@ mod x86 {
     }
 
     macro_rules! simd_path {
-        ($name:ident, $features:literal, $dot:ident, $dot4:ident) => {
+        ($name:ident, $features:literal, $dot:ident, $dot4:ident, $chunk4:ident) => {
             pub(super) mod $name {
                 use super::*;
 
@@ -1269,14 +1365,16 @@ mod x86 {
                     }
                     let mut out = [[0f32; NR]; MR];
                     for (o, a) in out.iter_mut().zip(acc) {
-                        *o = finish(a, None, PLAIN);
+                        *o = finish_halves(a);
                     }
                     out
                 }
 
-                /// `R` activation rows against one Q4_0 (`MIN = false`) or Q4_1 group. A
-                /// 32-byte load holds two rows' nibbles; the low nibbles meet `x₀..x₁₆`
-                /// and the high ones `x₁₆..x₃₂`, each half duplicated across both lanes.
+                /// `R` activation rows against one Q4_0 (`MIN = false`) or Q4_1 group. One
+                /// 32-byte load holds two chunks of all four rows' block (low and high
+                /// nibbles, see `q4_at`); a chunk meets the row's eight activations
+                /// broadcast, so the sums come out in lanes
+                /// `[r0lo r0hi r1lo r1hi | r2lo r2hi r3lo r3hi]` with no reduction step.
                 ///
                 /// # Safety
                 /// The CPU must support the path's features.
@@ -1294,25 +1392,24 @@ mod x86 {
                     };
                     check_group(&w, blocks, format);
                     let nib = _mm256_set1_epi8(0x0F);
-                    // After `$dot4` the lanes are [r0lo r0hi r2lo r2hi | r1lo r1hi r3lo r3hi];
-                    // the scales are spread to match rather than the sums reordered.
-                    let spread = _mm256_setr_epi32(0, 0, 2, 2, 1, 1, 3, 3);
+                    let pairs = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3);
                     let mut acc = [_mm256_setzero_ps(); R];
                     let mut mn = [_mm_setzero_ps(); R];
                     for b in 0..blocks {
                         // SAFETY: `check_rows` and `check_group` keep every load in bounds.
                         unsafe {
                             let wp = w.quants.as_ptr().add(b * NR * BLOCK / 2) as *const __m256i;
-                            let (r01, r23) =
-                                (_mm256_loadu_si256(wp), _mm256_loadu_si256(wp.add(1)));
-                            let lo01 = _mm256_and_si256(r01, nib);
-                            let hi01 = _mm256_and_si256(_mm256_srli_epi16::<4>(r01), nib);
-                            let lo23 = _mm256_and_si256(r23, nib);
-                            let hi23 = _mm256_and_si256(_mm256_srli_epi16::<4>(r23), nib);
+                            let (r0, r1) = (_mm256_loadu_si256(wp), _mm256_loadu_si256(wp.add(1)));
+                            let q = [
+                                _mm256_and_si256(r0, nib),
+                                _mm256_and_si256(_mm256_srli_epi16::<4>(r0), nib),
+                                _mm256_and_si256(r1, nib),
+                                _mm256_and_si256(_mm256_srli_epi16::<4>(r1), nib),
+                            ];
                             let d4 = _mm_cvtph_ps(_mm_loadl_epi64(
                                 w.scales.as_ptr().add(b * NR) as *const __m128i
                             ));
-                            let dw = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(d4), spread);
+                            let dw = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(d4), pairs);
                             let mw = if MIN {
                                 _mm_cvtph_ps(_mm_loadl_epi64(
                                     w.mins.as_ptr().add(b * NR) as *const __m128i
@@ -1321,11 +1418,14 @@ mod x86 {
                                 _mm_setzero_ps()
                             };
                             for r in 0..R {
-                                let xp = x[r].halves.as_ptr().add(2 * b * BLOCK) as *const __m256i;
-                                let (xlo, xhi) =
-                                    (_mm256_loadu_si256(xp), _mm256_loadu_si256(xp.add(1)));
-                                let mut halves =
-                                    $dot4([lo01, hi01, lo23, hi23], [xlo, xhi, xlo, xhi]);
+                                let xp = x[r].chunks.as_ptr().add(b * BLOCK) as *const i64;
+                                let xc = [
+                                    _mm256_set1_epi64x(std::ptr::read_unaligned(xp)),
+                                    _mm256_set1_epi64x(std::ptr::read_unaligned(xp.add(1))),
+                                    _mm256_set1_epi64x(std::ptr::read_unaligned(xp.add(2))),
+                                    _mm256_set1_epi64x(std::ptr::read_unaligned(xp.add(3))),
+                                ];
+                                let mut halves = $chunk4(q, xc);
                                 if !MIN {
                                     // [8Σx_lo, 8Σx_hi] repeated: Q4_0's offset of 8, exactly.
                                     let off = std::ptr::read_unaligned(
@@ -1350,7 +1450,7 @@ mod x86 {
                     }
                     let mut out = [[0f32; NR]; MR];
                     for r in 0..R {
-                        out[r] = finish(acc[r], MIN.then_some(mn[r]), SPREAD);
+                        out[r] = finish_pairs(acc[r], MIN.then_some(mn[r]));
                     }
                     out
                 }
@@ -1490,17 +1590,19 @@ mod x86 {
         };
     }
 
-    simd_path!(avx2, "avx2,fma,f16c", dot_avx2, dot4_avx2);
+    simd_path!(avx2, "avx2,fma,f16c", dot_avx2, dot4_avx2, chunk4_avx2);
     simd_path!(
         avx_vnni,
         "avx2,fma,f16c,avxvnni",
         dot_avx_vnni,
-        dot4_avx_vnni
+        dot4_avx_vnni,
+        chunk4_avx_vnni
     );
     simd_path!(
         avx512_vnni,
         "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni",
         dot_avx512_vnni,
-        dot4_avx512_vnni
+        dot4_avx512_vnni,
+        chunk4_avx512_vnni
     );
 }
