@@ -1394,7 +1394,6 @@ mod x86 {
                     let nib = _mm256_set1_epi8(0x0F);
                     let pairs = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3);
                     let mut acc = [_mm256_setzero_ps(); R];
-                    let mut mn = [_mm_setzero_ps(); R];
                     for b in 0..blocks {
                         // SAFETY: `check_rows` and `check_group` keep every load in bounds.
                         unsafe {
@@ -1410,13 +1409,6 @@ mod x86 {
                                 w.scales.as_ptr().add(b * NR) as *const __m128i
                             ));
                             let dw = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(d4), pairs);
-                            let mw = if MIN {
-                                _mm_cvtph_ps(_mm_loadl_epi64(
-                                    w.mins.as_ptr().add(b * NR) as *const __m128i
-                                ))
-                            } else {
-                                _mm_setzero_ps()
-                            };
                             for r in 0..R {
                                 let xp = x[r].chunks.as_ptr().add(b * BLOCK) as *const i64;
                                 let xc = [
@@ -1438,12 +1430,22 @@ mod x86 {
                                     dw,
                                 );
                                 acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(halves), s, acc[r]);
-                                if MIN {
-                                    mn[r] = _mm_fmadd_ps(
-                                        mw,
-                                        _mm_set1_ps(*x[r].sums.get_unchecked(b)),
-                                        mn[r],
-                                    );
+                            }
+                        }
+                    }
+                    // Q4_1's minimum term is its own chain, so it runs as a second pass
+                    // over the (cached) minimums: the main loop keeps its registers.
+                    let mut mn = [_mm_setzero_ps(); R];
+                    if MIN {
+                        for b in 0..blocks {
+                            // SAFETY: `check_rows` and `check_group` keep every load in bounds.
+                            unsafe {
+                                let mw = _mm_cvtph_ps(_mm_loadl_epi64(
+                                    w.mins.as_ptr().add(b * NR) as *const __m128i
+                                ));
+                                for r in 0..R {
+                                    let sum = _mm_set1_ps(*x[r].sums.get_unchecked(b));
+                                    mn[r] = _mm_fmadd_ps(mw, sum, mn[r]);
                                 }
                             }
                         }
