@@ -487,9 +487,16 @@ impl<R: Rows> Span<'_, R> {
             let (block, offset) = (self.table[pos / bs].index(), pos % bs);
             let run = (bs - offset).min(n - j);
             let first_key = (block * width + self.kv_head * d) * bs + offset;
-            for k in 0..d {
-                let dst = &mut bufs.keys_t[k * CHUNK + j..k * CHUNK + j + run];
-                self.rows.key(first_key + k * bs, dst);
+            if offset == 0 && bs == CHUNK {
+                // A block is a chunk: its `[head_dim][block_size]` keys are already
+                // `keys_t`'s layout, one contiguous read instead of `d` short ones. Positions
+                // past `n` in a partly filled block are read too; their lanes get weight 0.
+                self.rows.key(first_key, &mut bufs.keys_t[..d * CHUNK]);
+            } else {
+                for k in 0..d {
+                    let dst = &mut bufs.keys_t[k * CHUNK + j..k * CHUNK + j + run];
+                    self.rows.key(first_key + k * bs, dst);
+                }
             }
             for i in 0..run {
                 let at = (block * bs + offset + i) * width + self.kv_head * d;
