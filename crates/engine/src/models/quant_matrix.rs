@@ -531,10 +531,7 @@ pub struct QuantizedActivations {
     quants: Vec<i8>,
     /// `|quants|` (Q8_0 weights): the SIMD dot takes the unsigned side from here.
     abs: Vec<i8>,
-    /// K-quant weights: per block, its first 16 quants twice then its last 16 twice, so
-    /// one 32-byte load meets two weight rows' low (or high) nibbles.
-    halves: Vec<i8>,
-    /// Q4_0/Q4_1 weights: per block its four chunks of eight (chunk `c`: quants `4c..4c+4`
+    /// Q4 and K-quant weights: per block its four chunks of eight (chunk `c`: quants `4c..4c+4`
     /// then `16+4c..16+4c+4`, as [`q4_at`] groups the weights), each broadcast whole.
     chunks: Vec<i8>,
     scales: Vec<f32>,
@@ -550,7 +547,6 @@ pub struct QuantizedActivations {
 struct XRow<'a> {
     quants: &'a [i8],
     abs: &'a [i8],
-    halves: &'a [i8],
     chunks: &'a [i8],
     scales: &'a [f32],
     offsets: &'a [[i32; 2]],
@@ -582,25 +578,13 @@ impl QuantizedActivations {
         abs.clear();
         offsets.clear();
         sums.clear();
-        self.halves.clear();
         self.chunks.clear();
-        let h = BLOCK / 2;
-        match format {
-            WeightFormat::Q8_0 => {}
-            WeightFormat::Q4_0 | WeightFormat::Q4_1 => {
-                for b in self.quants.chunks_exact(BLOCK) {
-                    for c in 0..4 {
-                        self.chunks.extend_from_slice(&b[4 * c..4 * c + 4]);
-                        self.chunks.extend_from_slice(&b[h + 4 * c..h + 4 * c + 4]);
-                    }
-                }
-            }
-            WeightFormat::Q4K | WeightFormat::Q5K | WeightFormat::Q6K => {
-                for b in self.quants.chunks_exact(BLOCK) {
-                    for half in [&b[..h], &b[h..]] {
-                        self.halves.extend_from_slice(half);
-                        self.halves.extend_from_slice(half);
-                    }
+        if format != WeightFormat::Q8_0 {
+            let h = BLOCK / 2;
+            for b in self.quants.chunks_exact(BLOCK) {
+                for c in 0..4 {
+                    self.chunks.extend_from_slice(&b[4 * c..4 * c + 4]);
+                    self.chunks.extend_from_slice(&b[h + 4 * c..h + 4 * c + 4]);
                 }
             }
         }
@@ -630,7 +614,6 @@ impl QuantizedActivations {
         XRow {
             quants: &self.quants[r * k..(r + 1) * k],
             abs: part(&self.abs, r * k..(r + 1) * k),
-            halves: part(&self.halves, 2 * r * k..2 * (r + 1) * k),
             chunks: part(&self.chunks, r * k..(r + 1) * k),
             scales: &self.scales[r * b..(r + 1) * b],
             offsets: part(&self.offsets, r * b..(r + 1) * b),
@@ -1036,36 +1019,6 @@ mod x86 {
         _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s)
     }
 
-    /// `reduce4` of four `dot_avx2`s for unsigned quants of at most 6 bits: two adjacent
-    /// maddubs lanes (four products, |Σ| ≤ 4·63·127 < 2¹⁵) are added in i16 before the
-    /// widening `madd`, so 11 single-uop steps reduce what took 13. Integer sums are
-    /// exact, so the lanes equal `reduce4`'s.
-    #[inline]
-    #[target_feature(enable = "avx2")]
-    fn dot4_avx2(u: [__m256i; 4], s: [__m256i; 4]) -> __m256i {
-        let [a, b, c, d] = std::array::from_fn(|i| _mm256_maddubs_epi16(u[i], s[i]));
-        // i16 pairs stay together (32-bit unpacks), so `madd` sums one register's lanes.
-        let ab = _mm256_add_epi16(_mm256_unpacklo_epi32(a, b), _mm256_unpackhi_epi32(a, b));
-        let cd = _mm256_add_epi16(_mm256_unpacklo_epi32(c, d), _mm256_unpackhi_epi32(c, d));
-        let ones = _mm256_set1_epi16(1);
-        let (ab, cd) = (_mm256_madd_epi16(ab, ones), _mm256_madd_epi16(cd, ones));
-        _mm256_add_epi32(_mm256_unpacklo_epi64(ab, cd), _mm256_unpackhi_epi64(ab, cd))
-    }
-
-    #[inline]
-    #[target_feature(enable = "avx2,avxvnni")]
-    fn dot4_avx_vnni(u: [__m256i; 4], s: [__m256i; 4]) -> __m256i {
-        let [a, b, c, d] = std::array::from_fn(|i| dot_avx_vnni(u[i], s[i]));
-        reduce4(a, b, c, d)
-    }
-
-    #[inline]
-    #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl,avx512vnni")]
-    fn dot4_avx512_vnni(u: [__m256i; 4], s: [__m256i; 4]) -> __m256i {
-        let [a, b, c, d] = std::array::from_fn(|i| dot_avx512_vnni(u[i], s[i]));
-        reduce4(a, b, c, d)
-    }
-
     /// Eight i32 sums, over four chunks, of four adjacent u8×i8 products (lane `l` covers
     /// bytes `4l..4l+4` of every chunk). For nibbles (≤ 15) an i16 lane of the four
     /// chunks' `maddubs` sums eight products, |Σ| ≤ 8·15·127 < 2¹⁵, so one widening `madd`
@@ -1100,6 +1053,42 @@ mod x86 {
         let acc = _mm256_dpbusd_epi32(acc, w[1], x[1]);
         let acc = _mm256_dpbusd_epi32(acc, w[2], x[2]);
         _mm256_dpbusd_epi32(acc, w[3], x[3])
+    }
+
+    /// [`chunk4_avx2`] for 6-bit quants (Q6K, ≤ 63): two chunks' `maddubs` per i16 lane
+    /// (four products, |Σ| ≤ 4·63·127 < 2¹⁵) before each widening `madd`.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn chunk4w_avx2(w: [__m256i; 4], x: [__m256i; 4]) -> __m256i {
+        let ones = _mm256_set1_epi16(1);
+        let a = _mm256_add_epi16(
+            _mm256_maddubs_epi16(w[0], x[0]),
+            _mm256_maddubs_epi16(w[1], x[1]),
+        );
+        let b = _mm256_add_epi16(
+            _mm256_maddubs_epi16(w[2], x[2]),
+            _mm256_maddubs_epi16(w[3], x[3]),
+        );
+        _mm256_add_epi32(_mm256_madd_epi16(a, ones), _mm256_madd_epi16(b, ones))
+    }
+
+    /// One activation block's four chunks of eight, each broadcast to every row's place.
+    ///
+    /// # Safety
+    /// `p` must point at 32 readable bytes.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    unsafe fn chunks_of(p: *const i8) -> [__m256i; 4] {
+        let p = p as *const i64;
+        // SAFETY: the caller's contract; unaligned 8-byte reads.
+        unsafe {
+            [
+                _mm256_set1_epi64x(std::ptr::read_unaligned(p)),
+                _mm256_set1_epi64x(std::ptr::read_unaligned(p.add(1))),
+                _mm256_set1_epi64x(std::ptr::read_unaligned(p.add(2))),
+                _mm256_set1_epi64x(std::ptr::read_unaligned(p.add(3))),
+            ]
+        }
     }
 
     /// Sums the four lanes of each 128-bit half of `a`, `b`, `c`, `d` (i32 lanes 0..4 and
@@ -1155,8 +1144,8 @@ mod x86 {
         out
     }
 
-    /// A K-quant block's four 32-byte vectors `[lo01, hi01, lo23, hi23]` (row pair ×
-    /// half, as the Q4 tile splits a block), each byte a whole quant: the nibble plus
+    /// A K-quant block's four 32-byte vectors, chunks 0..4 of the four rows (as the Q4
+    /// tile splits a block), each byte a whole quant: the nibble plus
     /// `EXTRA` high bits (0: Q4K, 1: Q5K, 2: Q6K) from where `k_quants` lays them out.
     ///
     /// # Safety
@@ -1221,16 +1210,16 @@ mod x86 {
         _mm_cvtph_ps(unsafe { _mm_loadl_epi64(p as *const __m128i) })
     }
 
-    /// The whole block's integer per weight row from `reduce4`'s half sums
-    /// `[r0lo r0hi r2lo r2hi | r1lo r1hi r3lo r3hi]`: each pair added, twice over.
+    /// The whole block's integer per weight row from the half sums
+    /// `[r0lo r0hi r1lo r1hi | r2lo r2hi r3lo r3hi]`: each pair added, twice over.
     #[inline]
     #[target_feature(enable = "avx2")]
     fn pair_sums(halves: __m256i) -> __m256i {
         _mm256_add_epi32(halves, _mm256_shuffle_epi32::<0b10_11_00_01>(halves))
     }
 
-    /// The K-quant tiles' result: row j's lane of `acc` (lanes 0, 4, 2, 6 after
-    /// `pair_sums`) minus its minimum term.
+    /// The K-quant tiles' result: row j's lane of `acc` (lane `2j` after `pair_sums`)
+    /// minus its minimum term.
     #[inline]
     #[target_feature(enable = "avx2")]
     fn finish_k(acc: __m256, mn: __m128) -> [f32; NR] {
@@ -1240,7 +1229,7 @@ mod x86 {
             _mm256_storeu_ps(lanes.as_mut_ptr(), acc);
             _mm_storeu_ps(m.as_mut_ptr(), mn);
         }
-        std::array::from_fn(|j| lanes[[0, 4, 2, 6][j]] - m[j])
+        std::array::from_fn(|j| lanes[2 * j] - m[j])
     }
 
     /// Checks every read of the activation rows a tile of `blocks` blocks makes is in
@@ -1250,17 +1239,11 @@ mod x86 {
             assert!(row.quants.len() >= blocks * BLOCK && row.scales.len() >= blocks);
             match format {
                 WeightFormat::Q8_0 => assert!(row.abs.len() >= blocks * BLOCK),
-                WeightFormat::Q4_0 => {
+                WeightFormat::Q4_0 | WeightFormat::Q6K => {
                     assert!(row.offsets.len() >= blocks && row.chunks.len() >= blocks * BLOCK)
                 }
-                WeightFormat::Q4_1 => {
+                WeightFormat::Q4_1 | WeightFormat::Q4K | WeightFormat::Q5K => {
                     assert!(row.sums.len() >= blocks && row.chunks.len() >= blocks * BLOCK)
-                }
-                WeightFormat::Q4K | WeightFormat::Q5K => {
-                    assert!(row.sums.len() >= blocks && row.halves.len() >= 2 * blocks * BLOCK)
-                }
-                WeightFormat::Q6K => {
-                    assert!(row.offsets.len() >= blocks && row.halves.len() >= 2 * blocks * BLOCK)
                 }
             }
         }
@@ -1281,7 +1264,7 @@ mod x86 {
     }
 
     macro_rules! simd_path {
-        ($name:ident, $features:literal, $dot:ident, $dot4:ident, $chunk4:ident) => {
+        ($name:ident, $features:literal, $dot:ident, $chunk4:ident, $chunk4w:ident) => {
             pub(super) mod $name {
                 use super::*;
 
@@ -1410,13 +1393,7 @@ mod x86 {
                             ));
                             let dw = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(d4), pairs);
                             for r in 0..R {
-                                let xp = x[r].chunks.as_ptr().add(b * BLOCK) as *const i64;
-                                let xc = [
-                                    _mm256_set1_epi64x(std::ptr::read_unaligned(xp)),
-                                    _mm256_set1_epi64x(std::ptr::read_unaligned(xp.add(1))),
-                                    _mm256_set1_epi64x(std::ptr::read_unaligned(xp.add(2))),
-                                    _mm256_set1_epi64x(std::ptr::read_unaligned(xp.add(3))),
-                                ];
+                                let xc = chunks_of(x[r].chunks.as_ptr().add(b * BLOCK));
                                 let mut halves = $chunk4(q, xc);
                                 if !MIN {
                                     // [8Σx_lo, 8Σx_hi] repeated: Q4_0's offset of 8, exactly.
@@ -1477,7 +1454,7 @@ mod x86 {
                     };
                     check_group(&w, blocks, format);
                     let qb = format.quant_bytes();
-                    let spread = _mm256_setr_epi32(0, 0, 2, 2, 1, 1, 3, 3);
+                    let pairs = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3);
                     let mut acc = [_mm256_setzero_ps(); R];
                     let mut mn = [_mm_setzero_ps(); R];
                     let mut d = _mm256_setzero_ps();
@@ -1504,13 +1481,11 @@ mod x86 {
                                 w.sub.as_ptr().add(b * 2 * NR) as *const __m128i,
                             )));
                             let scaled = _mm256_mul_ps(d, sub);
-                            let dw = _mm256_permutevar8x32_ps(scaled, spread);
+                            let dw = _mm256_permutevar8x32_ps(scaled, pairs);
                             let mw = _mm256_extractf128_ps::<1>(scaled);
                             for r in 0..R {
-                                let xp = x[r].halves.as_ptr().add(2 * b * BLOCK) as *const __m256i;
-                                let (xlo, xhi) =
-                                    (_mm256_loadu_si256(xp), _mm256_loadu_si256(xp.add(1)));
-                                let whole = pair_sums($dot4(q, [xlo, xhi, xlo, xhi]));
+                                let xc = chunks_of(x[r].chunks.as_ptr().add(b * BLOCK));
+                                let whole = pair_sums($chunk4(q, xc));
                                 let s = _mm256_mul_ps(
                                     _mm256_set1_ps(*x[r].scales.get_unchecked(b)),
                                     dw,
@@ -1546,9 +1521,9 @@ mod x86 {
                 ) -> Tile {
                     check_group(&w, blocks, WeightFormat::Q6K);
                     let qb = WeightFormat::Q6K.quant_bytes();
-                    let spread = _mm256_setr_epi32(0, 0, 2, 2, 1, 1, 3, 3);
+                    let pairs = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3);
                     // Scales `[lo₀..lo₃, hi₀..hi₃]` into the half sums' lane order.
-                    let order = _mm256_setr_epi32(0, 4, 2, 6, 1, 5, 3, 7);
+                    let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
                     let mut acc = [_mm256_setzero_ps(); R];
                     let mut dw = _mm256_setzero_ps();
                     for b in 0..blocks {
@@ -1561,13 +1536,11 @@ mod x86 {
                             let sc = _mm256_permutevar8x32_epi32(sc, order);
                             if b % SUB == 0 {
                                 let d4 = f16x4(w.scales.as_ptr().add((b / SUB) * NR));
-                                dw = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(d4), spread);
+                                dw = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(d4), pairs);
                             }
                             for r in 0..R {
-                                let xp = x[r].halves.as_ptr().add(2 * b * BLOCK) as *const __m256i;
-                                let (xlo, xhi) =
-                                    (_mm256_loadu_si256(xp), _mm256_loadu_si256(xp.add(1)));
-                                let halves = $dot4(q, [xlo, xhi, xlo, xhi]);
+                                let xc = chunks_of(x[r].chunks.as_ptr().add(b * BLOCK));
+                                let halves = $chunk4w(q, xc);
                                 // [32Σx_lo, 32Σx_hi] repeated: the offset of 32, exactly.
                                 let off = std::ptr::read_unaligned(
                                     x[r].offsets.as_ptr().add(b) as *const i64
@@ -1592,19 +1565,20 @@ mod x86 {
         };
     }
 
-    simd_path!(avx2, "avx2,fma,f16c", dot_avx2, dot4_avx2, chunk4_avx2);
+    simd_path!(avx2, "avx2,fma,f16c", dot_avx2, chunk4_avx2, chunk4w_avx2);
+    // VNNI accumulates in i32, so 6-bit quants need no wider variant.
     simd_path!(
         avx_vnni,
         "avx2,fma,f16c,avxvnni",
         dot_avx_vnni,
-        dot4_avx_vnni,
+        chunk4_avx_vnni,
         chunk4_avx_vnni
     );
     simd_path!(
         avx512_vnni,
         "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni",
         dot_avx512_vnni,
-        dot4_avx512_vnni,
+        chunk4_avx512_vnni,
         chunk4_avx512_vnni
     );
 }

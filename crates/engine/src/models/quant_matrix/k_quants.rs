@@ -1,21 +1,21 @@
 //! K-quants (Q4K, Q5K, Q6K): repacking GGUF super-blocks into the interleaved tiles, the
 //! exact dequantization, and the portable kernel the SIMD paths must equal.
 //!
-//! A super-block of 256 becomes eight of our 32-blocks. Per 32-block and row we keep the
-//! nibbles in the Q4 encoding (byte `i` holds elements `i` and `i + 16`) and the
-//! sub-block scales as bytes; per super-block and row the f16 `d` (and `dmin`). Nothing is
-//! widened to f32, so decode reads about the file's bits per weight: Q4K 4.625 (file 4.5:
-//! the 6-bit scales take a byte each), Q5K 5.625 (5.5), Q6K 6.5625 (the same).
+//! A super-block of 256 becomes eight of our 32-blocks. Per 32-block the four rows' nibbles
+//! are grouped as Q4_0's (`q4_at`: four chunks of eight elements per row) and the
+//! sub-block scales kept as bytes; per super-block and row the f16 `d` (and `dmin`).
+//! Nothing is widened to f32, so decode reads about the file's bits per weight: Q4K 4.625
+//! (file 4.5: the 6-bit scales take a byte each), Q5K 5.625 (5.5), Q6K 6.5625 (the same).
 //!
 //! The high bits (Q5K: one, Q6K: two per element) follow the nibbles of the block's four
-//! rows, laid out for the tile kernel: it holds a block as four 32-byte vectors `c` (row
-//! pair `c / 2`, half `c % 2`), byte `p` being element `16·(c % 2) + p % 16` of row
-//! `2·(c / 2) + p / 16`. Q6K keeps the top two bits of vector `c`'s byte `p` at bits
+//! rows, laid out for the tile kernel: it holds a block as four 32-byte vectors `c` (the
+//! block's chunk `c` of all four rows, `vector_byte`), byte `p` being position `p % 8` of
+//! row `p / 8`'s chunk. Q6K keeps the top two bits of vector `c`'s byte `p` at bits
 //! `2c..2c + 2` of byte `p` (32 bytes, one shift and mask per vector); Q5K keeps the fifth
 //! bit of vector `c`'s byte `p` at bit `c + 4·(p / 16)` of byte `p % 16` (16 bytes: one
 //! broadcast and a per-lane shift bring each 128-bit lane's bits down).
 
-use super::{f16, Group, QuantMatrix, WeightFormat, XRow, BLOCK, NR, SUB, SUPER};
+use super::{f16, q4_at, Group, QuantMatrix, WeightFormat, XRow, BLOCK, NR, SUB, SUPER};
 
 /// Nibble bytes of one block's four rows; the high bits follow.
 const NIBBLES: usize = NR * BLOCK / 2;
@@ -117,8 +117,9 @@ impl QuantMatrix {
 
 /// Quant `e` of row `j` in one block's bytes (`NR · quant_bytes`), as laid out above.
 pub(super) fn get(format: WeightFormat, span: &[u8], j: usize, e: usize) -> u8 {
-    let nibble = (span[j * BLOCK / 2 + e % 16] >> (4 * (e / 16))) & 0x0F;
-    let (c, p) = (2 * (j / 2) + e / 16, 16 * (j % 2) + e % 16);
+    let (at, shift) = q4_at(j, e);
+    let nibble = (span[at] >> shift) & 0x0F;
+    let (c, p) = vector_byte(j, e);
     let high = match format {
         WeightFormat::Q5K => (span[NIBBLES + p % 16] >> (c + 4 * (p / 16))) & 1,
         WeightFormat::Q6K => (span[NIBBLES + p] >> (2 * c)) & 3,
@@ -127,10 +128,18 @@ pub(super) fn get(format: WeightFormat, span: &[u8], j: usize, e: usize) -> u8 {
     nibble | high << 4
 }
 
+/// The tile kernel's vector `c` (a chunk of the block) and byte `p` holding element `e` of
+/// row `j`: the nibbles' place (`q4_at`) seen after masking and shifting.
+fn vector_byte(j: usize, e: usize) -> (usize, usize) {
+    let (at, shift) = q4_at(j, e);
+    (2 * (at / 32) + shift as usize / 4, at % 32)
+}
+
 /// Stores quant `e` of row `j` (the inverse of [`get`]); `span` starts zeroed.
 fn put(format: WeightFormat, span: &mut [u8], j: usize, e: usize, q: u8) {
-    span[j * BLOCK / 2 + e % 16] |= (q & 0x0F) << (4 * (e / 16));
-    let (c, p) = (2 * (j / 2) + e / 16, 16 * (j % 2) + e % 16);
+    let (at, shift) = q4_at(j, e);
+    span[at] |= (q & 0x0F) << shift;
+    let (c, p) = vector_byte(j, e);
     match format {
         WeightFormat::Q5K => span[NIBBLES + p % 16] |= (q >> 4 & 1) << (c + 4 * (p / 16)),
         WeightFormat::Q6K => span[NIBBLES + p] |= (q >> 4 & 3) << (2 * c),
