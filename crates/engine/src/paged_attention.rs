@@ -96,6 +96,7 @@ fn attend(
         positions: &batch.positions,
         shape,
         isa,
+        many_seqs: batch.seqs.len() >= 4 * rayon::current_num_threads(),
     };
     for_each_seq(
         &batch.seqs,
@@ -136,6 +137,8 @@ struct Ctx<'a> {
     positions: &'a [usize],
     shape: AttentionShape,
     isa: Isa,
+    /// Enough sequences to keep every thread busy one sequence at a time.
+    many_seqs: bool,
 }
 
 impl Ctx<'_> {
@@ -150,9 +153,11 @@ impl Ctx<'_> {
     /// One sequence's rows: tiles in parallel, or a long decode row split by partition.
     fn seq(&self, seq: &BatchSeq, out: &mut [f32]) {
         let rows = seq.rows.clone();
-        // A lone decode row splits by KV head (and partition), or one thread would do it
-        // all while the others wait: one tile holds every KV head of its rows.
-        if rows.len() == 1 {
+        // A decode row splits by KV head (and partition) when few sequences share the
+        // threads or its context is long, or one thread would do it all while the others
+        // wait: one tile holds every KV head of its rows. Among many short decodes the
+        // split would only add a fork per row. Both give the same bits.
+        if rows.len() == 1 && (!self.many_seqs || self.positions[rows.start] >= 2 * PARTITION) {
             return self.split_decode(seq, rows.start, out);
         }
         let w = self.row_width();
