@@ -3,9 +3,9 @@
 //! path bit for bit the same.
 //!
 //! Layout: weight rows are grouped by [`NR`]; a group's blocks are interleaved
-//! (`[group][block][row in group]`), so one tile reads a group's block contiguously. Q8_0
-//! quants keep GGUF's bytes; Q4 nibbles are regrouped within a group's block (see
-//! [`q4_at`]) so that one 32-byte load holds eight elements of each of the four rows. The
+//! (`[group][block][row in group]`), so one tile reads a group's block contiguously. The
+//! quants are regrouped within a group's block (see [`q4_at`], [`q8_at`]) so that one
+//! 32-byte vector holds the same eight elements of each of the four rows. The
 //! f16 scales (and Q4_1 minimums) stay f16: decode reads the file's bytes, not more.
 //!
 //! Activations are quantized per row to int8 blocks of 32 (scale = amax/127, round half away
@@ -168,15 +168,13 @@ impl QuantMatrix {
                     _ => &src[2..],
                 };
                 let qb = format.quant_bytes();
+                let j = row % NR;
+                let span = &mut m.quants[(at - j) * qb..][..NR * qb];
                 if format == WeightFormat::Q8_0 {
-                    let dst = &mut m.quants[at * qb..][..qb];
-                    dst.copy_from_slice(qs);
-                    for q in dst.iter_mut().filter(|q| **q == 0x80) {
-                        *q = (-127i8) as u8;
+                    for (e, &q) in qs.iter().enumerate() {
+                        span[q8_at(j, e)] = if q == 0x80 { (-127i8) as u8 } else { q };
                     }
                 } else {
-                    let j = row % NR;
-                    let span = &mut m.quants[(at - j) * qb..][..NR * qb];
                     // GGUF's byte `i` holds elements `i` (low nibble) and `i + 16`.
                     for (i, &byte) in qs.iter().enumerate() {
                         q4_put(span, j, i, byte & 0x0F);
@@ -201,8 +199,10 @@ impl QuantMatrix {
                 let mut q = [0i8; BLOCK];
                 let d = quantize_block(src.try_into().ok()?, &mut q);
                 m.scales[at] = f16::from_f32(d).to_bits();
-                for (dst, q) in m.quants[at * BLOCK..][..BLOCK].iter_mut().zip(q) {
-                    *dst = q as u8;
+                let j = row % NR;
+                let span = &mut m.quants[(at - j) * BLOCK..][..NR * BLOCK];
+                for (e, q) in q.into_iter().enumerate() {
+                    span[q8_at(j, e)] = q as u8;
                 }
             }
         }
@@ -280,12 +280,12 @@ impl QuantMatrix {
             let at = self.slot(r, b);
             let d = f16::from_bits(self.scales[at]).to_f32();
             let qb = self.format.quant_bytes();
-            let (j, q) = (r % NR, &self.quants[at * qb..][..qb]);
+            let j = r % NR;
             let span = &self.quants[(at - j) * qb..][..NR * qb];
             match self.format {
                 WeightFormat::Q8_0 => {
-                    for (o, &q) in out.iter_mut().zip(q) {
-                        *o = d * (q as i8) as f32;
+                    for (e, o) in out.iter_mut().enumerate() {
+                        *o = d * (span[q8_at(j, e)] as i8) as f32;
                     }
                 }
                 WeightFormat::Q4_0 => {
@@ -495,6 +495,14 @@ fn q4_put(span: &mut [u8], j: usize, e: usize, q: u8) {
     span[at] |= (q & 0x0F) << shift;
 }
 
+/// Where element `e` of row `j` sits in a Q8_0 group's block (`NR · 32` bytes): chunks as
+/// [`q4_at`]'s, chunk `c` of all four rows being bytes `32c..32c + 32`, row `j`'s eight at
+/// `32c + 8j`.
+fn q8_at(j: usize, e: usize) -> usize {
+    let (half, i) = (e / (BLOCK / 2), e % (BLOCK / 2));
+    32 * (i / 4) + 8 * j + i % 4 + 4 * half
+}
+
 /// One weight group's blocks, as the tile kernels read them.
 #[derive(Clone, Copy)]
 struct Group<'a> {
@@ -529,9 +537,7 @@ pub struct QuantizedActivations {
     m: usize,
     k: usize,
     quants: Vec<i8>,
-    /// `|quants|` (Q8_0 weights): the SIMD dot takes the unsigned side from here.
-    abs: Vec<i8>,
-    /// Q4 and K-quant weights: per block its four chunks of eight (chunk `c`: quants `4c..4c+4`
+    /// Per block its four chunks of eight (chunk `c`: quants `4c..4c+4`
     /// then `16+4c..16+4c+4`, as [`q4_at`] groups the weights), each broadcast whole.
     chunks: Vec<i8>,
     scales: Vec<f32>,
@@ -546,7 +552,6 @@ pub struct QuantizedActivations {
 #[derive(Clone, Copy)]
 struct XRow<'a> {
     quants: &'a [i8],
-    abs: &'a [i8],
     chunks: &'a [i8],
     scales: &'a [f32],
     offsets: &'a [[i32; 2]],
@@ -574,23 +579,19 @@ impl QuantizedActivations {
                 .zip(self.scales.chunks_exact_mut(blocks))
                 .for_each(one);
         }
-        let (abs, offsets, sums) = (&mut self.abs, &mut self.offsets, &mut self.sums);
-        abs.clear();
+        let (offsets, sums) = (&mut self.offsets, &mut self.sums);
         offsets.clear();
         sums.clear();
         self.chunks.clear();
-        if format != WeightFormat::Q8_0 {
-            let h = BLOCK / 2;
-            for b in self.quants.chunks_exact(BLOCK) {
-                for c in 0..4 {
-                    self.chunks.extend_from_slice(&b[4 * c..4 * c + 4]);
-                    self.chunks.extend_from_slice(&b[h + 4 * c..h + 4 * c + 4]);
-                }
+        let h = BLOCK / 2;
+        for b in self.quants.chunks_exact(BLOCK) {
+            for c in 0..4 {
+                self.chunks.extend_from_slice(&b[4 * c..4 * c + 4]);
+                self.chunks.extend_from_slice(&b[h + 4 * c..h + 4 * c + 4]);
             }
         }
         match format {
-            // Cannot overflow: quantization never produces −128.
-            WeightFormat::Q8_0 => abs.extend(self.quants.iter().map(|q| q.abs())),
+            WeightFormat::Q8_0 => {}
             WeightFormat::Q4_0 => offsets.extend(self.quants.chunks_exact(BLOCK).map(|b| {
                 let (lo, hi) = b.split_at(BLOCK / 2);
                 [8 * sum_i8(lo), 8 * sum_i8(hi)]
@@ -613,7 +614,6 @@ impl QuantizedActivations {
         let (k, b) = (self.k, self.k / BLOCK);
         XRow {
             quants: &self.quants[r * k..(r + 1) * k],
-            abs: part(&self.abs, r * k..(r + 1) * k),
             chunks: part(&self.chunks, r * k..(r + 1) * k),
             scales: &self.scales[r * b..(r + 1) * b],
             offsets: part(&self.offsets, r * b..(r + 1) * b),
@@ -819,7 +819,7 @@ fn tiles(
 }
 
 mod portable {
-    use super::{f16, q4_get, Group, WeightFormat, XRow, BLOCK, NR};
+    use super::{f16, q4_get, q8_at, Group, WeightFormat, XRow, BLOCK, NR};
 
     /// One activation row against one weight group, in the shared per-element sequence.
     pub(super) fn row(format: WeightFormat, w: Group, x: &XRow) -> [f32; NR] {
@@ -832,10 +832,9 @@ mod portable {
             let span = &w.quants[b * NR * qb..(b + 1) * NR * qb];
             for j in 0..NR {
                 let at = b * NR + j;
-                let wb = &w.quants[at * qb..(at + 1) * qb];
                 let s = x.scales[b] * f16::from_bits(w.scales[at]).to_f32();
                 let (l, h) = match format {
-                    WeightFormat::Q8_0 => q8_halves(wb, xb),
+                    WeightFormat::Q8_0 => q8_halves(span, j, xb),
                     WeightFormat::Q4_0 => {
                         let (l, h) = q4_halves(span, j, xb);
                         (l - x.offsets[b][0], h - x.offsets[b][1])
@@ -867,13 +866,12 @@ mod portable {
         w.zip(x).map(|(w, &x)| w * x as i32).sum()
     }
 
-    /// Integer dots of the first and second 16 elements of a Q8_0 block.
-    fn q8_halves(w: &[u8], x: &[i8]) -> (i32, i32) {
+    /// Integer dots of row `j`'s quants in a Q8_0 group's block with the first and second
+    /// 16 elements of `x`.
+    fn q8_halves(span: &[u8], j: usize, x: &[i8]) -> (i32, i32) {
         let h = BLOCK / 2;
-        (
-            dot(w[..h].iter().map(|&q| q as i8 as i32), &x[..h]),
-            dot(w[h..].iter().map(|&q| q as i8 as i32), &x[h..]),
-        )
+        let q = |e: usize| span[q8_at(j, e)] as i8 as i32;
+        (dot((0..h).map(q), &x[..h]), dot((h..BLOCK).map(q), &x[h..]))
     }
 
     /// Integer dots of row `j`'s unsigned nibbles in a group's block with the first and
@@ -1091,41 +1089,6 @@ mod x86 {
         }
     }
 
-    /// Sums the four lanes of each 128-bit half of `a`, `b`, `c`, `d` (i32 lanes 0..4 and
-    /// 4..8 of each) into `[a₀, b₀, c₀, d₀, a₁, b₁, c₁, d₁]`, where `x₀`/`x₁` are the low
-    /// and high half sums. Interleave-and-add rather than `hadd`, which is microcoded as
-    /// several uops on AMD; integer sums are exact, so the grouping does not matter.
-    #[inline]
-    #[target_feature(enable = "avx2")]
-    fn reduce4(a: __m256i, b: __m256i, c: __m256i, d: __m256i) -> __m256i {
-        let ab = _mm256_add_epi32(_mm256_unpacklo_epi32(a, b), _mm256_unpackhi_epi32(a, b));
-        let cd = _mm256_add_epi32(_mm256_unpacklo_epi32(c, d), _mm256_unpackhi_epi32(c, d));
-        _mm256_add_epi32(_mm256_unpacklo_epi64(ab, cd), _mm256_unpackhi_epi64(ab, cd))
-    }
-
-    /// The group's four f16 values of one block, twice: `[v₀..v₃, v₀..v₃]`.
-    ///
-    /// # Safety
-    /// `p` must point at four readable u16s.
-    #[inline]
-    #[target_feature(enable = "avx2,f16c")]
-    unsafe fn f16x4_twice(p: *const u16) -> __m256 {
-        // SAFETY: the caller's contract; loadl reads 8 bytes unaligned.
-        let v = _mm_cvtph_ps(unsafe { _mm_loadl_epi64(p as *const __m128i) });
-        _mm256_set_m128(v, v)
-    }
-
-    /// Per weight row `j`: `lo + hi` from lanes `j` and `j + 4` (the Q8_0 tile's order).
-    #[inline]
-    #[target_feature(enable = "avx2")]
-    fn finish_halves(acc: __m256) -> [f32; NR] {
-        let rows = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps::<1>(acc));
-        let mut out = [0f32; NR];
-        // SAFETY: `out` is 4 f32s; storeu has no alignment requirement.
-        unsafe { _mm_storeu_ps(out.as_mut_ptr(), rows) };
-        out
-    }
-
     /// Per weight row `j`: `lo + hi` from lanes `2j` and `2j + 1` (the Q4 tile's order),
     /// plus Q4_1's minimum term.
     #[inline]
@@ -1238,7 +1201,7 @@ mod x86 {
         for row in &x[..R] {
             assert!(row.quants.len() >= blocks * BLOCK && row.scales.len() >= blocks);
             match format {
-                WeightFormat::Q8_0 => assert!(row.abs.len() >= blocks * BLOCK),
+                WeightFormat::Q8_0 => assert!(row.chunks.len() >= blocks * BLOCK),
                 WeightFormat::Q4_0 | WeightFormat::Q6K => {
                     assert!(row.offsets.len() >= blocks && row.chunks.len() >= blocks * BLOCK)
                 }
@@ -1300,8 +1263,9 @@ mod x86 {
                     }
                 }
 
-                /// `R` activation rows against one Q8_0 weight group: per row, `|x|`
-                /// against the weights signed by `x`; lanes `[lo₀..lo₃, hi₀..hi₃]`.
+                /// `R` activation rows against one Q8_0 weight group: per chunk, `|w|`
+                /// against the row's broadcast activations signed by `w`; lanes
+                /// `[r0lo r0hi r1lo r1hi | r2lo r2hi r3lo r3hi]` as the Q4 tile's.
                 ///
                 /// # Safety
                 /// The CPU must support the path's features.
@@ -1313,6 +1277,7 @@ mod x86 {
                     blocks: usize,
                 ) -> Tile {
                     check_group(&w, blocks, WeightFormat::Q8_0);
+                    let pairs = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3);
                     let mut acc = [_mm256_setzero_ps(); R];
                     for b in 0..blocks {
                         // SAFETY: `check_rows` and `check_group` keep every load in bounds.
@@ -1324,19 +1289,29 @@ mod x86 {
                                 _mm256_loadu_si256(wp.add(2)),
                                 _mm256_loadu_si256(wp.add(3)),
                             ];
-                            let dw = f16x4_twice(w.scales.as_ptr().add(b * NR));
+                            // −128 never occurs (read as −127), so `|w|` fits u8 ≤ 127 and
+                            // maddubs pairs stay ≤ 2·127·127 < 2¹⁵.
+                            let wa = [
+                                _mm256_abs_epi8(wv[0]),
+                                _mm256_abs_epi8(wv[1]),
+                                _mm256_abs_epi8(wv[2]),
+                                _mm256_abs_epi8(wv[3]),
+                            ];
+                            let d4 = _mm_cvtph_ps(_mm_loadl_epi64(
+                                w.scales.as_ptr().add(b * NR) as *const __m128i
+                            ));
+                            let dw = _mm256_permutevar8x32_ps(_mm256_castps128_ps256(d4), pairs);
                             for r in 0..R {
-                                let at = b * BLOCK;
-                                let xq = _mm256_loadu_si256(
-                                    x[r].quants.as_ptr().add(at) as *const __m256i
-                                );
-                                let xa =
-                                    _mm256_loadu_si256(x[r].abs.as_ptr().add(at) as *const __m256i);
-                                let halves = reduce4(
-                                    $dot(xa, _mm256_sign_epi8(wv[0], xq)),
-                                    $dot(xa, _mm256_sign_epi8(wv[1], xq)),
-                                    $dot(xa, _mm256_sign_epi8(wv[2], xq)),
-                                    $dot(xa, _mm256_sign_epi8(wv[3], xq)),
+                                let xc = chunks_of(x[r].chunks.as_ptr().add(b * BLOCK));
+                                let halves = _mm256_add_epi32(
+                                    _mm256_add_epi32(
+                                        $dot(wa[0], _mm256_sign_epi8(xc[0], wv[0])),
+                                        $dot(wa[1], _mm256_sign_epi8(xc[1], wv[1])),
+                                    ),
+                                    _mm256_add_epi32(
+                                        $dot(wa[2], _mm256_sign_epi8(xc[2], wv[2])),
+                                        $dot(wa[3], _mm256_sign_epi8(xc[3], wv[3])),
+                                    ),
                                 );
                                 let s = _mm256_mul_ps(
                                     _mm256_set1_ps(*x[r].scales.get_unchecked(b)),
@@ -1348,7 +1323,7 @@ mod x86 {
                     }
                     let mut out = [[0f32; NR]; MR];
                     for (o, a) in out.iter_mut().zip(acc) {
-                        *o = finish_halves(a);
+                        *o = finish_pairs(a, None);
                     }
                     out
                 }
