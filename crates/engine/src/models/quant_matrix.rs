@@ -22,8 +22,12 @@
 //! (both exact in f32), `acc = fma(i, d_x·dw, acc)` and `mn = fma(mw, d_x·Σx, mn)`; the
 //! result is `acc − mn`. Q6K: per 16-element half the integer dot less `32·Σx`, times the
 //! half's int8 scale, both added as integers (`|i| ≤ 2·128·16·32·127 < 2²⁴`, exact in f32),
-//! then `acc = fma(i, d_x·d, acc)`; the result is `acc`. On AVX2, maddubs pairs of u8 quants
-//! (≤ 63) and int8 activations (|x| ≤ 127) stay ≤ 16002, so its i16 sums never saturate.
+//! then `acc = fma(i, d_x·d, acc)`; the result is `acc`.
+//!
+//! On AVX2 the integer dots are `maddubs` (u8 × i8 pairs into i16) summed over a block's
+//! chunks in i16 while that cannot overflow (nibbles: eight products of ≤ 15·127; Q5K ≤ 31;
+//! Q6K four at a time; Q8_0 none, as `|w| ≤ 127`), then widened by `madd`: exactly the
+//! integers VNNI's `vpdpbusd` accumulates.
 
 mod k_quants;
 
