@@ -5,6 +5,7 @@ use crate::checkpoint::{self, default_model_path, Checkpoint, DummyCheckpoint, D
 use crate::config_validation::{ConfigError, KvPlan};
 use crate::engine::{Engine, EngineConfig};
 use crate::error::{EngineError, Result};
+use crate::hf_overrides::HfOverrides;
 use crate::kv_cache::KvCacheDtype;
 use crate::model_config::ModelConfig;
 use crate::models::WeightMode;
@@ -18,13 +19,17 @@ const GIB: f64 = (1u64 << 30) as f64;
 #[derive(Args, Debug, Clone)]
 pub struct EngineArgs {
     /// A .gguf file or a Hugging Face directory; with --load-format dummy, a shape name
-    /// (qwen3-0.6b, qwen2.5-0.5b, llama-3.2-1b, smollm2-135m). Default: the cached
-    /// SmolLM2-135M-Instruct Q4_1.
+    /// (qwen3-0.6b, qwen3-30b-a3b, qwen2.5-0.5b, llama-3.2-1b, smollm2-135m). Default: the
+    /// cached SmolLM2-135M-Instruct Q4_1.
     #[arg(long)]
     pub model: Option<String>,
     /// `auto` reads the checkpoint; `dummy` makes random weights of the named shape.
     #[arg(long, default_value = "auto")]
     pub load_format: String,
+    /// A JSON object of Hugging Face config keys laid over the model's config, e.g.
+    /// '{"num_hidden_layers": 8}' (also max_position_embeddings, num_experts_per_tok).
+    #[arg(long)]
+    pub hf_overrides: Option<HfOverrides>,
     /// Weight type for --load-format dummy: q4_0, q4_1, q8_0, q4_k, q5_k, q6_k (matrices
     /// narrower than whole 256-blocks: q8_0), bf16 or f32.
     #[arg(long, default_value = "q8_0")]
@@ -149,9 +154,21 @@ impl EngineArgs {
     /// The one validation step for these flags against `model`, without loading weights;
     /// a refusal names the flag the operator typed.
     pub fn plan(&self, model: &ModelConfig) -> std::result::Result<KvPlan, ConfigError> {
-        self.engine_config()?
-            .plan(model)
-            .map_err(|bad| self.as_typed(bad))
+        let config = self.engine_config()?;
+        let mut model = model.clone();
+        self.apply_overrides(&mut model)?;
+        config.plan(&model).map_err(|bad| self.as_typed(bad))
+    }
+
+    /// `--hf-overrides` laid over `model`; a key that cannot apply to it is refused by the
+    /// flag's name.
+    fn apply_overrides(&self, model: &mut ModelConfig) -> std::result::Result<(), ConfigError> {
+        match &self.hf_overrides {
+            Some(overrides) => overrides
+                .apply(model)
+                .map_err(|reason| ConfigError::new("hf_overrides", overrides, reason)),
+            None => Ok(()),
+        }
     }
 
     /// Validates the flags, sizes the compute pools and loads the engine.
@@ -171,6 +188,8 @@ impl EngineArgs {
                     .unwrap_or_else(|| path.display().to_string());
                 (checkpoint::open(&path)?, name, Some(path))
             };
+        self.apply_overrides(ckpt.config_mut())
+            .map_err(EngineError::InvalidFlag)?;
         let engine = Engine::load(ckpt.as_mut(), config).map_err(|error| match error {
             EngineError::InvalidConfig(bad) => EngineError::InvalidFlag(self.as_typed(bad)),
             other => other,

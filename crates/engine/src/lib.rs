@@ -9,6 +9,7 @@ pub mod cpu_kernel;
 pub mod engine_args;
 pub mod error;
 pub mod forward_batch;
+pub mod hf_overrides;
 pub mod kv_cache;
 pub mod model_config;
 pub mod models;

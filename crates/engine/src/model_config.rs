@@ -11,6 +11,9 @@ pub enum Architecture {
     Qwen2,
     /// Qwen3 dense: Llama plus an RMSNorm on every query and key head.
     Qwen3,
+    /// Qwen3-MoE: Qwen3's attention, and a mixture of experts in place of the MLP on its
+    /// sparse layers (see [`MoeConfig`]).
+    Qwen3Moe,
 }
 
 impl Architecture {
@@ -19,6 +22,7 @@ impl Architecture {
             "llama" | "LlamaForCausalLM" | "MistralForCausalLM" | "mistral" => Some(Self::Llama),
             "qwen2" | "Qwen2ForCausalLM" => Some(Self::Qwen2),
             "qwen3" | "Qwen3ForCausalLM" => Some(Self::Qwen3),
+            "qwen3moe" | "qwen3_moe" | "Qwen3MoeForCausalLM" => Some(Self::Qwen3Moe),
             _ => None,
         }
     }
@@ -27,11 +31,8 @@ impl Architecture {
     /// [`Architecture`], or the error that refuses it. Known families we do not run are
     /// named by their GGUF name, so a GGUF and a safetensors copy fail alike.
     pub fn parse(name: &str) -> Result<Self, String> {
-        const SUPPORTED: &str = "supported: llama, qwen2, qwen3";
+        const SUPPORTED: &str = "supported: llama, qwen2, qwen3, qwen3moe";
         Self::from_name(name).ok_or_else(|| match name {
-            "qwen3moe" | "qwen3_moe" | "Qwen3MoeForCausalLM" => {
-                format!("unsupported architecture qwen3moe (from {name:?}; {SUPPORTED})")
-            }
             "qwen2moe" | "qwen2_moe" | "Qwen2MoeForCausalLM" => {
                 format!("unsupported architecture qwen2moe (from {name:?}; {SUPPORTED})")
             }
@@ -47,6 +48,49 @@ impl Architecture {
 pub enum RopeStyle {
     AdjacentPairs,
     HalfSplit,
+}
+
+/// The mixture of experts of a sparse model (Qwen3-MoE): which layers route, and how.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MoeConfig {
+    pub num_experts: usize,
+    /// Experts each token is sent to (`top_k`).
+    pub experts_per_token: usize,
+    /// Rows of each expert's gate/up projection.
+    pub expert_intermediate_size: usize,
+    /// Whether a token's `top_k` routing weights are renormalised to sum to 1.
+    pub norm_topk_prob: bool,
+    /// Every `decoder_sparse_step`-th layer (counting from 1) is sparse...
+    pub decoder_sparse_step: usize,
+    /// ...unless listed here: those keep a dense MLP.
+    pub mlp_only_layers: Vec<usize>,
+}
+
+impl MoeConfig {
+    /// Whether layer `layer` (from 0) routes through experts, as transformers decides it.
+    pub fn is_sparse_layer(&self, layer: usize) -> bool {
+        self.num_experts > 0
+            && self.decoder_sparse_step > 0
+            && (layer + 1).is_multiple_of(self.decoder_sparse_step)
+            && !self.mlp_only_layers.contains(&layer)
+    }
+
+    /// A shape the router can run, or why not: a bad checkpoint is refused at load.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.experts_per_token == 0 || self.experts_per_token > self.num_experts {
+            return Err(format!(
+                "{} experts per token out of {} experts: need 1 ≤ top_k ≤ experts",
+                self.experts_per_token, self.num_experts
+            ));
+        }
+        if self.expert_intermediate_size == 0 {
+            return Err("an expert intermediate size of 0".into());
+        }
+        if self.decoder_sparse_step == 0 {
+            return Err("decoder_sparse_step 0 (it must be at least 1)".into());
+        }
+        Ok(())
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -70,11 +114,21 @@ pub struct ModelConfig {
     pub tie_word_embeddings: bool,
     pub bos_token_id: Option<u32>,
     pub eos_token_ids: Vec<u32>,
+    /// The experts of a sparse model; `None` for dense ones.
+    pub moe: Option<MoeConfig>,
 }
 
 impl ModelConfig {
     pub fn has_qk_norm(&self) -> bool {
-        self.architecture == Architecture::Qwen3
+        matches!(
+            self.architecture,
+            Architecture::Qwen3 | Architecture::Qwen3Moe
+        )
+    }
+
+    /// Whether layer `layer` routes through experts rather than a dense MLP.
+    pub fn is_sparse_layer(&self, layer: usize) -> bool {
+        self.moe.as_ref().is_some_and(|m| m.is_sparse_layer(layer))
     }
 
     /// Qwen2 always has q/k/v biases; other families only when the checkpoint holds them.
@@ -107,6 +161,38 @@ impl ModelConfig {
             tie_word_embeddings: true,
             bos_token_id: None,
             eos_token_ids: vec![151_645],
+            moe: None,
+        }
+    }
+
+    /// Qwen3-30B-A3B's published shape (128 experts, 8 per token, every layer sparse), for
+    /// random-weight runs; `--hf-overrides '{"num_hidden_layers": 8}'` shrinks it to fit.
+    pub fn qwen3_30b_a3b() -> Self {
+        Self {
+            architecture: Architecture::Qwen3Moe,
+            vocab_size: 151_936,
+            hidden_size: 2048,
+            intermediate_size: 6144,
+            num_layers: 48,
+            num_heads: 32,
+            num_kv_heads: 4,
+            head_dim: 128,
+            rms_norm_eps: 1e-6,
+            rope_theta: 1_000_000.0,
+            rope_style: RopeStyle::HalfSplit,
+            rope_freq_divisors: None,
+            max_position_embeddings: 40_960,
+            tie_word_embeddings: false,
+            bos_token_id: None,
+            eos_token_ids: vec![151_645],
+            moe: Some(MoeConfig {
+                num_experts: 128,
+                experts_per_token: 8,
+                expert_intermediate_size: 768,
+                norm_topk_prob: true,
+                decoder_sparse_step: 1,
+                mlp_only_layers: Vec::new(),
+            }),
         }
     }
 
@@ -129,6 +215,7 @@ impl ModelConfig {
             tie_word_embeddings: true,
             bos_token_id: None,
             eos_token_ids: vec![151_645],
+            moe: None,
         }
     }
 
@@ -155,6 +242,7 @@ impl ModelConfig {
             tie_word_embeddings: true,
             bos_token_id: Some(128_000),
             eos_token_ids: vec![128_001, 128_008, 128_009],
+            moe: None,
         }
     }
 
@@ -177,6 +265,7 @@ impl ModelConfig {
             tie_word_embeddings: true,
             bos_token_id: Some(1),
             eos_token_ids: vec![2],
+            moe: None,
         }
     }
 }
@@ -209,6 +298,16 @@ pub(crate) struct HfConfig {
     pub tie_word_embeddings: bool,
     pub bos_token_id: Option<u32>,
     pub eos_token_id: Option<OneOrMany>,
+    /// Qwen3-MoE's keys. transformers 5 names the first `num_local_experts`, and configs
+    /// may hold both (an alias would refuse that as a duplicate).
+    pub num_experts: Option<usize>,
+    pub num_local_experts: Option<usize>,
+    pub num_experts_per_tok: Option<usize>,
+    pub moe_intermediate_size: Option<usize>,
+    pub norm_topk_prob: Option<bool>,
+    pub decoder_sparse_step: Option<usize>,
+    #[serde(default)]
+    pub mlp_only_layers: Vec<usize>,
 }
 
 /// HF `rope_scaling` / `rope_parameters`. Older configs name the type `type`.
@@ -321,6 +420,10 @@ impl HfConfig {
             Some(scaling) => scaling.freq_divisors(rope_theta, head_dim)?,
             None => None,
         };
+        let moe = match architecture {
+            Architecture::Qwen3Moe => Some(self.moe_config()?),
+            _ => None,
+        };
         let eos_token_ids = match self.eos_token_id {
             Some(OneOrMany::One(id)) => vec![id],
             Some(OneOrMany::Many(ids)) => ids,
@@ -343,7 +446,26 @@ impl HfConfig {
             tie_word_embeddings: self.tie_word_embeddings,
             bos_token_id: self.bos_token_id,
             eos_token_ids,
+            moe,
         })
+    }
+
+    /// The experts' shape, with transformers' defaults where Qwen3-MoE has one; the counts
+    /// have none, so a config without them is refused rather than guessed.
+    fn moe_config(&self) -> Result<MoeConfig, String> {
+        let need = |v: Option<usize>, key: &str| {
+            v.ok_or_else(|| format!("a qwen3_moe config needs {key}"))
+        };
+        let moe = MoeConfig {
+            num_experts: need(self.num_experts.or(self.num_local_experts), "num_experts")?,
+            experts_per_token: need(self.num_experts_per_tok, "num_experts_per_tok")?,
+            expert_intermediate_size: need(self.moe_intermediate_size, "moe_intermediate_size")?,
+            norm_topk_prob: self.norm_topk_prob.unwrap_or(false),
+            decoder_sparse_step: self.decoder_sparse_step.unwrap_or(1),
+            mlp_only_layers: self.mlp_only_layers.clone(),
+        };
+        moe.validate()?;
+        Ok(moe)
     }
 }
 
@@ -397,8 +519,42 @@ mod tests {
     }
 
     #[test]
-    fn qwen3_moe_is_named_when_refused() {
-        let err = Architecture::parse("Qwen3MoeForCausalLM").unwrap_err();
-        assert!(err.contains("unsupported architecture qwen3moe"), "{err}");
+    fn qwen2_moe_is_named_when_refused() {
+        let err = Architecture::parse("Qwen2MoeForCausalLM").unwrap_err();
+        assert!(err.contains("unsupported architecture qwen2moe"), "{err}");
+    }
+
+    fn parse_moe(extra: &str) -> Result<ModelConfig, String> {
+        let json = format!(
+            r#"{{"architectures": ["Qwen3MoeForCausalLM"], "vocab_size": 512, "hidden_size": 64,
+                "intermediate_size": 128, "num_hidden_layers": 4, "num_attention_heads": 4,
+                "head_dim": 16, "rms_norm_eps": 1e-6, "num_local_experts": 8,
+                "moe_intermediate_size": 32 {extra}}}"#
+        );
+        serde_json::from_str::<HfConfig>(&json)
+            .map_err(|e| e.to_string())?
+            .into_model_config()
+    }
+
+    #[test]
+    fn qwen3_moe_sparse_layers_follow_the_sparse_step_and_the_mlp_only_list() {
+        let c = parse_moe(
+            r#", "num_experts_per_tok": 2, "decoder_sparse_step": 2, "mlp_only_layers": [3],
+                "norm_topk_prob": true"#,
+        )
+        .unwrap();
+        let moe = c.moe.as_ref().unwrap();
+        assert_eq!((moe.num_experts, moe.experts_per_token), (8, 2));
+        assert!(moe.norm_topk_prob);
+        let sparse: Vec<bool> = (0..4).map(|l| c.is_sparse_layer(l)).collect();
+        assert_eq!(sparse, [false, true, false, false]);
+    }
+
+    #[test]
+    fn a_qwen3_moe_config_without_top_k_or_with_too_many_is_refused() {
+        let err = parse_moe("").unwrap_err();
+        assert!(err.contains("num_experts_per_tok"), "{err}");
+        let err = parse_moe(r#", "num_experts_per_tok": 9"#).unwrap_err();
+        assert!(err.contains("9 experts per token out of 8"), "{err}");
     }
 }

@@ -156,6 +156,11 @@ fn each_bad_flag_is_refused_by_the_flag_name_through_the_one_validation_step() {
         ),
         (&["--num-kv-blocks", "0"], "--num-kv-blocks"),
         (&["--max-model-len", "99999999"], "--max-model-len"),
+        // Experts per token on a dense model: the override cannot apply.
+        (
+            &["--hf-overrides", r#"{"num_experts_per_tok": 2}"#],
+            "--hf-overrides",
+        ),
     ];
     for (argv, flag) in cases {
         let error = flags(argv).plan(&model()).unwrap_err();
@@ -185,5 +190,28 @@ fn building_an_engine_from_a_bad_flag_fails_with_one_line_naming_the_flag() {
         ),
         Err(other) => panic!("expected a refused flag, got {other}"),
         Ok(_) => panic!("--threads 0 was accepted"),
+    }
+}
+
+#[test]
+fn hf_overrides_shrink_the_layers_the_kv_plan_is_sized_for_and_bad_ones_are_refused() {
+    let model = tokenmill_engine::model_config::ModelConfig::qwen3_30b_a3b();
+    let full = flags(&[]).plan(&model).unwrap();
+    let eight = flags(&["--hf-overrides", r#"{"num_hidden_layers": 8}"#])
+        .plan(&model)
+        .unwrap();
+    // The same KV memory holds six times the tokens of a sixth of the layers.
+    assert_eq!(eight.num_blocks / 6, full.num_blocks);
+    for bad in [
+        r#"{"hidden_size": 8}"#,
+        "[8]",
+        r#"{"num_hidden_layers": 0}"#,
+    ] {
+        let argv = ["tokenmill", "--hf-overrides", bad];
+        let err = match Cli::try_parse_from(argv) {
+            Ok(_) => panic!("{bad} was accepted"),
+            Err(e) => e.to_string(),
+        };
+        assert!(err.contains("--hf-overrides"), "{bad}: {err}");
     }
 }

@@ -6,10 +6,13 @@
 //! chunked prefill (16 tokens a step, less than the longest prompt), alone and all four
 //! batched together. The reference moves by under 1e-5 between float32 and float64 and
 //! between attention kernels, so 1e-4 is room for summation order only; the bugs the zoo
-//! was built to catch (plain RoPE instead of llama3 scaling, a dropped bias or norm weight)
-//! move logits by 0.8 to 5.5.
+//! was built to catch (plain RoPE instead of llama3 scaling, a dropped bias or norm weight,
+//! an ignored `norm_topk_prob`) move logits by 0.8 to 5.5. For the mixture of experts, the
+//! experts each prompt position is routed to must be the reference's, and their weights
+//! within the same tolerance.
 
 use serde::Deserialize;
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use tokenmill_engine::block_manager::{BlockId, BlockManager};
 use tokenmill_engine::checkpoint;
@@ -34,6 +37,15 @@ struct Case {
     prompt_ids: Vec<u32>,
     prompt_logits_top: TopK,
     greedy: Greedy,
+    /// MoE only: per layer (`"0"`, `"1"`, …), the experts each prompt position picked.
+    moe_routing: Option<BTreeMap<String, LayerRouting>>,
+}
+
+/// `experts[p]`: position `p`'s experts by descending probability; `weights[p]` theirs.
+#[derive(Deserialize)]
+struct LayerRouting {
+    experts: Vec<Vec<u32>>,
+    weights: Vec<Vec<f64>>,
 }
 
 /// `ids[p]` and `logits[p]`: the reference's 16 largest logits at position or step `p`.
@@ -146,8 +158,49 @@ fn check_prompt_positions(model: &Llama, case: &Case, what: &str) -> f64 {
             );
             worst = worst.max(err);
         }
+        if let Some(routing) = &case.moe_routing {
+            check_routing(model, routing, start..end, &format!("{what} {}", case.name));
+        }
     }
     worst
+}
+
+/// The experts the last forward pass routed each of `positions` to (one row each, in order)
+/// are the reference's, in its order, with weights within the logit tolerance.
+fn check_routing(
+    model: &Llama,
+    reference: &BTreeMap<String, LayerRouting>,
+    positions: std::ops::Range<usize>,
+    what: &str,
+) {
+    let ours = model.last_routing();
+    assert_eq!(
+        ours.len(),
+        reference.len(),
+        "{what}: routing recorded for {} layers, the reference has {}",
+        ours.len(),
+        reference.len()
+    );
+    for (layer, choices) in ours.iter().enumerate() {
+        let want = &reference[&layer.to_string()];
+        let k = want.experts[0].len();
+        assert_eq!(choices.len(), positions.len() * k, "{what} layer {layer}");
+        for (picked, pos) in choices.chunks_exact(k).zip(positions.clone()) {
+            let experts: Vec<u32> = picked.iter().map(|c| c.expert).collect();
+            assert_eq!(
+                experts, want.experts[pos],
+                "{what} layer {layer} position {pos}: experts differ"
+            );
+            for (c, &w) in picked.iter().zip(&want.weights[pos]) {
+                assert!(
+                    (c.weight as f64 - w).abs() <= LOGIT_TOL,
+                    "{what} layer {layer} position {pos}: expert {} weight {} (reference {w})",
+                    c.expert,
+                    c.weight
+                );
+            }
+        }
+    }
 }
 
 /// One sequence being generated: the prompt then its greedy tokens, `fed` of them in the
@@ -241,6 +294,14 @@ fn check_model(model: &str, format: Format) {
     let what = format!("{model} ({format:?})");
     let reference = reference(model);
     let llama = load(model, format).unwrap_or_else(|e| panic!("{what} does not load: {e}"));
+    let sparse = llama.config().moe.is_some();
+    assert!(
+        reference
+            .cases
+            .iter()
+            .all(|c| c.moe_routing.is_some() == sparse),
+        "{what}: a mixture of experts must be checked against recorded routing, and only it"
+    );
     let mut worst: f64 = 0.0;
     for case in &reference.cases {
         worst = worst.max(check_prompt_positions(&llama, case, &what));
@@ -281,28 +342,22 @@ fn tiny_qwen2_from_gguf_matches_transformers() {
     check_model("tiny-qwen2", Format::Gguf);
 }
 
-/// Qwen3-MoE is not implemented: both copies are refused at load, by name, rather than
-/// run as something else.
 #[test]
-fn tiny_qwen3_moe_is_refused_as_an_unsupported_architecture() {
-    for format in [Format::Safetensors, Format::Gguf] {
-        let err = match load("tiny-qwen3-moe", format) {
-            Ok(_) => panic!("tiny-qwen3-moe ({format:?}) loaded"),
-            Err(e) => e.to_string(),
-        };
-        assert!(
-            err.contains("unsupported architecture qwen3moe"),
-            "{format:?}: {err}"
-        );
-    }
+fn tiny_qwen3_moe_from_safetensors_matches_transformers_and_routes_each_position_alike() {
+    check_model("tiny-qwen3-moe", Format::Safetensors);
+}
+
+#[test]
+fn tiny_qwen3_moe_from_gguf_matches_transformers_and_routes_each_position_alike() {
+    check_model("tiny-qwen3-moe", Format::Gguf);
 }
 
 /// The same models through the engine itself: its scheduler chunks the prompts (16 tokens a
 /// step for four sequences, 8-token blocks, the smallest it accepts) and samples greedily,
 /// and every case's 24 tokens must be the reference's.
 #[test]
-fn the_engine_generates_every_dense_zoo_models_greedy_tokens_in_one_chunked_batch() {
-    for model in ["tiny-llama3", "tiny-qwen2", "tiny-qwen3"] {
+fn the_engine_generates_every_zoo_models_greedy_tokens_in_one_chunked_batch() {
+    for model in ["tiny-llama3", "tiny-qwen2", "tiny-qwen3", "tiny-qwen3-moe"] {
         for format in [Format::Safetensors, Format::Gguf] {
             let reference = reference(model);
             let mut ckpt = checkpoint::open(&checkpoint_path(model, format)).unwrap();

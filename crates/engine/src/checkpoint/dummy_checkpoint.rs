@@ -52,18 +52,19 @@ pub struct DummyCheckpoint {
 }
 
 impl DummyCheckpoint {
-    /// `shape` names a published architecture: `qwen3-0.6b`, `qwen2.5-0.5b`, `llama-3.2-1b`
-    /// or `smollm2-135m`.
+    /// `shape` names a published architecture: `qwen3-0.6b`, `qwen3-30b-a3b`, `qwen2.5-0.5b`,
+    /// `llama-3.2-1b` or `smollm2-135m`.
     pub fn new(shape: &str, dtype: DummyDType, seed: u64) -> Result<Self> {
         let config = match shape.to_ascii_lowercase().as_str() {
             "qwen3-0.6b" => ModelConfig::qwen3_0_6b(),
+            "qwen3-30b-a3b" => ModelConfig::qwen3_30b_a3b(),
             "qwen2.5-0.5b" => ModelConfig::qwen2_5_0_5b(),
             "llama-3.2-1b" => ModelConfig::llama_3_2_1b(),
             "smollm2-135m" => ModelConfig::smollm2_135m(),
             other => {
                 return Err(EngineError::Unsupported(format!(
-                    "unknown dummy shape {other:?} (qwen3-0.6b, qwen2.5-0.5b, llama-3.2-1b, \
-                     smollm2-135m)"
+                    "unknown dummy shape {other:?} (qwen3-0.6b, qwen3-30b-a3b, qwen2.5-0.5b, \
+                     llama-3.2-1b, smollm2-135m)"
                 )))
             }
         };
@@ -86,7 +87,36 @@ impl DummyCheckpoint {
             "token_embd.weight" | "output.weight" => vec![c.vocab_size, c.hidden_size],
             "output_norm.weight" => vec![c.hidden_size],
             _ => {
-                let leaf = name.strip_prefix("blk.")?.split_once('.')?.1;
+                let (layer, leaf) = name.strip_prefix("blk.")?.split_once('.')?;
+                let layer: usize = layer.parse().ok()?;
+                if layer >= c.num_layers {
+                    return None;
+                }
+                let sparse = c.moe.as_ref().filter(|m| m.is_sparse_layer(layer));
+                // A sparse layer has a router and stacked experts in place of the MLP.
+                match (leaf, sparse) {
+                    ("ffn_gate_inp.weight", Some(m)) => {
+                        return Some(vec![m.num_experts, c.hidden_size])
+                    }
+                    ("ffn_gate_exps.weight" | "ffn_up_exps.weight", Some(m)) => {
+                        return Some(vec![
+                            m.num_experts,
+                            m.expert_intermediate_size,
+                            c.hidden_size,
+                        ])
+                    }
+                    ("ffn_down_exps.weight", Some(m)) => {
+                        return Some(vec![
+                            m.num_experts,
+                            c.hidden_size,
+                            m.expert_intermediate_size,
+                        ])
+                    }
+                    ("ffn_gate.weight" | "ffn_up.weight" | "ffn_down.weight", Some(_)) => {
+                        return None
+                    }
+                    _ => {}
+                }
                 match leaf {
                     "attn_norm.weight" | "ffn_norm.weight" => vec![c.hidden_size],
                     "attn_q_norm.weight" | "attn_k_norm.weight" if c.has_qk_norm() => {
@@ -112,6 +142,10 @@ impl Checkpoint for DummyCheckpoint {
         &self.config
     }
 
+    fn config_mut(&mut self) -> &mut ModelConfig {
+        &mut self.config
+    }
+
     fn origin(&self) -> &Path {
         &self.origin
     }
@@ -133,7 +167,7 @@ impl Checkpoint for DummyCheckpoint {
         } else {
             // Seeded per tensor so every run builds the same model.
             let mut rng = SmallRng::seed_from_u64(self.seed ^ fxhash(name));
-            let scale = 0.5 / (shape[1] as f32).sqrt();
+            let scale = 0.5 / (shape[shape.len() - 1] as f32).sqrt();
             (0..n).map(|_| rng.random_range(-scale..scale)).collect()
         };
         let values = match self.dtype {
@@ -144,8 +178,10 @@ impl Checkpoint for DummyCheckpoint {
             _ => values,
         };
         let tensor = Tensor::from_vec(values, shape.as_slice(), &Device::Cpu)?;
+        // The router stays f32, as llama.cpp's quantizer leaves `ffn_gate_inp`.
         let dtype = match shape[..] {
-            [_, width] => self.dtype.matrix_dtype(width),
+            _ if name.ends_with("ffn_gate_inp.weight") => GgmlDType::F32,
+            [_, width] | [_, _, width] => self.dtype.matrix_dtype(width),
             _ => GgmlDType::F32,
         };
         Ok(QTensor::quantize(&tensor, dtype)?)

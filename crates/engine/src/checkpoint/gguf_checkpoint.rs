@@ -2,7 +2,7 @@
 
 use super::{is_supported_dtype, Checkpoint};
 use crate::error::{EngineError, Result};
-use crate::model_config::{Architecture, ModelConfig, RopeStyle};
+use crate::model_config::{Architecture, ModelConfig, MoeConfig, RopeStyle};
 use candle_core::quantized::gguf_file::{Content, Value};
 use candle_core::quantized::QTensor;
 use candle_core::Device;
@@ -85,6 +85,10 @@ impl Checkpoint for GgufCheckpoint {
         &self.config
     }
 
+    fn config_mut(&mut self) -> &mut ModelConfig {
+        &mut self.config
+    }
+
     fn origin(&self) -> &Path {
         &self.path
     }
@@ -152,6 +156,23 @@ fn config_from_metadata(content: &Content) -> std::result::Result<ModelConfig, S
             ))
         }
     };
+    // llama.cpp's qwen3moe routes on every layer and always renormalises the top-k weights
+    // (its files carry no norm_topk_prob key).
+    let moe = match architecture {
+        Architecture::Qwen3Moe => {
+            let moe = MoeConfig {
+                num_experts: get_u("expert_count")?,
+                experts_per_token: get_u("expert_used_count")?,
+                expert_intermediate_size: get_u("expert_feed_forward_length")?,
+                norm_topk_prob: true,
+                decoder_sparse_step: 1,
+                mlp_only_layers: Vec::new(),
+            };
+            moe.validate()?;
+            Some(moe)
+        }
+        _ => None,
+    };
     let eos_token_ids = md
         .get("tokenizer.ggml.eos_token_id")
         .and_then(|v| v.to_u32().ok())
@@ -170,7 +191,9 @@ fn config_from_metadata(content: &Content) -> std::result::Result<ModelConfig, S
         rope_theta: get_f("rope.freq_base").unwrap_or(10_000.0) as f64,
         rope_style: match architecture {
             Architecture::Llama => RopeStyle::AdjacentPairs,
-            Architecture::Qwen2 | Architecture::Qwen3 => RopeStyle::HalfSplit,
+            Architecture::Qwen2 | Architecture::Qwen3 | Architecture::Qwen3Moe => {
+                RopeStyle::HalfSplit
+            }
         },
         rope_freq_divisors,
         max_position_embeddings: get_u("context_length").unwrap_or(4096),
@@ -179,5 +202,6 @@ fn config_from_metadata(content: &Content) -> std::result::Result<ModelConfig, S
             .get("tokenizer.ggml.bos_token_id")
             .and_then(|v| v.to_u32().ok()),
         eos_token_ids,
+        moe,
     })
 }

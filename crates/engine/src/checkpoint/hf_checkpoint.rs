@@ -1,6 +1,6 @@
 //! Hugging Face model directories: config.json plus one or many safetensors shards.
 
-use super::{hf_name, Checkpoint};
+use super::{hf_expert_names, hf_name, Checkpoint};
 use crate::error::{EngineError, Result};
 use crate::model_config::{HfConfig, ModelConfig};
 use candle_core::quantized::{GgmlDType, QTensor};
@@ -92,20 +92,53 @@ impl Checkpoint for HfCheckpoint {
         &self.config
     }
 
+    fn config_mut(&mut self) -> &mut ModelConfig {
+        &mut self.config
+    }
+
     fn origin(&self) -> &Path {
         &self.dir
     }
 
     fn has_tensor(&self, name: &str) -> bool {
+        if let Some(experts) = self.expert_names(name) {
+            return experts.iter().all(|n| self.weight_map.contains_key(n));
+        }
         hf_name(name).is_some_and(|n| self.weight_map.contains_key(&n))
     }
 
     fn read_tensor(&mut self, name: &str) -> Result<QTensor> {
-        let hf = hf_name(name)
-            .ok_or_else(|| EngineError::bad_file(&self.dir, format!("missing tensor {name}")))?;
+        // Experts are stored one file tensor each; the model reads them stacked, as GGUF
+        // keeps them.
+        let f32 = if let Some(experts) = self.expert_names(name) {
+            let parts = experts
+                .iter()
+                .map(|hf| self.read_f32(hf))
+                .collect::<Result<Vec<_>>>()?;
+            Tensor::stack(&parts, 0)
+                .map_err(|e| EngineError::bad_file(&self.dir, format!("experts of {name}: {e}")))?
+        } else {
+            let hf = hf_name(name).ok_or_else(|| {
+                EngineError::bad_file(&self.dir, format!("missing tensor {name}"))
+            })?;
+            self.read_f32(&hf)?
+        };
+        Ok(QTensor::quantize(&f32, GgmlDType::F32)?)
+    }
+}
+
+impl HfCheckpoint {
+    /// Per-expert names of a stacked expert tensor, for a sparse model.
+    fn expert_names(&self, gguf_name: &str) -> Option<Vec<String>> {
+        let experts = self.config.moe.as_ref()?.num_experts;
+        hf_expert_names(gguf_name, experts)
+    }
+
+    /// One file tensor by its Hugging Face name, in f32.
+    fn read_f32(&mut self, hf: &str) -> Result<Tensor> {
         let file = self
             .weight_map
-            .get(&hf)
+            .get(hf)
             .ok_or_else(|| EngineError::bad_file(&self.dir, format!("missing tensor {hf}")))?
             .clone();
         if !self.loaded.contains_key(&file) {
@@ -115,12 +148,11 @@ impl Checkpoint for HfCheckpoint {
             self.loaded.insert(file.clone(), tensors);
         }
         let tensor = self.loaded[&file]
-            .get(&hf)
+            .get(hf)
             .ok_or_else(|| EngineError::bad_file(&file, format!("missing tensor {hf}")))?;
         // Float checkpoints are computed in f32: candle has no fast BF16/F16 CPU matmul.
-        let f32 = tensor
+        tensor
             .to_dtype(DType::F32)
-            .map_err(|e| EngineError::bad_file(&file, format!("tensor {hf}: {e}")))?;
-        Ok(QTensor::quantize(&f32, GgmlDType::F32)?)
+            .map_err(|e| EngineError::bad_file(&file, format!("tensor {hf}: {e}")))
     }
 }

@@ -43,6 +43,9 @@ pub fn default_model_path() -> PathBuf {
 
 pub trait Checkpoint {
     fn config(&self) -> &ModelConfig;
+    /// The config the model will be built from, for `--hf-overrides` to change before any
+    /// tensor is read.
+    fn config_mut(&mut self) -> &mut ModelConfig;
     /// Where the weights come from, for error messages.
     fn origin(&self) -> &Path;
     fn has_tensor(&self, name: &str) -> bool;
@@ -133,7 +136,27 @@ pub(crate) fn hf_name(gguf_name: &str) -> Option<String> {
         "ffn_gate.weight" => "mlp.gate_proj.weight",
         "ffn_up.weight" => "mlp.up_proj.weight",
         "ffn_down.weight" => "mlp.down_proj.weight",
+        "ffn_gate_inp.weight" => "mlp.gate.weight",
         _ => return None,
     };
     Some(format!("model.layers.{layer}.{hf_leaf}"))
+}
+
+/// The Hugging Face names of the experts that GGUF stacks as one `[experts, out, in]` tensor
+/// (`blk.N.ffn_gate_exps.weight` ← `model.layers.N.mlp.experts.E.gate_proj.weight`, for
+/// every `E`), or `None` for any other name.
+pub(crate) fn hf_expert_names(gguf_name: &str, num_experts: usize) -> Option<Vec<String>> {
+    let rest = gguf_name.strip_prefix("blk.")?;
+    let (layer, leaf) = rest.split_once('.')?;
+    let proj = match leaf {
+        "ffn_gate_exps.weight" => "gate_proj",
+        "ffn_up_exps.weight" => "up_proj",
+        "ffn_down_exps.weight" => "down_proj",
+        _ => return None,
+    };
+    Some(
+        (0..num_experts)
+            .map(|e| format!("model.layers.{layer}.mlp.experts.{e}.{proj}.weight"))
+            .collect(),
+    )
 }

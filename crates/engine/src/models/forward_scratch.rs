@@ -1,7 +1,9 @@
 //! `ForwardScratch`: every activation of one forward pass, allocated once and reused, so a
 //! steady-state step allocates nothing in the model.
 
+use super::moe_router::ExpertChoice;
 use super::quant_matrix::QuantizedActivations;
+use super::sparse_moe_block::{MoeScratch, MoeShape};
 
 /// Buffers sized for the largest batch seen (or reserved); each step uses a prefix.
 #[derive(Default)]
@@ -26,6 +28,11 @@ pub struct ForwardScratch {
     pub sample_rows: Vec<usize>,
     /// Quantized activations, lent to every matmul.
     pub quantized: QuantizedActivations,
+    /// The mixture of experts' activations (sparse models only).
+    pub moe: MoeScratch,
+    /// Per layer, the experts each row of the last step was routed to (`[T, top_k]`, rank
+    /// order); empty for dense layers.
+    pub routing: Vec<Vec<ExpertChoice>>,
 }
 
 /// Widths of the activations, from the model's shape.
@@ -35,6 +42,9 @@ pub struct ScratchShape {
     pub q_width: usize,
     pub kv_width: usize,
     pub intermediate: usize,
+    pub layers: usize,
+    /// The experts' widths, for a sparse model.
+    pub moe: Option<MoeShape>,
 }
 
 impl ForwardScratch {
@@ -46,6 +56,8 @@ impl ForwardScratch {
             q_width,
             kv_width,
             intermediate,
+            layers,
+            moe,
         } = shape;
         for (buf, width) in [
             (&mut self.x, hidden),
@@ -61,6 +73,13 @@ impl ForwardScratch {
             buf.resize(tokens * width, 0.0);
         }
         self.last.resize(samples * hidden, 0.0);
+        if let Some(moe) = moe {
+            self.moe.resize(moe, tokens);
+            self.routing.resize_with(layers, Vec::new);
+            for choices in &mut self.routing {
+                choices.reserve((tokens * moe.top_k).saturating_sub(choices.len()));
+            }
+        }
     }
 
     /// Reserves room for batches of up to `tokens` tokens, `samples` of them sampling.

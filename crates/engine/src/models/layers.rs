@@ -300,7 +300,11 @@ const MIN_PARALLEL_ROWS: usize = 16;
 
 /// Runs `f` on each `width`-wide row of `x` (with its index), on the compute pool when
 /// there are enough rows. Rows are independent, so the result never depends on the split.
-fn for_each_row(x: &mut [f32], width: usize, f: impl Fn(usize, &mut [f32]) + Sync + Send) {
+pub(crate) fn for_each_row(
+    x: &mut [f32],
+    width: usize,
+    f: impl Fn(usize, &mut [f32]) + Sync + Send,
+) {
     if x.len() / width.max(1) >= MIN_PARALLEL_ROWS {
         x.par_chunks_exact_mut(width)
             .enumerate()

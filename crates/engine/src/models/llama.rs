@@ -1,11 +1,14 @@
 //! The Llama family's decoder (Llama 2/3, SmolLM2, Mistral-shaped), Qwen2, which is the
 //! same network plus biases on the query/key/value projections, and Qwen3 dense, which adds
-//! an RMSNorm on each query and key head instead.
+//! an RMSNorm on each query and key head instead, and Qwen3-MoE, whose sparse layers route
+//! each token through a few experts ([`SparseMoeBlock`]) in place of the MLP.
 //!
 //! Tensor names follow GGUF (`blk.N.attn_q.weight`); other formats are mapped at load.
 
 use super::forward_scratch::{ForwardScratch, ScratchShape};
 use super::layers::{swiglu_into, Embedding, Linear, RmsNorm, Rope, WeightMode};
+use super::moe_router::ExpertChoice;
+use super::sparse_moe_block::SparseMoeBlock;
 use crate::checkpoint::Checkpoint;
 use crate::cpu_kernel::CpuKernel;
 use crate::error::{EngineError, Result};
@@ -37,9 +40,17 @@ struct Block {
     attn_k_norm: Option<RmsNorm>,
     attn_output: Linear,
     ffn_norm: RmsNorm,
-    /// Gate and up projections stacked: `[2*intermediate, hidden]`.
-    ffn_gate_up: Linear,
-    ffn_down: Linear,
+    ffn: FeedForward,
+}
+
+/// What a layer adds to the residual after attention.
+enum FeedForward {
+    Dense {
+        /// Gate and up projections stacked: `[2*intermediate, hidden]`.
+        gate_up: Linear,
+        down: Linear,
+    },
+    Sparse(SparseMoeBlock),
 }
 
 impl Llama {
@@ -93,14 +104,20 @@ impl Llama {
                 mode,
             )?;
             let attn_output = Linear::new(weight("attn_output", [h, q_width])?, mode)?;
-            let ffn_gate_up = Linear::stacked(
-                &[
-                    weight("ffn_gate", [c.intermediate_size, h])?,
-                    weight("ffn_up", [c.intermediate_size, h])?,
-                ],
-                mode,
-            )?;
-            let ffn_down = Linear::new(weight("ffn_down", [h, c.intermediate_size])?, mode)?;
+            let ffn = if c.is_sparse_layer(i) {
+                FeedForward::Sparse(SparseMoeBlock::load(ckpt, i, &c, mode)?)
+            } else {
+                FeedForward::Dense {
+                    gate_up: Linear::stacked(
+                        &[
+                            weight("ffn_gate", [c.intermediate_size, h])?,
+                            weight("ffn_up", [c.intermediate_size, h])?,
+                        ],
+                        mode,
+                    )?,
+                    down: Linear::new(weight("ffn_down", [h, c.intermediate_size])?, mode)?,
+                }
+            };
             let mut norm = |leaf: &str, width: usize| -> Result<RmsNorm> {
                 RmsNorm::new(
                     ckpt.tensor(&format!("blk.{i}.{leaf}.weight"), &[width])?,
@@ -123,8 +140,7 @@ impl Llama {
                 attn_q_norm,
                 attn_k_norm,
                 attn_output,
-                ffn_gate_up,
-                ffn_down,
+                ffn,
             });
         }
         let output_norm = RmsNorm::new(ckpt.tensor("output_norm.weight", &[h])?, c.rms_norm_eps)?;
@@ -181,7 +197,7 @@ impl Llama {
         // 2. Decoder blocks, each adding attention then MLP to the residual stream.
         for (layer, block) in self.blocks.iter().enumerate() {
             self.attention(block, layer, batch, kv, s)?;
-            self.mlp(block, t, s)?;
+            self.feed_forward(block, layer, t, s)?;
         }
         // 3. Logits only for the rows that sample: [S, hidden] → [S, vocab]
         for (dst, &r) in s.last.chunks_exact_mut(h).zip(&s.sample_rows) {
@@ -200,13 +216,32 @@ impl Llama {
         s.reserve(self.scratch_shape(), tokens, samples);
     }
 
+    /// Per layer, the experts each row of the last forward pass was routed to: `[T, top_k]`
+    /// in rank order (descending weight), empty for dense layers and dense models. Tests
+    /// compare it with the reference's routing.
+    pub fn last_routing(&self) -> Vec<Vec<ExpertChoice>> {
+        let s = self.scratch.lock().unwrap_or_else(|e| e.into_inner());
+        s.routing.clone()
+    }
+
     fn scratch_shape(&self) -> ScratchShape {
         let c = &self.config;
+        let moe = self.blocks.iter().find_map(|b| match &b.ffn {
+            FeedForward::Sparse(m) => Some(m.shape()),
+            FeedForward::Dense { .. } => None,
+        });
+        let any_dense = self
+            .blocks
+            .iter()
+            .any(|b| matches!(b.ffn, FeedForward::Dense { .. }));
         ScratchShape {
             hidden: c.hidden_size,
             q_width: c.num_heads * c.head_dim,
             kv_width: c.num_kv_heads * c.head_dim,
-            intermediate: c.intermediate_size,
+            // A model whose every layer is sparse needs no dense MLP activations.
+            intermediate: if any_dense { c.intermediate_size } else { 0 },
+            layers: self.blocks.len(),
+            moe,
         }
     }
 
@@ -259,18 +294,35 @@ impl Llama {
             .forward_add_into(&s.attn, t, &mut s.x, &mut s.quantized)
     }
 
-    /// `x += down(silu(gate(h)) · up(h))`, `h = norm(x)`.
-    fn mlp(&self, b: &Block, t: usize, s: &mut ForwardScratch) -> Result<()> {
+    /// `x += down(silu(gate(h)) · up(h))`, `h = norm(x)`, or on a sparse layer the same
+    /// through each token's experts, weighted by the router.
+    fn feed_forward(
+        &self,
+        b: &Block,
+        layer: usize,
+        t: usize,
+        s: &mut ForwardScratch,
+    ) -> Result<()> {
         b.ffn_norm.forward_into(&s.x, &mut s.normed);
-        b.ffn_gate_up.forward_split_into(
-            &s.normed,
-            t,
-            &mut [&mut s.gate[..], &mut s.up[..]],
-            &mut s.quantized,
-        )?;
-        swiglu_into(&s.gate, &s.up, &mut s.act, self.config.intermediate_size);
-        b.ffn_down
-            .forward_add_into(&s.act, t, &mut s.x, &mut s.quantized)
+        match &b.ffn {
+            FeedForward::Dense { gate_up, down } => {
+                gate_up.forward_split_into(
+                    &s.normed,
+                    t,
+                    &mut [&mut s.gate[..], &mut s.up[..]],
+                    &mut s.quantized,
+                )?;
+                swiglu_into(&s.gate, &s.up, &mut s.act, self.config.intermediate_size);
+                down.forward_add_into(&s.act, t, &mut s.x, &mut s.quantized)
+            }
+            FeedForward::Sparse(moe) => moe.forward_add_into(
+                &s.normed,
+                &mut s.x,
+                &mut s.routing[layer],
+                &mut s.moe,
+                &mut s.quantized,
+            ),
+        }
     }
 }
 
