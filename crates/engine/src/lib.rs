@@ -10,6 +10,7 @@ pub mod engine_args;
 pub mod error;
 pub mod forward_batch;
 pub mod kv_cache;
+pub mod logit_bias;
 pub mod model_config;
 pub mod models;
 pub mod paged_attention;
