@@ -94,6 +94,14 @@ impl EngineLimits {
                 self.vocab_size
             ));
         }
+        if let Some(t) = req.params.logit_bias.max_token_id() {
+            if t as usize >= self.vocab_size {
+                return bad(format!(
+                    "logit_bias names token id {t}, outside the vocabulary (size {})",
+                    self.vocab_size
+                ));
+            }
+        }
         if req.prompt.len() >= self.max_model_len {
             return bad(format!(
                 "the prompt has {} tokens but max_model_len is {}, leaving no room to generate",
@@ -117,6 +125,8 @@ impl EngineLimits {
 #[derive(Debug, Clone)]
 pub struct Completion {
     pub prompt_tokens: usize,
+    /// Scores of prompt tokens `1..` when the request asked for prompt logprobs.
+    pub prompt_logprobs: Vec<SampledToken>,
     pub tokens: Vec<SampledToken>,
     pub finish_reason: FinishReason,
     pub cached_prompt_tokens: usize,
@@ -308,8 +318,10 @@ impl Engine {
         }
         self.runner.execute(&out.batch)?;
         clock.lap(&mut times.forward);
-        let sampled = self.sample(&out, self.runner.logits());
+        let (prompt_scores, sampled) = self.sample(&out, self.runner.logits());
         clock.lap(&mut times.sample);
+        // Before `update`: the prompt's scores reach a stream ahead of the token sampled after it.
+        self.send_prompt_logprobs(prompt_scores);
         let updates = self.scheduler.update(&out, sampled);
         // The gap between this step's tokens and the previous ones: what the target bounds.
         self.scheduler.observe_step(&out, started.elapsed());
@@ -359,17 +371,35 @@ impl Engine {
         self.fault = Some(fault);
     }
 
-    fn sample(&self, out: &SchedulerOutput, logits: &Logits) -> Vec<(SeqId, SampledToken)> {
-        let sampling: Vec<_> = out
-            .chunks
-            .iter()
-            .filter(|c| c.sample)
-            .map(|c| c.seq_id)
-            .collect();
-        sampling
+    /// Samples each sampling chunk's token, and scores the prompt positions chunks asked
+    /// logits for. Logit rows come per chunk: its prompt rows, then its sampled row.
+    #[allow(clippy::type_complexity)]
+    fn sample(
+        &self,
+        out: &SchedulerOutput,
+        logits: &Logits,
+    ) -> (Vec<(SeqId, Vec<SampledToken>)>, Vec<(SeqId, SampledToken)>) {
+        let mut sampling = Vec::new();
+        let mut scoring = Vec::new();
+        let mut row = 0;
+        for chunk in &out.chunks {
+            if !chunk.prompt_logits.is_empty() {
+                scoring.push((chunk.seq_id, row, chunk.prompt_logits.clone()));
+                row += chunk.prompt_logits.len();
+            }
+            if chunk.sample {
+                sampling.push((row, chunk.seq_id));
+                row += 1;
+            }
+        }
+        let prompt_scores = if scoring.is_empty() {
+            Vec::new()
+        } else {
+            self.score_prompts(&scoring, logits)
+        };
+        let sampled = sampling
             .par_iter()
-            .enumerate()
-            .map(|(row, &id)| {
+            .map(|&(row, id)| {
                 let seq = self
                     .scheduler
                     .get(id)
@@ -384,7 +414,44 @@ impl Engine {
                 };
                 (id, Sampler::sample(logits.row(row), &ctx))
             })
+            .collect();
+        (prompt_scores, sampled)
+    }
+
+    /// The logprob of each prompt token at `positions + 1`, from the logit row of the
+    /// position before it.
+    fn score_prompts(
+        &self,
+        scoring: &[(SeqId, usize, std::ops::Range<usize>)],
+        logits: &Logits,
+    ) -> Vec<(SeqId, Vec<SampledToken>)> {
+        scoring
+            .iter()
+            .map(|(id, first_row, positions)| {
+                let seq = self
+                    .scheduler
+                    .get(*id)
+                    .expect("scheduled sequences are running");
+                let k = seq.params.prompt_logprobs.unwrap_or(0);
+                let scores = positions
+                    .clone()
+                    .into_par_iter()
+                    .map(|pos| {
+                        let row = first_row + (pos - positions.start);
+                        Sampler::score(logits.row(row), seq.tokens[pos + 1], k)
+                    })
+                    .collect();
+                (*id, scores)
+            })
             .collect()
+    }
+
+    fn send_prompt_logprobs(&self, scores: Vec<(SeqId, Vec<SampledToken>)>) {
+        for (id, logprobs) in scores {
+            if let Some(tx) = self.streams.get(&id) {
+                let _ = tx.send(RequestEvent::PromptLogprobs { logprobs });
+            }
+        }
     }
 
     fn dispatch(&mut self, updates: Vec<SeqUpdate>) {
@@ -447,8 +514,10 @@ impl Engine {
 /// `None` if the request has not finished.
 pub fn collect_completion(mut rx: UnboundedReceiver<RequestEvent>) -> Option<Completion> {
     let mut tokens = Vec::new();
+    let mut prompt_logprobs = Vec::new();
     while let Ok(event) = rx.try_recv() {
         match event {
+            RequestEvent::PromptLogprobs { logprobs } => prompt_logprobs.extend(logprobs),
             RequestEvent::Token { token, .. } => tokens.push(token),
             RequestEvent::Finished {
                 reason,
@@ -459,6 +528,7 @@ pub fn collect_completion(mut rx: UnboundedReceiver<RequestEvent>) -> Option<Com
             } => {
                 return Some(Completion {
                     prompt_tokens,
+                    prompt_logprobs,
                     tokens,
                     finish_reason: reason,
                     cached_prompt_tokens,

@@ -26,6 +26,8 @@ pub struct BatchSeq {
     pub block_table: Vec<BlockId>,
     /// Whether the last row's logits are wanted (the chunk reaches the sequence's end).
     pub sample: bool,
+    /// Rows before the sampled one whose logits are wanted too (prompt logprobs); usually empty.
+    pub prompt_logit_rows: Range<usize>,
 }
 
 impl ForwardBatch {
@@ -33,13 +35,32 @@ impl ForwardBatch {
         self.token_ids.len()
     }
 
-    /// Rows whose logits are computed, in `seqs` order.
-    pub fn sample_rows(&self) -> Vec<usize> {
-        self.seqs
-            .iter()
-            .filter(|s| s.sample && !s.rows.is_empty())
-            .map(|s| s.rows.end - 1)
-            .collect()
+    /// Rows whose logits are computed, in `seqs` order: per sequence its prompt-logit rows,
+    /// then its sampled row. Written into `rows`, so a step's forward pass reuses the buffer.
+    pub fn logit_rows_into(&self, rows: &mut Vec<usize>) {
+        rows.clear();
+        for s in &self.seqs {
+            rows.extend(s.prompt_logit_rows.clone());
+            if s.sample && !s.rows.is_empty() {
+                rows.push(s.rows.end - 1);
+            }
+        }
+    }
+
+    /// Rows whose logits are computed (see [`logit_rows_into`](Self::logit_rows_into)).
+    pub fn logit_rows(&self) -> Vec<usize> {
+        let mut rows = Vec::new();
+        self.logit_rows_into(&mut rows);
+        rows
+    }
+
+    /// Also computes logits for the last pushed sequence's rows `within` (offsets into its
+    /// chunk), which must end before its sampled row.
+    pub fn want_prompt_logits(&mut self, within: Range<usize>) {
+        if let Some(seq) = self.seqs.last_mut() {
+            let first = seq.rows.start;
+            seq.prompt_logit_rows = first + within.start..first + within.end;
+        }
     }
 
     /// Appends one sequence's chunk `tokens` starting at position `start`.
@@ -65,6 +86,7 @@ impl ForwardBatch {
             rows: first..self.token_ids.len(),
             block_table: block_table.to_vec(),
             sample,
+            prompt_logit_rows: first..first,
         });
     }
 }

@@ -11,6 +11,7 @@ pub mod error;
 pub mod forward_batch;
 pub mod hf_overrides;
 pub mod kv_cache;
+pub mod logit_bias;
 pub mod model_config;
 pub mod models;
 pub mod paged_attention;

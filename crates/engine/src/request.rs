@@ -63,6 +63,11 @@ impl RequestTimings {
 
 #[derive(Debug, Clone)]
 pub enum RequestEvent {
+    /// Scores of the next prompt tokens, in order from the second (prompt logprobs); each
+    /// `SampledToken` holds the prompt token, its logprob and the top alternatives there.
+    PromptLogprobs {
+        logprobs: Vec<SampledToken>,
+    },
     Token {
         token: SampledToken,
         time: Instant,

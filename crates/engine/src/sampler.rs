@@ -1,5 +1,5 @@
-//! `Sampler`: turns one row of logits into a token, applying penalties, temperature and
-//! truncation (top-k, top-p, min-p), and reports logprobs.
+//! `Sampler`: turns one row of logits into a token, applying the logit bias, penalties,
+//! temperature and truncation (top-k, top-p, min-p), and reports logprobs.
 
 use crate::models::layers::exp;
 use crate::sampling_params::SamplingParams;
@@ -34,8 +34,12 @@ pub struct Sampler;
 impl Sampler {
     pub fn sample(logits: &[f32], ctx: &SamplingContext) -> SampledToken {
         // A vocab-sized copy only when something rewrites the logits.
-        let work: Cow<[f32]> = if has_penalties(ctx.params) || !ctx.banned.is_empty() {
+        let rewrites = has_penalties(ctx.params)
+            || !ctx.banned.is_empty()
+            || !ctx.params.logit_bias.is_empty();
+        let work: Cow<[f32]> = if rewrites {
             let mut work = logits.to_vec();
+            ctx.params.logit_bias.apply(&mut work);
             apply_penalties(&mut work, ctx);
             for &id in ctx.banned {
                 if let Some(l) = work.get_mut(id as usize) {
@@ -52,13 +56,19 @@ impl Sampler {
             sample_random(&work, ctx)
         };
         // Logprobs describe the model's raw distribution, before penalties and temperature.
-        let Some(k) = ctx.params.logprobs else {
-            return SampledToken {
+        match ctx.params.logprobs {
+            Some(k) => Self::score(logits, token_id, k),
+            None => SampledToken {
                 token_id,
                 logprob: None,
                 top_logprobs: Vec::new(),
-            };
-        };
+            },
+        }
+    }
+
+    /// `token_id` with its logprob under `logits` and the `k` most likely alternatives: what a
+    /// sampled token reports, and what a prompt token is scored with.
+    pub fn score(logits: &[f32], token_id: u32, k: usize) -> SampledToken {
         let lse = logsumexp(logits);
         SampledToken {
             token_id,

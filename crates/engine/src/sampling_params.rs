@@ -1,6 +1,7 @@
 //! `SamplingParams`: how one request picks its tokens and when it stops, validated once.
 
 use crate::error::{EngineError, Result};
+use crate::logit_bias::LogitBias;
 use std::collections::BTreeSet;
 
 #[derive(Debug, Clone, PartialEq)]
@@ -23,6 +24,12 @@ pub struct SamplingParams {
     /// Return this many most likely alternatives (with their logprobs) for every token;
     /// `Some(0)` means none (the chosen token's own logprob is always reported).
     pub logprobs: Option<usize>,
+    /// Report the logprob of every prompt token after the first (given the tokens before it),
+    /// with this many alternatives. Such a request computes its whole prompt: a prefix-cache
+    /// hit would leave cached positions without logits.
+    pub prompt_logprobs: Option<usize>,
+    /// Added to the logits before penalties, temperature and truncation.
+    pub logit_bias: LogitBias,
 }
 
 impl Default for SamplingParams {
@@ -41,6 +48,8 @@ impl Default for SamplingParams {
             stop_token_ids: BTreeSet::new(),
             ignore_eos: false,
             logprobs: None,
+            prompt_logprobs: None,
+            logit_bias: LogitBias::default(),
         }
     }
 }
@@ -104,6 +113,11 @@ impl SamplingParams {
         if self.logprobs.is_some_and(|k| k > MAX_LOGPROBS) {
             return bad(format!(
                 "logprobs may ask for at most {MAX_LOGPROBS} alternatives"
+            ));
+        }
+        if self.prompt_logprobs.is_some_and(|k| k > MAX_LOGPROBS) {
+            return bad(format!(
+                "prompt_logprobs may ask for at most {MAX_LOGPROBS} alternatives"
             ));
         }
         Ok(())

@@ -10,6 +10,7 @@ use crate::sampler::SampledToken;
 use crate::sequence::Sequence;
 use crate::step_cost_model::{StepCostModel, StepShape};
 use std::collections::VecDeque;
+use std::ops::Range;
 use std::time::{Duration, Instant};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -59,6 +60,9 @@ pub struct ScheduledChunk {
     pub len: usize,
     /// The chunk reaches the end of the known tokens, so its last row yields a new token.
     pub sample: bool,
+    /// Positions of this chunk whose logits score the prompt (prompt logprobs); set when the
+    /// batch is built.
+    pub prompt_logits: Range<usize>,
 }
 
 #[derive(Debug, Default)]
@@ -346,6 +350,7 @@ impl Scheduler {
                 start: seq.num_computed,
                 len: n,
                 sample: seq.num_computed + n == seq.tokens.len(),
+                prompt_logits: 0..0,
             });
             budget.tokens -= n;
             if !decode {
@@ -408,7 +413,12 @@ impl Scheduler {
             } else {
                 Vec::new()
             };
-            let mut hits = self.blocks.lookup_prefix(&seq.tokens, &hashes);
+            // Cached positions would have no logits to score the prompt with.
+            let mut hits = if seq.pending_prompt_logits().is_empty() {
+                self.blocks.lookup_prefix(&seq.tokens, &hashes)
+            } else {
+                Vec::new()
+            };
             // At least one token must be computed to produce logits; recomputing a whole
             // block (never writing into a shared one) keeps cached blocks read-only.
             if hits.len() * bs >= seq.tokens.len() {
@@ -440,6 +450,7 @@ impl Scheduler {
                 start: cached,
                 len: n,
                 sample: cached + n == seq.tokens.len(),
+                prompt_logits: 0..0,
             });
             budget.tokens -= n;
             budget.prefill -= n;
@@ -449,15 +460,24 @@ impl Scheduler {
 
     fn build_batch(&self, out: &mut SchedulerOutput) {
         let bs = self.blocks.block_size();
-        for chunk in &out.chunks {
+        for chunk in &mut out.chunks {
             let seq = self
                 .running
                 .iter()
                 .find(|s| s.id == chunk.seq_id)
                 .expect("scheduled seq is running");
-            let tokens = &seq.tokens[chunk.start..chunk.start + chunk.len];
+            let end = chunk.start + chunk.len;
+            let tokens = &seq.tokens[chunk.start..end];
             out.batch
                 .push_seq(tokens, chunk.start, &seq.block_table, bs, chunk.sample);
+            let wanted = seq.pending_prompt_logits();
+            let first = wanted.start.max(chunk.start);
+            let last = wanted.end.min(end);
+            if first < last {
+                chunk.prompt_logits = first..last;
+                out.batch
+                    .want_prompt_logits(first - chunk.start..last - chunk.start);
+            }
         }
     }
 
@@ -473,6 +493,9 @@ impl Scheduler {
         for chunk in &out.chunks {
             if let Some(i) = self.running_index(chunk.seq_id) {
                 self.running[i].num_computed += chunk.len;
+                if !chunk.prompt_logits.is_empty() {
+                    self.running[i].prompt_logits_next = chunk.prompt_logits.end;
+                }
                 self.register_full_blocks(i);
             }
         }

@@ -25,6 +25,10 @@ pub struct Sequence {
     /// Prompt tokens served from the prefix cache at first admission.
     pub cached_prompt_tokens: usize,
     pub num_preemptions: usize,
+    /// The next prompt position whose logits (scoring the token after it) are still to be
+    /// reported, when the request asked for prompt logprobs. Kept across preemption, so a
+    /// recomputed prompt reports nothing twice.
+    pub prompt_logits_next: usize,
     pub finish: Option<FinishReason>,
     pub timings: RequestTimings,
 }
@@ -45,6 +49,7 @@ impl Sequence {
             arrival_seq: id.0,
             cached_prompt_tokens: 0,
             num_preemptions: 0,
+            prompt_logits_next: 0,
             finish: None,
             timings: RequestTimings::new(arrival),
         }
@@ -56,6 +61,17 @@ impl Sequence {
 
     pub fn prompt(&self) -> &[u32] {
         &self.tokens[..self.prompt_len]
+    }
+
+    /// Prompt positions whose logits are still wanted: each scores the prompt token after it,
+    /// so the last prompt position (which samples) is never among them.
+    pub fn pending_prompt_logits(&self) -> std::ops::Range<usize> {
+        match self.params.prompt_logprobs {
+            Some(_) if self.prompt_logits_next + 1 < self.prompt_len => {
+                self.prompt_logits_next..self.prompt_len - 1
+            }
+            _ => 0..0,
+        }
     }
 
     /// Tokens known but not yet computed.

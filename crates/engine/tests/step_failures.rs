@@ -30,7 +30,7 @@ fn finish_reason(handle: &EngineHandle) -> FinishReason {
     loop {
         match stream.events.blocking_recv().expect("the request ends") {
             RequestEvent::Finished { reason, .. } => return reason,
-            RequestEvent::Token { .. } => {}
+            RequestEvent::Token { .. } | RequestEvent::PromptLogprobs { .. } => {}
         }
     }
 }

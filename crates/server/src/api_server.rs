@@ -22,6 +22,7 @@ use tokio::sync::oneshot;
 use crate::app_state::AppState;
 use crate::metrics::Metrics;
 use crate::model_loader::{self, LoadedModel};
+use crate::reasoning_parser::ReasoningParserKind;
 use crate::request_limits::RequestLimits;
 use crate::routes;
 
@@ -53,6 +54,10 @@ pub struct ServeArgs {
     /// starts waiting for them (so it also closes idle keep-alive connections).
     #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
     pub header_read_timeout: u64,
+    /// Split chat replies' reasoning (`<think>…</think>`) into `reasoning_content`, as vLLM's
+    /// flag of the same name does.
+    #[arg(long, value_enum)]
+    pub reasoning_parser: Option<ReasoningParserKind>,
     #[command(flatten)]
     pub request_limits: RequestLimits,
 }
@@ -65,6 +70,7 @@ pub struct ServerOptions {
     pub shutdown_timeout: Duration,
     pub header_read_timeout: Duration,
     pub request_limits: RequestLimits,
+    pub reasoning_parser: Option<ReasoningParserKind>,
 }
 
 impl Default for ServerOptions {
@@ -75,6 +81,7 @@ impl Default for ServerOptions {
             shutdown_timeout: Duration::from_secs(30),
             header_read_timeout: Duration::from_secs(10),
             request_limits: RequestLimits::default(),
+            reasoning_parser: None,
         }
     }
 }
@@ -87,6 +94,7 @@ impl ServeArgs {
             shutdown_timeout: Duration::from_secs(self.shutdown_timeout),
             header_read_timeout: Duration::from_secs(self.header_read_timeout),
             request_limits: self.request_limits.clone(),
+            reasoning_parser: self.reasoning_parser,
         }
     }
 }
@@ -105,6 +113,7 @@ pub fn app_state(model: LoadedModel, options: &ServerOptions) -> Arc<AppState> {
         served_model_name: served,
         root: model.name,
         api_key: options.api_key.clone(),
+        reasoning_parser: options.reasoning_parser,
         limits: options.request_limits.clone(),
         created: SystemTime::now()
             .duration_since(UNIX_EPOCH)

@@ -10,6 +10,7 @@ use tokio::sync::watch;
 use crate::api_error::ApiError;
 use crate::chat_template::ChatTemplate;
 use crate::metrics::Metrics;
+use crate::reasoning_parser::ReasoningParserKind;
 use crate::request_limits::RequestLimits;
 use crate::tokenizer::Tokenizer;
 
@@ -22,6 +23,8 @@ pub struct AppState {
     /// What the model was loaded from (`root` in `/v1/models`).
     pub root: String,
     pub api_key: Option<String>,
+    /// `--reasoning-parser`: chat replies split reasoning into `reasoning_content`.
+    pub reasoning_parser: Option<ReasoningParserKind>,
     /// How much work one request may ask for.
     pub limits: RequestLimits,
     pub metrics: Arc<Metrics>,

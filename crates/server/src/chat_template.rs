@@ -1,6 +1,7 @@
 //! Renders a model's Jinja chat template (as shipped in GGUF or `tokenizer_config.json`) into a prompt string.
 
-use minijinja::{context, Environment, Error, ErrorKind};
+use minijinja::value::merge_maps;
+use minijinja::{context, Environment, Error, ErrorKind, Value};
 use serde::{Deserialize, Serialize};
 
 use crate::tokenizer::Tokenizer;
@@ -85,18 +86,30 @@ impl ChatTemplate {
     }
 
     pub fn render(&self, messages: &[ChatMessage], add_generation_prompt: bool) -> Result<String> {
+        self.render_with(messages, add_generation_prompt, &serde_json::Map::new())
+    }
+
+    /// [`render`](Self::render) with extra template variables (`chat_template_kwargs`, such as
+    /// `enable_thinking`); they never replace the ones the server sets.
+    pub fn render_with(
+        &self,
+        messages: &[ChatMessage],
+        add_generation_prompt: bool,
+        kwargs: &serde_json::Map<String, serde_json::Value>,
+    ) -> Result<String> {
         let template = self
             .env
             .get_template(TEMPLATE_NAME)
             .map_err(|e| ChatTemplateError::Render(describe(&e)))?;
-        template
-            .render(context! {
-                messages => messages,
-                add_generation_prompt => add_generation_prompt,
-                bos_token => &self.bos_token,
-                eos_token => &self.eos_token,
-            })
-            .map_err(classify_render_error)
+        let own = context! {
+            messages => messages,
+            add_generation_prompt => add_generation_prompt,
+            bos_token => &self.bos_token,
+            eos_token => &self.eos_token,
+        };
+        // The last map holding a key wins, so the server's variables stay the server's.
+        let variables = merge_maps([Value::from_serialize(kwargs), own]);
+        template.render(variables).map_err(classify_render_error)
     }
 }
 

@@ -14,6 +14,7 @@ use tokio::sync::watch;
 
 use crate::detokenizer::IncrementalDetokenizer;
 use crate::metrics::{FinishedRequest, Metrics};
+use crate::reasoning_parser::{ReasoningParser, ReasoningParserKind};
 use crate::tokenizer::Tokenizer;
 
 /// How many prompt tokens the detokenizer sees as context, so the first generated word
@@ -25,7 +26,11 @@ const PROMPT_CONTEXT_TOKENS: usize = 4;
 #[derive(Debug, Default)]
 pub struct ChoiceDelta {
     pub text: String,
+    /// Reasoning split off the text by the server's `--reasoning-parser` (chat only).
+    pub reasoning: String,
     pub tokens: Vec<SampledToken>,
+    /// Scores of prompt tokens from the second on, when the request asked for them.
+    pub prompt_logprobs: Vec<SampledToken>,
     /// `stop`, `length` or `abort`, on the last delta only.
     pub finish_reason: Option<&'static str>,
 }
@@ -44,7 +49,10 @@ pub struct ChoiceSetup {
     pub metrics: Arc<Metrics>,
     pub prompt: Vec<u32>,
     pub stop: Vec<String>,
+    pub include_stop: bool,
     pub skip_special_tokens: bool,
+    /// How reasoning is marked in this choice's text, when it is to be split off.
+    pub reasoning: Option<ReasoningParserKind>,
     /// Becomes `true` when the server ends every open reply (shutdown).
     pub closing: watch::Receiver<bool>,
 }
@@ -54,6 +62,7 @@ pub struct ChoiceRun {
     id: SeqId,
     events: UnboundedReceiver<RequestEvent>,
     decoder: TextDecoder,
+    reasoning: Option<ReasoningParser>,
     metrics: Arc<Metrics>,
     prompt_tokens: usize,
     completion_tokens: usize,
@@ -65,12 +74,10 @@ impl ChoiceRun {
     pub fn new(setup: ChoiceSetup, id: SeqId, events: UnboundedReceiver<RequestEvent>) -> Self {
         let tail = &setup.prompt[setup.prompt.len().saturating_sub(PROMPT_CONTEXT_TOKENS)..];
         let decoder = match setup.tokenizer {
-            Some(tokenizer) => TextDecoder::Detokenizer(IncrementalDetokenizer::new(
-                tokenizer,
-                tail,
-                setup.stop,
-                setup.skip_special_tokens,
-            )),
+            Some(tokenizer) => TextDecoder::Detokenizer(
+                IncrementalDetokenizer::new(tokenizer, tail, setup.stop, setup.skip_special_tokens)
+                    .including_stop_strings(setup.include_stop),
+            ),
             None => TextDecoder::Ids,
         };
         Self {
@@ -78,6 +85,7 @@ impl ChoiceRun {
             id,
             events,
             decoder,
+            reasoning: setup.reasoning.map(ReasoningParser::new),
             metrics: setup.metrics,
             prompt_tokens: setup.prompt.len(),
             completion_tokens: 0,
@@ -94,8 +102,24 @@ impl ChoiceRun {
         self.completion_tokens
     }
 
-    /// Waits until there is text to show or the choice ends; `None` after the end.
+    /// Waits until there is text to show or the choice ends; `None` after the end. With a
+    /// reasoning parser, the text is split into reasoning and content.
     pub async fn next_delta(&mut self) -> Option<ChoiceDelta> {
+        let mut delta = self.next_text_delta().await?;
+        if let Some(parser) = &mut self.reasoning {
+            let mut split = parser.push(&delta.text);
+            if delta.finish_reason.is_some() {
+                let rest = parser.finish();
+                split.reasoning.push_str(&rest.reasoning);
+                split.content.push_str(&rest.content);
+            }
+            delta.text = split.content;
+            delta.reasoning = split.reasoning;
+        }
+        Some(delta)
+    }
+
+    async fn next_text_delta(&mut self) -> Option<ChoiceDelta> {
         if self.finished {
             return None;
         }
@@ -115,6 +139,9 @@ impl ChoiceRun {
                 event = self.events.recv() => event,
             };
             match event {
+                Some(RequestEvent::PromptLogprobs { logprobs }) => {
+                    delta.prompt_logprobs.extend(logprobs);
+                }
                 Some(RequestEvent::Token { token, .. }) => {
                     self.completion_tokens += 1;
                     let (text, hit_stop) = self.decode(token.token_id);

@@ -9,7 +9,8 @@ use crate::tokenizer::{Result, Tokenizer};
 pub struct Step {
     /// Text that is now safe to show; empty while characters or a possible stop string are held back.
     pub text: String,
-    /// The stop string that ended the stream, if this token completed one; `text` ends just before it.
+    /// The stop string that ended the stream, if this token completed one; `text` ends just
+    /// before it (or with it, when stop strings are included).
     pub stopped: Option<String>,
 }
 
@@ -30,6 +31,8 @@ pub struct IncrementalDetokenizer {
     /// Decoded text not yet emitted because it may begin a stop string.
     pending: String,
     stopped: bool,
+    /// Keep a matched stop string at the end of the text instead of cutting before it.
+    include_stop: bool,
 }
 
 impl IncrementalDetokenizer {
@@ -50,6 +53,15 @@ impl IncrementalDetokenizer {
             read_offset: prompt_ids_tail.len(),
             pending: String::new(),
             stopped: false,
+            include_stop: false,
+        }
+    }
+
+    /// Keeps a matched stop string in the text (vLLM's `include_stop_str_in_output`).
+    pub fn including_stop_strings(self, include_stop: bool) -> Self {
+        Self {
+            include_stop,
+            ..self
         }
     }
 
@@ -77,8 +89,8 @@ impl IncrementalDetokenizer {
         let tail = self.decode_window().unwrap_or_default();
         self.read_offset = self.ids.len();
         self.pending.push_str(&tail);
-        if let Some((at, _)) = self.earliest_stop() {
-            self.pending.truncate(at);
+        if let Some((at, stop)) = self.earliest_stop() {
+            self.pending.truncate(self.stop_cut(at, &stop));
             self.stopped = true;
         }
         std::mem::take(&mut self.pending)
@@ -119,7 +131,7 @@ impl IncrementalDetokenizer {
     /// Emits pending text up to a matched stop string, or all of it except a tail that may still grow into one.
     fn release_pending(&mut self) -> Step {
         if let Some((at, stop)) = self.earliest_stop() {
-            self.pending.truncate(at);
+            self.pending.truncate(self.stop_cut(at, &stop));
             self.stopped = true;
             return Step {
                 text: std::mem::take(&mut self.pending),
@@ -131,6 +143,15 @@ impl IncrementalDetokenizer {
         Step {
             text: std::mem::replace(&mut self.pending, rest),
             stopped: None,
+        }
+    }
+
+    /// Where the text ends when `stop` matched at byte `at`.
+    fn stop_cut(&self, at: usize, stop: &str) -> usize {
+        if self.include_stop {
+            at + stop.len()
+        } else {
+            at
         }
     }
 

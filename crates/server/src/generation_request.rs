@@ -1,9 +1,11 @@
 //! `GenerationRequest`: the body of `/v1/completions` and `/v1/chat/completions` as sent.
 //!
-//! Both endpoints share one struct because they share nearly every field; each endpoint reads
-//! the fields that are its own (`prompt` or `messages`) and ignores the rest, as it ignores
-//! unknown fields. Fields whose JSON shape varies (`prompt`, `stop`, `logprobs`, message
+//! Both endpoints share one struct because they share nearly every field; a field of the other
+//! endpoint, and any field not modelled here (kept in `other`), is judged by `field_policy`:
+//! accepted only where it cannot change the output, refused by name otherwise. Fields whose JSON shape varies (`prompt`, `stop`, `logprobs`, message
 //! content) stay `serde_json::Value` here and are checked with messages a user can act on.
+
+use std::collections::BTreeMap;
 
 use serde::Deserialize;
 use serde_json::Value;
@@ -41,14 +43,30 @@ pub struct GenerationRequest {
     pub stream_options: Option<StreamOptions>,
     pub echo: Option<bool>,
     pub suffix: Option<String>,
+    /// Token id (as a string, since JSON keys are strings) → bias in [-100, 100].
+    pub logit_bias: Option<BTreeMap<String, f32>>,
+    /// vLLM's field: a matched stop string stays at the end of the text.
+    pub include_stop_str_in_output: Option<bool>,
+    /// vLLM's chat field: extra variables for the chat template (`enable_thinking`).
+    pub chat_template_kwargs: Option<serde_json::Map<String, Value>>,
+    /// vLLM's field: logprobs name tokens as `token_id:<id>` instead of their text.
+    pub return_tokens_as_token_ids: Option<bool>,
+    /// vLLM's completions field: logprobs of the prompt tokens, with this many alternatives.
+    pub prompt_logprobs: Option<i64>,
+    /// Every field not named above, for `field_policy::check_fields` to accept or refuse.
+    #[serde(flatten)]
+    pub other: BTreeMap<String, Value>,
 }
 
 #[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct StreamOptions {
     pub include_usage: Option<bool>,
 }
 
+/// Unknown message fields (`tool_calls`, `name`) are refused: the template would never see them.
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct MessageIn {
     pub role: String,
     #[serde(default)]

@@ -19,13 +19,17 @@ const LOWEST_LOGPROB: f32 = -9999.0;
 #[derive(Debug, Default)]
 pub struct ChoiceTotal {
     pub text: String,
+    pub reasoning: String,
     pub tokens: Vec<SampledToken>,
+    pub prompt_logprobs: Vec<SampledToken>,
     pub finish_reason: Option<&'static str>,
 }
 
 impl ChoiceTotal {
     pub fn absorb(&mut self, delta: ChoiceDelta) {
         self.text.push_str(&delta.text);
+        self.reasoning.push_str(&delta.reasoning);
+        self.prompt_logprobs.extend(delta.prompt_logprobs);
         self.tokens.extend(delta.tokens);
         self.finish_reason = delta.finish_reason.or(self.finish_reason);
     }
@@ -47,14 +51,37 @@ impl Usage {
     }
 }
 
+/// What a completions reply says about its prompts: `echo` repeats them (and, with `logprobs`,
+/// scores them in `logprobs`), `prompt_logprobs` scores them in a list of its own (vLLM).
+#[derive(Debug, Clone, Default)]
+pub struct PromptReport {
+    /// Per prompt, when `echo` is on: its text and its first token (which has no score).
+    pub echoed: Vec<EchoedPrompt>,
+    /// Alternatives per prompt token for `prompt_logprobs`.
+    pub prompt_logprobs: Option<usize>,
+    /// Choice `i` belongs to prompt `i / choices_per_prompt`.
+    pub choices_per_prompt: usize,
+}
+
+#[derive(Debug, Clone)]
+pub struct EchoedPrompt {
+    pub text: String,
+    pub first_token: u32,
+}
+
 pub struct ReplyBuilder {
     endpoint: Endpoint,
     id: String,
     created: u64,
     model: String,
     tokenizer: Option<Arc<Tokenizer>>,
-    /// Whether the request asked for logprobs at all.
-    logprobs: bool,
+    /// Alternatives per token the request asked logprobs for, if it did.
+    logprobs: Option<usize>,
+    prompts: PromptReport,
+    /// Tokens in logprobs are written `token_id:<id>`: text can be ambiguous, an id never is.
+    tokens_as_ids: bool,
+    /// Chat messages carry `reasoning_content` (the server has a reasoning parser).
+    reasoning: bool,
 }
 
 impl ReplyBuilder {
@@ -62,7 +89,7 @@ impl ReplyBuilder {
         endpoint: Endpoint,
         model: String,
         tokenizer: Option<Arc<Tokenizer>>,
-        logprobs: bool,
+        logprobs: Option<usize>,
     ) -> Self {
         let prefix = match endpoint {
             Endpoint::Completions => "cmpl",
@@ -75,7 +102,26 @@ impl ReplyBuilder {
             model,
             tokenizer,
             logprobs,
+            prompts: PromptReport::default(),
+            tokens_as_ids: false,
+            reasoning: false,
         }
+    }
+
+    pub fn with_reasoning(self, reasoning: bool) -> Self {
+        Self { reasoning, ..self }
+    }
+
+    pub fn with_tokens_as_ids(self, tokens_as_ids: bool) -> Self {
+        Self {
+            tokens_as_ids,
+            ..self
+        }
+    }
+
+    /// A completions reply that echoes or scores its prompts.
+    pub fn with_prompts(self, prompts: PromptReport) -> Self {
+        Self { prompts, ..self }
     }
 
     /// A whole non-streamed reply.
@@ -83,22 +129,9 @@ impl ReplyBuilder {
         let choices: Vec<Value> = choices
             .iter()
             .enumerate()
-            .map(|(index, c)| {
-                let logprobs = self.logprobs_json(&c.tokens, 0);
-                match self.endpoint {
-                    Endpoint::Completions => json!({
-                        "index": index,
-                        "text": c.text,
-                        "logprobs": logprobs,
-                        "finish_reason": c.finish_reason,
-                    }),
-                    Endpoint::Chat => json!({
-                        "index": index,
-                        "message": {"role": "assistant", "content": c.text},
-                        "logprobs": logprobs,
-                        "finish_reason": c.finish_reason,
-                    }),
-                }
+            .map(|(index, c)| match self.endpoint {
+                Endpoint::Completions => self.full_completion(index, c),
+                Endpoint::Chat => self.full_chat(index, c),
             })
             .collect();
         json!({
@@ -109,6 +142,89 @@ impl ReplyBuilder {
             "choices": choices,
             "usage": usage.json(),
         })
+    }
+
+    fn full_chat(&self, index: usize, c: &ChoiceTotal) -> Value {
+        let mut message = json!({"role": "assistant", "content": c.text});
+        if self.reasoning {
+            // vLLM's shape: `null` when the reply held no reasoning.
+            message["reasoning_content"] =
+                Some(c.reasoning.as_str()).filter(|r| !r.is_empty()).into();
+        }
+        json!({
+            "index": index,
+            "message": message,
+            "logprobs": self.logprobs_json(&c.tokens, 0),
+            "finish_reason": c.finish_reason,
+        })
+    }
+
+    /// A completions choice, with its prompt echoed and scored when asked.
+    fn full_completion(&self, index: usize, c: &ChoiceTotal) -> Value {
+        let per_prompt = self.prompts.choices_per_prompt.max(1);
+        let echoed = self.prompts.echoed.get(index / per_prompt);
+        let text = match echoed {
+            Some(prompt) => format!("{}{}", prompt.text, c.text),
+            None => c.text.clone(),
+        };
+        let logprobs = match (echoed, self.logprobs) {
+            (Some(prompt), Some(k)) => {
+                let scored = self.echoed_tokens(prompt.first_token, &c.prompt_logprobs, k);
+                let all: Vec<SampledToken> = scored.into_iter().chain(c.tokens.clone()).collect();
+                self.completion_logprobs(&all, 0)
+            }
+            _ => self.logprobs_json(&c.tokens, 0),
+        };
+        let mut choice = json!({
+            "index": index,
+            "text": text,
+            "logprobs": logprobs,
+            "finish_reason": c.finish_reason,
+        });
+        if self.prompts.prompt_logprobs.is_some() {
+            choice["prompt_logprobs"] = self.prompt_logprobs_json(&c.prompt_logprobs);
+        }
+        choice
+    }
+
+    /// The prompt as `logprobs` entries: the first token unscored, the rest with `k`
+    /// alternatives (the engine may have computed more for `prompt_logprobs`).
+    fn echoed_tokens(&self, first: u32, scored: &[SampledToken], k: usize) -> Vec<SampledToken> {
+        let unscored = SampledToken {
+            token_id: first,
+            logprob: None,
+            top_logprobs: Vec::new(),
+        };
+        std::iter::once(unscored)
+            .chain(scored.iter().map(|t| SampledToken {
+                top_logprobs: t.top_logprobs.iter().take(k).copied().collect(),
+                ..t.clone()
+            }))
+            .collect()
+    }
+
+    /// vLLM's shape: `null` for the first prompt token, then per token a map from token id to
+    /// `{logprob, decoded_token}` holding the prompt token and the top alternatives.
+    fn prompt_logprobs_json(&self, scored: &[SampledToken]) -> Value {
+        let k = self.prompts.prompt_logprobs.unwrap_or(0);
+        let entry = |id: u32, logprob: f32| {
+            (
+                id.to_string(),
+                json!({"logprob": finite(logprob), "decoded_token": self.token_text(id)}),
+            )
+        };
+        let positions = scored.iter().map(|t| {
+            let mut map: Map<String, Value> = t
+                .top_logprobs
+                .iter()
+                .take(k)
+                .map(|&(id, lp)| entry(id, lp))
+                .collect();
+            let (id, value) = entry(t.token_id, t.logprob.unwrap_or(f32::NEG_INFINITY));
+            map.insert(id, value);
+            Value::Object(map)
+        });
+        Value::Array(std::iter::once(Value::Null).chain(positions).collect())
     }
 
     /// One stream chunk for one choice. `first` adds the chat role; `text_offset` is how much
@@ -133,7 +249,13 @@ impl ReplyBuilder {
                 if first {
                     message.insert("role".into(), "assistant".into());
                 }
-                message.insert("content".into(), delta.text.clone().into());
+                if !delta.reasoning.is_empty() {
+                    message.insert("reasoning_content".into(), delta.reasoning.clone().into());
+                }
+                // A chunk of reasoning alone has no content, as vLLM streams it.
+                if !delta.text.is_empty() || delta.reasoning.is_empty() {
+                    message.insert("content".into(), delta.text.clone().into());
+                }
                 json!({
                     "index": index,
                     "delta": message,
@@ -171,7 +293,7 @@ impl ReplyBuilder {
     }
 
     fn logprobs_json(&self, tokens: &[SampledToken], text_offset: usize) -> Value {
-        if !self.logprobs {
+        if self.logprobs.is_none() {
             return Value::Null;
         }
         match self.endpoint {
@@ -191,11 +313,14 @@ impl ReplyBuilder {
             text_offset += text.len();
             texts.push(text);
             logprobs.push(token.logprob.map(finite));
-            let top: Map<String, Value> = token
-                .top_logprobs
-                .iter()
-                .map(|&(id, lp)| (self.token_text(id), finite(lp).into()))
-                .collect();
+            // An echoed prompt's first token has no score, so no alternatives either.
+            let top = token.logprob.map(|_| {
+                token
+                    .top_logprobs
+                    .iter()
+                    .map(|&(id, lp)| (self.token_text(id), Value::from(finite(lp))))
+                    .collect::<Map<String, Value>>()
+            });
             tops.push(top);
         }
         json!({
@@ -229,6 +354,9 @@ impl ReplyBuilder {
     }
 
     fn token_text(&self, id: u32) -> String {
+        if self.tokens_as_ids {
+            return format!("token_id:{id}");
+        }
         self.tokenizer
             .as_ref()
             .and_then(|t| t.decode(&[id], false).ok())
@@ -280,7 +408,7 @@ mod tests {
 
     #[test]
     fn chat_chunks_carry_the_role_only_first() {
-        let reply = ReplyBuilder::new(Endpoint::Chat, "m".into(), None, false);
+        let reply = ReplyBuilder::new(Endpoint::Chat, "m".into(), None, None);
         let delta = ChoiceDelta {
             text: "hi".into(),
             ..Default::default()
@@ -295,11 +423,12 @@ mod tests {
 
     #[test]
     fn usage_totals_and_logprobs_survive_minus_infinity() {
-        let reply = ReplyBuilder::new(Endpoint::Completions, "m".into(), None, true);
+        let reply = ReplyBuilder::new(Endpoint::Completions, "m".into(), None, Some(1));
         let choice = ChoiceTotal {
             text: "x".into(),
             tokens: vec![token(7, f32::NEG_INFINITY), token(8, -0.5)],
             finish_reason: Some("length"),
+            ..Default::default()
         };
         let body = reply.full(
             &[choice],

@@ -2,12 +2,16 @@
 //! and how their output is shaped — built before anything is queued, so bad input is
 //! answered with a 400 and never half-started.
 
+use std::collections::BTreeMap;
+
 use serde_json::Value;
+use tokenmill_engine::logit_bias::LogitBias;
 use tokenmill_engine::sampling_params::MAX_LOGPROBS;
 use tokenmill_engine::{EngineLimits, Request, SamplingParams};
 
 use crate::api_error::ApiError;
 use crate::generation_request::{stop_strings, GenerationRequest};
+use crate::reply_builder::EchoedPrompt;
 use crate::request_limits::RequestLimits;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,9 +28,19 @@ pub struct RequestPlan {
     /// One engine request per choice, in choice-index order.
     pub requests: Vec<Request>,
     pub stop: Vec<String>,
+    /// A matched stop string stays in the text (vLLM's `include_stop_str_in_output`).
+    pub include_stop_str_in_output: bool,
     pub skip_special_tokens: bool,
     /// Alternatives per token to report; `Some(0)` reports only the chosen token's logprob.
     pub logprobs: Option<usize>,
+    /// Alternatives per prompt token for `prompt_logprobs` (completions).
+    pub prompt_logprobs: Option<usize>,
+    /// Completions' `echo`: the reply repeats the prompt (and, with `logprobs`, scores it).
+    pub echo: bool,
+    /// Logprobs name tokens by id (`token_id:<id>`), as vLLM's `return_tokens_as_token_ids`.
+    pub tokens_as_ids: bool,
+    /// Per prompt, what `echo` repeats; filled by the completions route, which has the texts.
+    pub echoed: Vec<EchoedPrompt>,
     pub stream: bool,
     pub include_usage: bool,
 }
@@ -40,8 +54,19 @@ impl RequestPlan {
         request_limits: &RequestLimits,
     ) -> Result<Self, ApiError> {
         request_limits.check(body, prompts.len())?;
-        if body.echo == Some(true) {
-            return Err(ApiError::bad_param("echo", "`echo` is not supported"));
+        let stream = body.stream.unwrap_or(false);
+        let echo = body.echo.unwrap_or(false);
+        if stream && echo {
+            return Err(ApiError::bad_param(
+                "echo",
+                "`echo` is not supported with `stream`",
+            ));
+        }
+        if stream && body.prompt_logprobs.is_some() {
+            return Err(ApiError::bad_param(
+                "prompt_logprobs",
+                "`prompt_logprobs` is not supported with `stream`",
+            ));
         }
         if body.suffix.as_deref().is_some_and(|s| !s.is_empty()) {
             return Err(ApiError::bad_param("suffix", "`suffix` is not supported"));
@@ -52,7 +77,14 @@ impl RequestPlan {
             Endpoint::Completions => "prompt",
             Endpoint::Chat => "messages",
         };
-        let base = sampling_params(body, endpoint)?;
+        let mut base = sampling_params(body, endpoint, limits.vocab_size)?;
+        let prompt_logprobs = body
+            .prompt_logprobs
+            .map(|k| logprob_count("prompt_logprobs", k))
+            .transpose()?;
+        // Echoed logprobs score the prompt with the same alternatives as the output.
+        let echoed_logprobs = if echo { base.logprobs } else { None };
+        base.prompt_logprobs = prompt_logprobs.max(echoed_logprobs);
         let mut requests = Vec::with_capacity(prompts.len() * n);
         for prompt in &prompts {
             check_prompt_len(prompt.len(), limits.max_model_len, prompt_param)?;
@@ -77,9 +109,14 @@ impl RequestPlan {
             n,
             requests,
             stop: stop_strings(body.stop.as_ref())?,
+            include_stop_str_in_output: body.include_stop_str_in_output.unwrap_or(false),
             skip_special_tokens: body.skip_special_tokens.unwrap_or(true),
             logprobs: base.logprobs,
-            stream: body.stream.unwrap_or(false),
+            prompt_logprobs,
+            echo,
+            echoed: Vec::new(),
+            tokens_as_ids: body.return_tokens_as_token_ids.unwrap_or(false),
+            stream,
             include_usage: body
                 .stream_options
                 .as_ref()
@@ -128,6 +165,7 @@ fn check_prompt_len(len: usize, max_model_len: usize, param: &str) -> Result<(),
 fn sampling_params(
     body: &GenerationRequest,
     endpoint: Endpoint,
+    vocab_size: usize,
 ) -> Result<SamplingParams, ApiError> {
     let defaults = SamplingParams::default();
     let min_tokens = match body.min_tokens.unwrap_or(0) {
@@ -158,7 +196,34 @@ fn sampling_params(
             Endpoint::Completions => completion_logprobs(body.logprobs.as_ref())?,
             Endpoint::Chat => chat_logprobs(body.logprobs.as_ref(), body.top_logprobs)?,
         },
+        prompt_logprobs: None,
+        logit_bias: logit_bias(body.logit_bias.as_ref(), vocab_size)?,
     })
+}
+
+/// Keys are token ids written as strings (JSON keys are strings), each inside the vocabulary.
+fn logit_bias(
+    value: Option<&BTreeMap<String, f32>>,
+    vocab_size: usize,
+) -> Result<LogitBias, ApiError> {
+    let bad = |why: String| ApiError::bad_param("logit_bias", why);
+    let entries = value
+        .into_iter()
+        .flatten()
+        .map(|(key, &bias)| {
+            let id: u32 = key
+                .trim()
+                .parse()
+                .map_err(|_| bad(format!("`logit_bias` keys must be token ids, got `{key}`")))?;
+            if id as usize >= vocab_size {
+                return Err(bad(format!(
+                    "`logit_bias` names token id {id}, outside the vocabulary (size {vocab_size})"
+                )));
+            }
+            Ok((id, bias))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    LogitBias::new(entries).map_err(|e| bad(e.to_string()))
 }
 
 /// vLLM's convention: -1 (and 0) disable top-k.

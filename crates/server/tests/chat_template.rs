@@ -138,3 +138,25 @@ fn block_tags_swallow_their_own_line_like_hugging_face_rendering() {
         "[a]\n[b]\n2"
     );
 }
+
+#[test]
+fn chat_template_kwargs_reach_the_template_but_never_replace_the_servers_variables() {
+    let source = "{% if enable_thinking is defined and not enable_thinking %}<think>\n\n</think>\n\n{% endif %}\
+                  {{ messages | length }}{{ add_generation_prompt }}";
+    let template = ChatTemplate::new(source, "<s>", "</s>").unwrap();
+    let kwargs = |value: serde_json::Value| value.as_object().unwrap().clone();
+    let off = template
+        .render_with(
+            &[user("hi")],
+            true,
+            &kwargs(serde_json::json!({"enable_thinking": false})),
+        )
+        .unwrap();
+    assert_eq!(off, "<think>\n\n</think>\n\n1True");
+    let sneaky = kwargs(serde_json::json!({"messages": [], "add_generation_prompt": false}));
+    assert_eq!(
+        template.render_with(&[user("hi")], true, &sneaky).unwrap(),
+        "1True"
+    );
+    assert_eq!(template.render(&[user("hi")], true).unwrap(), "1True");
+}

@@ -102,12 +102,72 @@ async fn wrong_types_name_the_parameter() {
 }
 
 #[tokio::test]
-async fn unknown_fields_are_ignored() {
-    let (status, reply) = post_json(
-        "/v1/completions",
-        json!({"prompt": "Hi", "max_tokens": 2, "cache_prompt": true, "extra": {"nested": [1]}}),
-    )
-    .await;
+async fn unknown_and_unsupported_fields_are_refused_by_name() {
+    let chat = |extra: Value| {
+        let mut body = json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2});
+        body.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        body
+    };
+    let cases = [
+        (
+            "/v1/completions",
+            json!({"prompt": "Hi", "cache_prompt": true}),
+            "cache_prompt",
+        ),
+        (
+            "/v1/chat/completions",
+            chat(json!({"response_format": {"type": "json_object"}})),
+            "response_format",
+        ),
+        (
+            "/v1/chat/completions",
+            chat(json!({"tools": [{"type": "function", "function": {"name": "f"}}]})),
+            "tools",
+        ),
+        (
+            "/v1/chat/completions",
+            chat(json!({"tool_choice": "required"})),
+            "tool_choice",
+        ),
+        (
+            "/v1/chat/completions",
+            chat(json!({"prompt": "Hi"})),
+            "prompt",
+        ),
+        (
+            "/v1/completions",
+            json!({"prompt": "Hi", "top_logprobs": 2}),
+            "top_logprobs",
+        ),
+        (
+            "/v1/completions",
+            json!({"prompt": "Hi", "stream": true, "stream_options": {"continuous_usage_stats": true}}),
+            "stream_options.continuous_usage_stats",
+        ),
+        (
+            "/v1/chat/completions",
+            json!({"messages": [{"role": "user", "content": "Hi", "name": "bob"}]}),
+            "messages[0].name",
+        ),
+    ];
+    for (path, body, field) in cases {
+        let (status, reply) = post_json(path, body.clone()).await;
+        assert_eq!(status, 400, "{body}: {reply}");
+        assert_eq!(reply["error"]["param"], field, "{body}: {reply}");
+        assert_eq!(reply["error"]["type"], "invalid_request_error");
+    }
+}
+
+#[tokio::test]
+async fn fields_that_cannot_change_the_output_are_accepted() {
+    let body = json!({
+        "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2, "user": "u-1",
+        "store": false, "metadata": {"team": "a"}, "stream_options": null, "tools": [],
+        "tool_choice": "none", "response_format": {"type": "text"},
+    });
+    let (status, reply) = post_json("/v1/chat/completions", body).await;
     assert_eq!(status, 200, "{reply}");
     assert_eq!(reply["usage"]["completion_tokens"], 2);
 }

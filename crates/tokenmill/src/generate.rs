@@ -70,9 +70,9 @@ impl SamplingArgs {
             presence_penalty: self.presence_penalty,
             max_tokens: self.max_tokens,
             min_tokens: self.min_tokens,
-            stop_token_ids: Default::default(),
             ignore_eos: self.ignore_eos,
             logprobs: self.logprobs,
+            ..SamplingParams::default()
         }
     }
 }

@@ -165,7 +165,8 @@ impl Llama {
     }
 
     /// Runs the batch through every layer, writing its keys/values into `kv`, and returns
-    /// logits `[batch.sample_rows().len(), vocab]` for the rows that sample.
+    /// logits `[batch.logit_rows().len(), vocab]` for the rows that sample (and any rows that
+    /// score a prompt).
     pub fn forward(&self, batch: &ForwardBatch, kv: &mut KvCache) -> Result<Vec<f32>> {
         let mut logits = Vec::new();
         self.forward_into(batch, kv, &mut logits)?;
@@ -183,14 +184,7 @@ impl Llama {
         let mut guard = self.scratch.lock().unwrap_or_else(|e| e.into_inner());
         let s = &mut *guard;
         let (t, h) = (batch.num_tokens(), self.config.hidden_size);
-        s.sample_rows.clear();
-        s.sample_rows.extend(
-            batch
-                .seqs
-                .iter()
-                .filter(|q| q.sample && !q.rows.is_empty())
-                .map(|q| q.rows.end - 1),
-        );
+        batch.logit_rows_into(&mut s.sample_rows);
         s.resize(self.scratch_shape(), t, s.sample_rows.len());
         // 1. Embed: x [T, hidden]
         self.token_embd.lookup_into(&batch.token_ids, &mut s.x);
@@ -199,7 +193,7 @@ impl Llama {
             self.attention(block, layer, batch, kv, s)?;
             self.feed_forward(block, layer, t, s)?;
         }
-        // 3. Logits only for the rows that sample: [S, hidden] → [S, vocab]
+        // 3. Logits only for the rows that sample or score a prompt: [S, hidden] → [S, vocab]
         for (dst, &r) in s.last.chunks_exact_mut(h).zip(&s.sample_rows) {
             dst.copy_from_slice(&s.x[r * h..(r + 1) * h]);
         }

@@ -7,8 +7,10 @@ use axum::response::Response;
 
 use crate::api_error::ApiError;
 use crate::app_state::AppState;
+use crate::field_policy::check_fields;
 use crate::generation_request::{prompt_inputs, GenerationRequest, PromptInput};
 use crate::json_body::JsonBody;
+use crate::reply_builder::EchoedPrompt;
 use crate::request_plan::{Endpoint, RequestPlan};
 use crate::routes::generation::generate;
 use crate::routes::off_runtime;
@@ -18,6 +20,7 @@ pub async fn completions(
     JsonBody(body): JsonBody<GenerationRequest>,
 ) -> Result<Response, ApiError> {
     state.check_model(body.model.as_deref())?;
+    check_fields(&body, Endpoint::Completions)?;
     let inputs = prompt_inputs(body.prompt.as_ref())?;
     // Before any tokenizing: the request's size is known from its shape alone.
     state.limits.check(&body, inputs.len())?;
@@ -28,24 +31,49 @@ pub async fn completions(
         ));
     }
     let tokenizing = state.clone();
+    let echo = body.echo == Some(true);
     let prompts = off_runtime(move || {
         inputs
             .into_iter()
             .map(|input| match input {
-                PromptInput::Text(text) => encode(&tokenizing, &text),
-                PromptInput::Tokens(ids) => Ok(ids),
+                PromptInput::Text(text) => Ok((encode(&tokenizing, &text)?, text)),
+                PromptInput::Tokens(ids) if echo => {
+                    let text = decode(&tokenizing, &ids);
+                    Ok((ids, text))
+                }
+                PromptInput::Tokens(ids) => Ok((ids, String::new())),
             })
             .collect::<Result<Vec<_>, _>>()
     })
     .await?;
-    let plan = RequestPlan::new(
+    let (ids, texts): (Vec<_>, Vec<_>) = prompts.into_iter().unzip();
+    let mut plan = RequestPlan::new(
         &body,
         Endpoint::Completions,
-        prompts,
+        ids,
         state.handle.limits(),
         &state.limits,
     )?;
+    if plan.echo {
+        plan.echoed = texts
+            .into_iter()
+            .zip(plan.requests.iter().step_by(plan.n))
+            .map(|(text, request)| EchoedPrompt {
+                text,
+                first_token: request.prompt[0],
+            })
+            .collect();
+    }
     generate(state, plan, Endpoint::Completions).await
+}
+
+/// A token-id prompt as text, for `echo`; a model without a tokenizer shows the ids.
+fn decode(state: &AppState, ids: &[u32]) -> String {
+    state
+        .tokenizer
+        .as_ref()
+        .and_then(|t| t.decode(ids, false).ok())
+        .unwrap_or_else(|| format!("{ids:?}"))
 }
 
 fn encode(state: &AppState, text: &str) -> Result<Vec<u32>, ApiError> {

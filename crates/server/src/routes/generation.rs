@@ -13,7 +13,7 @@ use futures_util::stream::{self, BoxStream, SelectAll, StreamExt};
 use crate::api_error::ApiError;
 use crate::app_state::AppState;
 use crate::choice_run::{ChoiceDelta, ChoiceRun, ChoiceSetup};
-use crate::reply_builder::{ChoiceTotal, ReplyBuilder, Usage};
+use crate::reply_builder::{ChoiceTotal, PromptReport, ReplyBuilder, Usage};
 use crate::request_plan::{Endpoint, RequestPlan};
 
 /// The finish reason of a choice whose engine step failed; never shown as a finish reason.
@@ -24,13 +24,20 @@ pub async fn generate(
     plan: RequestPlan,
     endpoint: Endpoint,
 ) -> Result<Response, ApiError> {
-    let runs = start_runs(&state, &plan).await?;
+    let runs = start_runs(&state, &plan, endpoint).await?;
     let reply = ReplyBuilder::new(
         endpoint,
         state.served_model_name.clone(),
         state.tokenizer.clone(),
-        plan.logprobs.is_some(),
-    );
+        plan.logprobs,
+    )
+    .with_prompts(PromptReport {
+        echoed: plan.echoed.clone(),
+        prompt_logprobs: plan.prompt_logprobs,
+        choices_per_prompt: plan.n,
+    })
+    .with_tokens_as_ids(plan.tokens_as_ids)
+    .with_reasoning(endpoint == Endpoint::Chat && state.reasoning_parser.is_some());
     let prompt_tokens = plan.prompt_lens.iter().sum();
     if plan.stream {
         Ok(stream_reply(runs, reply, prompt_tokens, plan.include_usage).into_response())
@@ -41,7 +48,11 @@ pub async fn generate(
     }
 }
 
-async fn start_runs(state: &AppState, plan: &RequestPlan) -> Result<Vec<ChoiceRun>, ApiError> {
+async fn start_runs(
+    state: &AppState,
+    plan: &RequestPlan,
+    endpoint: Endpoint,
+) -> Result<Vec<ChoiceRun>, ApiError> {
     let handle = state.handle.clone();
     let requests = plan.requests.clone();
     // `add_requests` blocks for up to one engine step while the engine thread assigns ids.
@@ -59,7 +70,12 @@ async fn start_runs(state: &AppState, plan: &RequestPlan) -> Result<Vec<ChoiceRu
                 metrics: state.metrics.clone(),
                 prompt: request.prompt.clone(),
                 stop: plan.stop.clone(),
+                include_stop: plan.include_stop_str_in_output,
                 skip_special_tokens: plan.skip_special_tokens,
+                reasoning: match endpoint {
+                    Endpoint::Chat => state.reasoning_parser,
+                    Endpoint::Completions => None,
+                },
                 closing: state.closing.subscribe(),
             };
             ChoiceRun::new(setup, stream.id, stream.events)
