@@ -111,6 +111,12 @@ pub async fn tune(args: &TuneArgs) -> anyhow::Result<TuneReport> {
             let trial = run_trial(&plan, &point, &mut signals).await?;
             scores.insert(point.clone(), trial.score());
             trials.push((point, trial));
+            // A long tune stopped midway keeps what it measured.
+            let so_far = TuneReport::new(plan.slos.clone(), args.search, grid_size, trials.clone());
+            report::save_json(
+                &serde_json::to_value(&so_far)?,
+                &args.output_dir.join("tune.json"),
+            )?;
         }
     }
     let report = TuneReport::new(plan.slos, args.search, grid_size, trials);
