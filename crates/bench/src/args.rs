@@ -1,4 +1,4 @@
-//! Command-line options of `bench serve`, `bench sweep` and `bench compare`.
+//! Command-line options of `bench serve`, `bench sweep`, `bench compare` and `tune`.
 
 use std::path::PathBuf;
 
@@ -7,6 +7,7 @@ use clap::{Args, ValueEnum};
 use crate::goodput::Slo;
 use crate::named_server::NamedServer;
 use crate::request_rate::RequestRate;
+use crate::tune_search::TuneSearch;
 
 /// Which OpenAI endpoint carries the prompts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -184,6 +185,57 @@ pub struct CompareArgs {
     pub output_dir: PathBuf,
 }
 
+/// `tune`: one `bench serve` run per server configuration, searching for the highest goodput
+/// under latency objectives.
+#[derive(Args, Clone, Debug)]
+pub struct TuneArgs {
+    /// The workload, and in `--spawn` the server command: each configuration's flags replace
+    /// `{flags}` in it, or are appended when it has none.
+    #[command(flatten)]
+    pub common: CommonArgs,
+
+    /// Objective: P99 time to first token, in ms.
+    #[arg(long)]
+    pub ttft_p99_ms: Option<f64>,
+
+    /// Objective: P99 inter-token latency, in ms.
+    #[arg(long)]
+    pub itl_p99_ms: Option<f64>,
+
+    /// Objective: P99 time per output token, in ms.
+    #[arg(long)]
+    pub tpot_p99_ms: Option<f64>,
+
+    /// Token budgets per step to try.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "64,128,256,512,1024,2048"
+    )]
+    pub max_num_batched_tokens: Vec<usize>,
+
+    /// Running-sequence limits to try.
+    #[arg(long, value_delimiter = ',', default_value = "8,16,32,64,128")]
+    pub max_num_seqs: Vec<usize>,
+
+    /// Long-prefill thresholds to try; the server's default when absent.
+    #[arg(long, value_delimiter = ',')]
+    pub long_prefill_token_threshold: Vec<usize>,
+
+    /// Inter-token-latency targets (ms) to try; the server's default when absent.
+    #[arg(long, value_delimiter = ',')]
+    pub target_itl_ms: Vec<f64>,
+
+    /// `grid` runs every configuration; `coarse-to-fine` runs every other value of each knob,
+    /// then climbs from the best one through its untried neighbours.
+    #[arg(long, value_enum, default_value_t = TuneSearch::CoarseToFine)]
+    pub search: TuneSearch,
+
+    /// Receives tune.json, tune.md, tune.svg, tune.png, runs/*.json and logs/*.log.
+    #[arg(long, default_value = "bench-tune")]
+    pub output_dir: PathBuf,
+}
+
 impl CompareArgs {
     /// The sweep that measures `server`: started with its command, logged and written to its
     /// own folder.
@@ -218,6 +270,7 @@ mod tests {
         Serve(ServeArgs),
         Sweep(SweepArgs),
         Compare(CompareArgs),
+        Tune(TuneArgs),
     }
 
     fn parse(words: &[&str]) -> Result<Bench, clap::Error> {
@@ -293,5 +346,30 @@ mod tests {
 
         assert!(parse(&["compare", "--server", "a=x", "--spawn", "y"]).is_err());
         assert!(parse(&["compare", "--concurrency", "1"]).is_err());
+    }
+
+    #[test]
+    fn tune_takes_a_list_per_knob_and_defaults_to_coarse_to_fine() {
+        let Ok(Bench::Tune(args)) = parse(&[
+            "tune",
+            "--itl-p99-ms",
+            "40",
+            "--max-num-batched-tokens",
+            "128,512",
+            "--target-itl-ms",
+            "25,50.5",
+            "--spawn",
+            "tokenmill serve --port 8020",
+        ]) else {
+            panic!("tune arguments should parse");
+        };
+        assert_eq!(args.itl_p99_ms, Some(40.0));
+        assert_eq!(args.max_num_batched_tokens, vec![128, 512]);
+        assert_eq!(args.max_num_seqs, vec![8, 16, 32, 64, 128]);
+        assert!(args.long_prefill_token_threshold.is_empty());
+        assert_eq!(args.target_itl_ms, vec![25.0, 50.5]);
+        assert_eq!(args.search, TuneSearch::CoarseToFine);
+        assert!(parse(&["tune", "--max-num-seqs", "8.5"]).is_err());
+        assert!(parse(&["tune", "--search", "random"]).is_err());
     }
 }

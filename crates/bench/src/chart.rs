@@ -12,7 +12,7 @@ use crate::comparison::Comparison;
 use crate::sweep_summary::{Spread, SweepAxis, SweepSummary};
 
 const SIZE: (u32, u32) = (1600, 720);
-const FONT: &str = "sans-serif";
+pub(crate) const FONT: &str = "sans-serif";
 const THROUGHPUT_COLOR: RGBColor = RGBColor(31, 119, 180);
 const TTFT_COLOR: RGBColor = RGBColor(214, 39, 40);
 const TPOT_COLOR: RGBColor = RGBColor(44, 160, 44);
@@ -160,7 +160,7 @@ fn draw_content(content: &ChartContent, svg: &Path, png: &Path) -> anyhow::Resul
 }
 
 /// The PNG has no system fonts to lean on, so a font travels inside the binary.
-fn register_font() -> anyhow::Result<()> {
+pub(crate) fn register_font() -> anyhow::Result<()> {
     static REGISTER: Once = Once::new();
     let mut result = Ok(());
     REGISTER.call_once(|| {
@@ -171,7 +171,7 @@ fn register_font() -> anyhow::Result<()> {
     result
 }
 
-fn plot_error(error: impl std::fmt::Display) -> anyhow::Error {
+pub(crate) fn plot_error(error: impl std::fmt::Display) -> anyhow::Error {
     anyhow::anyhow!("cannot draw the chart: {error}")
 }
 

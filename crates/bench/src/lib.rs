@@ -1,5 +1,6 @@
 //! tokenmill bench: measures any OpenAI-compatible server (tokenmill, vLLM, llama-server) the
-//! way `vllm bench serve` does, and sweeps load levels into tables and charts.
+//! way `vllm bench serve` does, sweeps load levels into tables and charts, and tunes a
+//! server's scheduling flags against latency objectives.
 
 mod args;
 mod arrivals;
@@ -14,6 +15,7 @@ mod distribution;
 mod goodput;
 mod load_plan;
 mod named_server;
+mod pareto_frontier;
 mod prepared_benchmark;
 mod progress;
 mod random_prompts;
@@ -26,8 +28,15 @@ mod sweep;
 mod sweep_summary;
 mod token_counter;
 mod tokenizer;
+mod tune;
+mod tune_chart;
+mod tune_report;
+mod tune_search;
+mod tune_slos;
+mod tune_space;
+mod tune_trial;
 
-pub use args::{CommonArgs, CompareArgs, DatasetKind, Endpoint, ServeArgs, SweepArgs};
+pub use args::{CommonArgs, CompareArgs, DatasetKind, Endpoint, ServeArgs, SweepArgs, TuneArgs};
 pub use arrivals::ArrivalSchedule;
 pub use benchmark_result::BenchmarkResult;
 pub use compare::compare;
@@ -37,6 +46,9 @@ pub use request_rate::RequestRate;
 pub use spawn::SpawnedServer;
 pub use sweep::sweep;
 pub use sweep_summary::SweepSummary;
+pub use tune::tune;
+pub use tune_report::TuneReport;
+pub use tune_search::TuneSearch;
 
 use prepared_benchmark::{Load, PreparedBenchmark};
 
@@ -53,6 +65,12 @@ pub fn run_sweep(args: SweepArgs) -> anyhow::Result<()> {
 /// `bench compare`: sweeps each server in turn, then writes one table and one chart with all.
 pub fn run_compare(args: CompareArgs) -> anyhow::Result<()> {
     runtime()?.block_on(compare::compare(&args)).map(|_| ())
+}
+
+/// `tune`: one server per configuration of the search, then the best one, the Pareto
+/// frontiers, tune.json, tune.md and the chart.
+pub fn run_tune(args: TuneArgs) -> anyhow::Result<()> {
+    runtime()?.block_on(tune::tune(&args)).map(|_| ())
 }
 
 /// The async body of `bench serve`, returning the result for callers that want the numbers.

@@ -114,34 +114,60 @@ pub async fn while_serving<T>(
     args: &CommonArgs,
     work: impl Future<Output = anyhow::Result<T>>,
 ) -> anyhow::Result<T> {
+    if args.spawn.is_none() {
+        return work.await;
+    }
+    while_serving_listening(args, &mut StopSignals::listen(), work).await
+}
+
+/// `while_serving` with signals listened to by the caller, for a caller that starts several
+/// servers in turn: a signal that arrives between two of them is still seen by the next.
+pub(crate) async fn while_serving_listening<T>(
+    args: &CommonArgs,
+    signals: &mut StopSignals,
+    work: impl Future<Output = anyhow::Result<T>>,
+) -> anyhow::Result<T> {
     let Some(command) = &args.spawn else {
         return work.await;
     };
-    let mut signals = StopSignals::listen();
     let mut server = SpawnedServer::start(command, args.spawn_log.as_deref())?;
     eprintln!("started server (pid {}): {command}", server.pid());
     let result = tokio::select! {
+        // A signal already pending wins over a server that happens to be ready.
+        biased;
+        signal = signals.received() => Err(Interrupted(signal).into()),
         result = async {
             server.wait_healthy(&args.base_url, Duration::from_secs(args.spawn_timeout)).await?;
             work.await
         } => result,
-        signal = signals.received() => Err(anyhow::anyhow!("interrupted by {signal}")),
     };
     server.stop().await;
     result
 }
 
+/// The error of a run stopped by a signal; callers that go on after a failed run stop here.
+#[derive(Debug)]
+pub struct Interrupted(pub &'static str);
+
+impl std::fmt::Display for Interrupted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "interrupted by {}", self.0)
+    }
+}
+
+impl std::error::Error for Interrupted {}
+
 /// The signals that ask the benchmark to stop, listened to from before the server starts, so
 /// one that comes early still stops it. A signal whose handler cannot be installed keeps its
 /// default action.
-struct StopSignals {
+pub(crate) struct StopSignals {
     interrupt: Option<Signal>,
     terminate: Option<Signal>,
     hangup: Option<Signal>,
 }
 
 impl StopSignals {
-    fn listen() -> Self {
+    pub(crate) fn listen() -> Self {
         let listen = |kind: SignalKind, name: &str| {
             signal(kind)
                 .map_err(|error| eprintln!("cannot handle {name}: {error}"))

@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 use std::net::TcpListener as StdListener;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use std::io::{Read, Write};
@@ -24,6 +24,20 @@ pub struct MockOptions {
     /// A file holding a whole number that multiplies every scripted delay, read per request:
     /// commands that write different numbers make one mock play several servers in turn.
     pub slowdown_file: Option<std::path::PathBuf>,
+    /// Server-wide timing replacing the prompts' `ttft` and `itl`, for a mock that plays a
+    /// server whose flags set its speed.
+    pub pacing: Option<Pacing>,
+}
+
+/// How a paced mock streams every reply.
+#[derive(Clone, Debug)]
+pub struct Pacing {
+    pub ttft: Duration,
+    /// The gaps before the second, third, … chunk, repeated for longer replies.
+    pub gaps: Vec<Duration>,
+    /// Replies streamed at once; later ones wait for a free slot, as requests beyond a
+    /// server's running-sequence limit wait, and their clock starts when one frees.
+    pub slots: usize,
 }
 
 pub struct MockServer {
@@ -55,6 +69,8 @@ impl MockServer {
             tokenizer: options.tokenizer,
             healthy_once_exists: options.healthy_once_exists,
             slowdown_file: options.slowdown_file,
+            slots: options.pacing.as_ref().map(|p| Slots::new(p.slots)),
+            pacing: options.pacing,
             bodies: bodies.clone(),
         });
         // Every worker waits in accept before the first request, so none arrives to an empty house.
@@ -81,7 +97,42 @@ struct State {
     tokenizer: bool,
     healthy_once_exists: Option<std::path::PathBuf>,
     slowdown_file: Option<std::path::PathBuf>,
+    pacing: Option<Pacing>,
+    slots: Option<Slots>,
     bodies: Arc<Mutex<Vec<Value>>>,
+}
+
+/// A counting semaphore over the paced mock's reply slots.
+struct Slots {
+    free: Mutex<usize>,
+    freed: Condvar,
+}
+
+impl Slots {
+    fn new(count: usize) -> Self {
+        Slots {
+            free: Mutex::new(count.max(1)),
+            freed: Condvar::new(),
+        }
+    }
+
+    fn acquire(&self) -> SlotGuard<'_> {
+        let mut free = self.free.lock().unwrap();
+        while *free == 0 {
+            free = self.freed.wait(free).unwrap();
+        }
+        *free -= 1;
+        SlotGuard(self)
+    }
+}
+
+struct SlotGuard<'a>(&'a Slots);
+
+impl Drop for SlotGuard<'_> {
+    fn drop(&mut self) {
+        *self.0.free.lock().unwrap() += 1;
+        self.0.freed.notify_one();
+    }
 }
 
 impl State {
@@ -148,8 +199,20 @@ fn answer(
         }
         ("POST", "/v1/completions") | ("POST", "/v1/chat/completions") => {
             state.bodies.lock().unwrap().push(body.clone());
+            let _slot = state.slots.as_ref().map(Slots::acquire);
+            let mut script = script(body);
+            if let Some(pacing) = &state.pacing {
+                script.ttft = pacing.ttft;
+                script.gaps = pacing.gaps.clone();
+            }
+            let received = if state.slots.is_some() {
+                Instant::now()
+            } else {
+                received
+            };
             stream_reply(
                 stream,
+                script,
                 body,
                 path.contains("chat"),
                 received,
@@ -210,6 +273,8 @@ fn respond_json(stream: &mut TcpStream, status: u16, body: &Value) -> std::io::R
 struct Script {
     ttft: Duration,
     itl: Duration,
+    /// When not empty, the gaps between chunks (repeated) in place of `itl`.
+    gaps: Vec<Duration>,
     chunks: usize,
     usage_tokens: usize,
     status: u16,
@@ -232,6 +297,7 @@ fn script(body: &Value) -> Script {
     Script {
         ttft: Duration::from_millis(number("ttft").unwrap_or(5)),
         itl: Duration::from_millis(number("itl").unwrap_or(2)),
+        gaps: Vec::new(),
         chunks,
         usage_tokens: number("usage").map_or(chunks, |n| n as usize),
         status: number("status").map_or(200, |s| s as u16),
@@ -248,16 +314,29 @@ fn prompt_tokens(body: &Value) -> usize {
     }
 }
 
+impl Script {
+    /// When chunk `index` is due, counted from the request's arrival.
+    fn offset(&self, index: usize) -> Duration {
+        if self.gaps.is_empty() {
+            return self.ttft + self.itl * index as u32;
+        }
+        self.ttft + self.gaps.iter().cycle().take(index).sum::<Duration>()
+    }
+}
+
 fn stream_reply(
     stream: &mut TcpStream,
+    mut script: Script,
     body: &Value,
     chat: bool,
     received: Instant,
     slowdown: u32,
 ) -> std::io::Result<()> {
-    let mut script = script(body);
     script.ttft *= slowdown;
     script.itl *= slowdown;
+    for gap in &mut script.gaps {
+        *gap *= slowdown;
+    }
     if script.status != 200 {
         return respond_json(
             stream,
@@ -280,7 +359,7 @@ fn stream_reply(
     let chunks = if script.empty { 0 } else { script.chunks };
     for index in 0..chunks {
         // Deadlines from the request's arrival, so sleep overshoot does not accumulate.
-        sleep_until(received + script.ttft + script.itl * index as u32);
+        sleep_until(received + script.offset(index));
         let choice = if chat {
             json!({"index": 0, "delta": {"content": "tok "}})
         } else {
