@@ -14,6 +14,7 @@ enum Command {
     Serve(tokenmill_bench::ServeArgs),
     Sweep(tokenmill_bench::SweepArgs),
     Compare(tokenmill_bench::CompareArgs),
+    Tune(tokenmill_bench::TuneArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -21,5 +22,6 @@ fn main() -> anyhow::Result<()> {
         Command::Serve(args) => tokenmill_bench::run_serve(args),
         Command::Sweep(args) => tokenmill_bench::run_sweep(args),
         Command::Compare(args) => tokenmill_bench::run_compare(args),
+        Command::Tune(args) => tokenmill_bench::run_tune(args),
     }
 }

@@ -1,4 +1,4 @@
-//! The `tokenmill` binary: one entry point for serving, offline generation and benchmarks.
+//! The `tokenmill` binary: one entry point for serving, offline generation, benchmarks and tuning.
 
 mod engine_bench;
 mod generate;
@@ -25,6 +25,9 @@ enum Command {
     /// Benchmarks: engine-only (latency, throughput) and over HTTP (serve, sweep, compare).
     #[command(subcommand)]
     Bench(BenchCommand),
+    /// Start the server once per configuration of a search, load each with `bench serve`, and
+    /// report the configuration with the highest goodput under P99 latency objectives.
+    Tune(tokenmill_bench::TuneArgs),
 }
 
 #[derive(Subcommand)]
@@ -79,5 +82,6 @@ fn run(command: Command) -> anyhow::Result<()> {
         Command::Bench(BenchCommand::Serve(args)) => tokenmill_bench::run_serve(args),
         Command::Bench(BenchCommand::Sweep(args)) => tokenmill_bench::run_sweep(args),
         Command::Bench(BenchCommand::Compare(args)) => tokenmill_bench::run_compare(args),
+        Command::Tune(args) => tokenmill_bench::run_tune(args),
     }
 }

@@ -1,5 +1,5 @@
-//! `tokenmill bench sweep --spawn` (and `bench serve --spawn`) stopped by SIGTERM, as `timeout`
-//! stops it, or by Ctrl-C stops the server it spawned before exiting.
+//! `tokenmill bench sweep --spawn` (and `bench serve --spawn`, and `tune`) stopped by SIGTERM,
+//! as `timeout` stops it, or by Ctrl-C stops the server it spawned before exiting.
 
 // The stand-in server and the stop checks are the bench crate's own tests' helpers.
 #[path = "../../bench/tests/common/spawned_process.rs"]
@@ -10,9 +10,8 @@ use std::time::{Duration, Instant};
 
 use spawned_process::{is_stopped, placeholder_server, spawned_pid, stops_within};
 
-fn start_bench(args: &[&str]) -> Child {
+fn start_tokenmill(args: &[&str]) -> Child {
     Command::new(env!("CARGO_BIN_EXE_tokenmill"))
-        .arg("bench")
         .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -34,12 +33,16 @@ fn assert_signal_stops_the_spawned_server(subcommand: &[&str], signal_name: &str
     let dir = std::env::temp_dir().join(format!(
         "tokenmill-bench-signal-{}-{signal_name}-{}",
         std::process::id(),
-        subcommand[0]
+        subcommand[..2].join("-")
     ));
     std::fs::create_dir_all(&dir).unwrap();
     let pid_file = dir.join("pid");
     let _ = std::fs::remove_file(&pid_file);
-    let command = placeholder_server(&pid_file);
+    let mut command = placeholder_server(&pid_file);
+    if subcommand[0] == "tune" {
+        // The configuration's flags go where the shell ignores them.
+        command = format!(": {{flags}}; {command}");
+    }
     let output_dir = dir.join("out");
     let mut args = subcommand.to_vec();
     // Nothing answers on port 9, so the benchmark waits for its server until it is signalled.
@@ -51,10 +54,10 @@ fn assert_signal_stops_the_spawned_server(subcommand: &[&str], signal_name: &str
         "--spawn-timeout",
         "120",
     ]);
-    if subcommand[0] == "sweep" {
+    if subcommand.contains(&"sweep") || subcommand[0] == "tune" {
         args.extend(["--output-dir", output_dir.to_str().unwrap()]);
     }
-    let mut bench = start_bench(&args);
+    let mut bench = start_tokenmill(&args);
     let server = spawned_pid(&pid_file);
     assert!(!is_stopped(&server));
     signal(&bench, signal_name);
@@ -85,15 +88,31 @@ fn assert_signal_stops_the_spawned_server(subcommand: &[&str], signal_name: &str
 
 #[test]
 fn sigterm_to_bench_sweep_stops_the_spawned_server() {
-    assert_signal_stops_the_spawned_server(&["sweep", "--concurrency", "1"], "SIGTERM");
+    assert_signal_stops_the_spawned_server(&["bench", "sweep", "--concurrency", "1"], "SIGTERM");
 }
 
 #[test]
 fn ctrl_c_to_bench_sweep_stops_the_spawned_server() {
-    assert_signal_stops_the_spawned_server(&["sweep", "--concurrency", "1"], "SIGINT");
+    assert_signal_stops_the_spawned_server(&["bench", "sweep", "--concurrency", "1"], "SIGINT");
 }
 
 #[test]
 fn sighup_to_bench_serve_stops_the_spawned_server() {
-    assert_signal_stops_the_spawned_server(&["serve"], "SIGHUP");
+    assert_signal_stops_the_spawned_server(&["bench", "serve"], "SIGHUP");
+}
+
+#[test]
+fn sigterm_to_tune_stops_the_configurations_server_and_runs_no_other() {
+    assert_signal_stops_the_spawned_server(
+        &[
+            "tune",
+            "--itl-p99-ms",
+            "30",
+            "--max-num-seqs",
+            "8,16",
+            "--max-num-batched-tokens",
+            "64",
+        ],
+        "SIGTERM",
+    );
 }
