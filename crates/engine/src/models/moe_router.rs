@@ -36,7 +36,10 @@ impl MoeRouter {
     /// `weight`: `[experts, hidden]` (`ffn_gate_inp`), in any format; it is widened to f32.
     pub fn new(weight: &QTensor, shape: RouterShape) -> Result<Self> {
         let dims = weight.shape().dims();
-        if dims != [shape.num_experts, shape.hidden] || shape.top_k == 0 {
+        if dims != [shape.num_experts, shape.hidden]
+            || shape.top_k == 0
+            || shape.top_k > shape.num_experts
+        {
             return Err(EngineError::Unsupported(format!(
                 "router of shape {dims:?} for {} experts of width {}, top {}",
                 shape.num_experts, shape.hidden, shape.top_k
