@@ -288,3 +288,51 @@ fn an_itl_target_moves_prefill_between_steps_but_changes_no_token_or_logprob() {
     );
     assert_same(&alone(&prompts, KvCacheDtype::Auto, params), &done);
 }
+
+fn bits(t: &tokenmill_engine::sampler::SampledToken) -> (u32, u32, Vec<(u32, u32)>) {
+    let top = t.top_logprobs.iter().map(|&(id, l)| (id, l.to_bits()));
+    (t.token_id, t.logprob.unwrap().to_bits(), top.collect())
+}
+
+fn with_prompt_logprobs(max_tokens: usize) -> SamplingParams {
+    SamplingParams {
+        prompt_logprobs: Some(TOP_LOGPROBS),
+        ..greedy_with_logprobs(max_tokens)
+    }
+}
+
+#[test]
+fn prompt_logprobs_score_every_prompt_token_once_alone_and_batched_with_preemption() {
+    let prompts = prompts();
+    let (batched, preemptions) = together(&prompts, KvCacheDtype::Auto, with_prompt_logprobs);
+    assert!(preemptions > 0);
+    let solo = alone(&prompts, KvCacheDtype::Auto, with_prompt_logprobs);
+    assert_same(&solo, &batched);
+    for (i, ((prompt, a), b)) in prompts.iter().zip(&solo).zip(&batched).enumerate() {
+        let scored: Vec<u32> = a.prompt_logprobs.iter().map(|t| t.token_id).collect();
+        assert_eq!(scored, prompt[1..], "request {i} scores other tokens");
+        let a: Vec<_> = a.prompt_logprobs.iter().map(bits).collect();
+        let b: Vec<_> = b.prompt_logprobs.iter().map(bits).collect();
+        assert_eq!(a, b, "request {i}: prompt logprobs differ when batched");
+    }
+}
+
+#[test]
+fn prompt_logprobs_score_a_generated_continuation_as_generating_it_did() {
+    let prompts = &prompts()[..6];
+    let generated = alone(prompts, KvCacheDtype::Auto, |_| greedy_with_logprobs(8));
+    let forced: Vec<Vec<u32>> = prompts
+        .iter()
+        .zip(&generated)
+        .map(|(p, g)| p.iter().copied().chain(g.token_ids()).collect())
+        .collect();
+    let scored = alone(&forced, KvCacheDtype::Auto, |_| with_prompt_logprobs(1));
+    for (i, ((prompt, g), s)) in prompts.iter().zip(&generated).zip(&scored).enumerate() {
+        let want: Vec<_> = g.tokens.iter().map(bits).collect();
+        let got: Vec<_> = s.prompt_logprobs[prompt.len() - 1..]
+            .iter()
+            .map(bits)
+            .collect();
+        assert_eq!(got, want, "request {i}: teacher-forced scores differ");
+    }
+}

@@ -236,3 +236,19 @@ mod against_a_slow_reference {
         }
     }
 }
+
+#[test]
+fn a_logit_bias_moves_the_greedy_pick_but_not_the_reported_logprobs() {
+    let l = logits();
+    let (best, _, _) = sample(&l, &SamplingParams::greedy(1), &[], &[]);
+    let params = SamplingParams {
+        logprobs: Some(0),
+        logit_bias: tokenmill_engine::logit_bias::LogitBias::new([(best, -100.0), (3, 100.0)])
+            .unwrap(),
+        ..SamplingParams::greedy(1)
+    };
+    let (id, logprob, _) = sample(&l, &params, &[], &[]);
+    assert_eq!(id, 3);
+    let want = log_softmax(&l, 3);
+    assert!((logprob.unwrap() as f64 - want).abs() < 1e-4);
+}
