@@ -304,9 +304,10 @@ fn with_prompt_logprobs(max_tokens: usize) -> SamplingParams {
 #[test]
 fn prompt_logprobs_score_every_prompt_token_once_alone_and_batched_with_preemption() {
     let prompts = prompts();
-    let (batched, preemptions) = together(&prompts, KvCacheDtype::Auto, with_prompt_logprobs);
+    let params = |i: usize| with_prompt_logprobs(1 + i % 8);
+    let (batched, preemptions) = together(&prompts, KvCacheDtype::Auto, params);
     assert!(preemptions > 0);
-    let solo = alone(&prompts, KvCacheDtype::Auto, with_prompt_logprobs);
+    let solo = alone(&prompts, KvCacheDtype::Auto, params);
     assert_same(&solo, &batched);
     for (i, ((prompt, a), b)) in prompts.iter().zip(&solo).zip(&batched).enumerate() {
         let scored: Vec<u32> = a.prompt_logprobs.iter().map(|t| t.token_id).collect();
