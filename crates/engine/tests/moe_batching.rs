@@ -74,8 +74,11 @@ fn requests() -> Vec<Request> {
         .collect()
 }
 
+/// A token's id, logprob bits and top logprobs' `(id, bits)`.
+type TokenBits = (u32, u32, Vec<(u32, u32)>);
+
 /// A token's id, logprob and top logprobs as bits, so -0.0 and 0.0 or a one-ulp drift differ.
-fn bits(t: &SampledToken) -> (u32, u32, Vec<(u32, u32)>) {
+fn bits(t: &SampledToken) -> TokenBits {
     let lp = t.logprob.expect("logprobs were requested");
     let top = t
         .top_logprobs
@@ -85,7 +88,7 @@ fn bits(t: &SampledToken) -> (u32, u32, Vec<(u32, u32)>) {
     (t.token_id, lp.to_bits(), top)
 }
 
-fn all_bits(c: &Completion) -> Vec<(u32, u32, Vec<(u32, u32)>)> {
+fn all_bits(c: &Completion) -> Vec<TokenBits> {
     c.tokens.iter().map(bits).collect()
 }
 

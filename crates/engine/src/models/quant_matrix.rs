@@ -1028,15 +1028,21 @@ mod x86 {
     #[inline]
     #[target_feature(enable = "avx2")]
     fn chunk4_avx2(w: [__m256i; 4], x: [__m256i; 4]) -> __m256i {
-        let a = _mm256_add_epi16(
+        let (a, b) = chunk_pairs_avx2(w, x);
+        _mm256_madd_epi16(_mm256_add_epi16(a, b), _mm256_set1_epi16(1))
+    }
+
+    /// The i16 `maddubs` sums of chunks 0 + 1 and of chunks 2 + 3.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn chunk_pairs_avx2(w: [__m256i; 4], x: [__m256i; 4]) -> (__m256i, __m256i) {
+        let m: [__m256i; 4] = [
             _mm256_maddubs_epi16(w[0], x[0]),
             _mm256_maddubs_epi16(w[1], x[1]),
-        );
-        let b = _mm256_add_epi16(
             _mm256_maddubs_epi16(w[2], x[2]),
             _mm256_maddubs_epi16(w[3], x[3]),
-        );
-        _mm256_madd_epi16(_mm256_add_epi16(a, b), _mm256_set1_epi16(1))
+        ];
+        (_mm256_add_epi16(m[0], m[1]), _mm256_add_epi16(m[2], m[3]))
     }
 
     #[inline]
@@ -1063,14 +1069,7 @@ mod x86 {
     #[target_feature(enable = "avx2")]
     fn chunk4w_avx2(w: [__m256i; 4], x: [__m256i; 4]) -> __m256i {
         let ones = _mm256_set1_epi16(1);
-        let a = _mm256_add_epi16(
-            _mm256_maddubs_epi16(w[0], x[0]),
-            _mm256_maddubs_epi16(w[1], x[1]),
-        );
-        let b = _mm256_add_epi16(
-            _mm256_maddubs_epi16(w[2], x[2]),
-            _mm256_maddubs_epi16(w[3], x[3]),
-        );
+        let (a, b) = chunk_pairs_avx2(w, x);
         _mm256_add_epi32(_mm256_madd_epi16(a, ones), _mm256_madd_epi16(b, ones))
     }
 
