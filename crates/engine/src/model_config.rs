@@ -473,15 +473,19 @@ impl HfConfig {
 mod tests {
     use super::*;
 
+    fn from_json(json: &str) -> Result<ModelConfig, String> {
+        serde_json::from_str::<HfConfig>(json)
+            .map_err(|e| e.to_string())?
+            .into_model_config()
+    }
+
     fn parse(rope: &str) -> Result<ModelConfig, String> {
         let json = format!(
             r#"{{"architectures": ["LlamaForCausalLM"], "vocab_size": 512, "hidden_size": 64,
                 "intermediate_size": 128, "num_hidden_layers": 1, "num_attention_heads": 4,
                 "head_dim": 16, "rms_norm_eps": 1e-5, "rope_theta": 500000.0, {rope}}}"#
         );
-        serde_json::from_str::<HfConfig>(&json)
-            .map_err(|e| e.to_string())?
-            .into_model_config()
+        from_json(&json)
     }
 
     #[test]
@@ -531,9 +535,7 @@ mod tests {
                 "head_dim": 16, "rms_norm_eps": 1e-6, "num_local_experts": 8,
                 "moe_intermediate_size": 32 {extra}}}"#
         );
-        serde_json::from_str::<HfConfig>(&json)
-            .map_err(|e| e.to_string())?
-            .into_model_config()
+        from_json(&json)
     }
 
     #[test]
