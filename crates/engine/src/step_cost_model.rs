@@ -131,9 +131,13 @@ impl StepCostModel {
     }
 }
 
-/// Least squares through the normal equations, each feature scaled to unit mean square
-/// (token and context counts differ by orders of magnitude) and a small ridge, so steps
-/// that never vary a feature (every step one sequence) still give a usable fit.
+/// Least squares of relative errors (each step weighted by 1/t²) through the normal
+/// equations: step noise scales with step size, and the short steps the ITL target
+/// rations must not be swamped by a few long prefills, whose absolute errors would
+/// otherwise decide the fit (calibration: three multi-second steps among a dozen short
+/// ones). Each feature is scaled to unit mean square (token and context counts differ by
+/// orders of magnitude) and a small ridge lets steps that never vary a feature (every step
+/// one sequence) still give a usable fit.
 fn fit(window: &VecDeque<(StepShape, f64)>) -> Option<[f64; FEATURES]> {
     let n = window.len() as f64;
     let mut scale = [0.0f64; FEATURES];
@@ -145,18 +149,21 @@ fn fit(window: &VecDeque<(StepShape, f64)>) -> Option<[f64; FEATURES]> {
     let scale = scale.map(|s| if s > 0.0 { 1.0 / s.sqrt() } else { 0.0 });
     let mut a = [[0.0f64; FEATURES]; FEATURES];
     let mut b = [0.0f64; FEATURES];
-    for (shape, t) in window {
+    let mut weights = 0.0;
+    for &(shape, t) in window {
+        let w = 1.0 / t.max(1e-6).powi(2);
+        weights += w;
         let f = shape.features();
         let x: [f64; FEATURES] = std::array::from_fn(|i| f[i] * scale[i]);
         for i in 0..FEATURES {
-            b[i] += x[i] * t;
+            b[i] += w * x[i] * t;
             for j in 0..FEATURES {
-                a[i][j] += x[i] * x[j];
+                a[i][j] += w * x[i] * x[j];
             }
         }
     }
     for (i, row) in a.iter_mut().enumerate() {
-        row[i] += 1e-6 * n;
+        row[i] += 1e-6 * weights;
     }
     let w = solve(a, b)?;
     Some(std::array::from_fn(|i| w[i] * scale[i]))
@@ -253,6 +260,43 @@ mod tests {
         );
         // Only the ridge's tiny bias is left to spread.
         assert!((upper - p).abs() <= p * 1e-4, "noiseless: {p} vs {upper}");
+    }
+
+    #[test]
+    fn a_few_long_prefill_steps_do_not_swamp_the_forecast_of_short_steps() {
+        // Calibration's shape: three long prefills, their decodes, a batch of short prompts.
+        // One cold step runs 40% over; the short steps are the ones the ITL target rations.
+        // This machine's costs: a decode step ~8 ms, a 2048-token prefill ~4.5 s.
+        let cost = |s: StepShape| {
+            0.007 + 2e-3 * s.tokens as f64 + 1e-7 * s.context as f64 + 1e-4 * s.seqs as f64
+        };
+        let mut m = StepCostModel::default();
+        let mut observe = |shape: StepShape, slow: f64| m.observe(shape, cost(shape) * slow);
+        for (i, len) in [2048usize, 1024, 512].into_iter().enumerate() {
+            observe(StepShape::chunk(0, len), if i == 0 { 1.4 } else { 1.0 });
+            observe(StepShape::chunk(len, 1), 1.05);
+            observe(StepShape::chunk(len + 1, 1), 0.95);
+        }
+        let batch = |start, len| {
+            (0..8).fold(StepShape::default(), |s, _| {
+                s.plus(StepShape::chunk(start, len))
+            })
+        };
+        observe(batch(0, 8), 1.1);
+        observe(batch(8, 1), 0.9);
+        observe(batch(9, 1), 1.0);
+        for shape in [
+            StepShape::chunk(0, 10),
+            StepShape::chunk(40, 1),
+            batch(20, 1),
+        ] {
+            let upper = m.predict_upper(shape).unwrap();
+            assert!(
+                upper <= 2.0 * cost(shape),
+                "{shape:?}: {upper} vs {}",
+                cost(shape)
+            );
+        }
     }
 
     #[test]

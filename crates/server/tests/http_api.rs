@@ -380,8 +380,13 @@ async fn a_server_with_an_itl_target_reports_its_steps_in_metrics() {
         .text()
         .await
         .unwrap();
-    // One step per generated token (the prompt fits one step's budget).
-    assert_eq!(metric(&text, "tokenmill:step_time_seconds_count"), 24.0);
+    // At least one step per generated token; how many more depends on how the ITL target
+    // rations the prompt on this machine at this moment.
+    let steps = metric(&text, "tokenmill:step_time_seconds_count");
+    assert!(
+        (24.0..=24.0 + prompt_tokens).contains(&steps),
+        "{steps} steps"
+    );
     assert_eq!(
         metric(&text, "tokenmill:step_prefill_tokens_total"),
         prompt_tokens
