@@ -9,6 +9,7 @@ mod common;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokenmill_engine::kv_cache::KvCacheDtype;
+use tokenmill_engine::models::WeightMode;
 use tokenmill_engine::{Completion, EngineConfig, Request, SamplingParams};
 
 /// 32 prompts of mixed lengths (5–100 tokens) built from the golden prompts' real text
@@ -34,10 +35,20 @@ fn alone(
     kv: KvCacheDtype,
     params: impl Fn(usize) -> SamplingParams,
 ) -> Vec<Completion> {
+    alone_on(WeightMode::Quantized, prompts, kv, params)
+}
+
+fn alone_on(
+    weights: WeightMode,
+    prompts: &[Vec<u32>],
+    kv: KvCacheDtype,
+    params: impl Fn(usize) -> SamplingParams,
+) -> Vec<Completion> {
     let mut engine = common::load_engine(EngineConfig {
         num_kv_blocks: Some(64),
         kv_cache_dtype: kv,
         enable_prefix_caching: false,
+        weight_mode: weights,
         ..EngineConfig::default()
     });
     prompts
@@ -320,14 +331,25 @@ fn prompt_logprobs_score_every_prompt_token_once_alone_and_batched_with_preempti
 
 #[test]
 fn prompt_logprobs_score_a_generated_continuation_as_generating_it_did() {
+    teacher_forced_scores_equal_generated_ones(WeightMode::Quantized, KvCacheDtype::Auto);
+}
+
+/// The exact path too: its dense matmul sums each output in one order whatever the batch,
+/// so a prompt token scored inside a prefill gets a decoded token's very bits.
+#[test]
+fn on_the_f32_path_prompt_logprobs_score_a_continuation_as_generating_it_did() {
+    teacher_forced_scores_equal_generated_ones(WeightMode::F32, KvCacheDtype::F32);
+}
+
+fn teacher_forced_scores_equal_generated_ones(weights: WeightMode, kv: KvCacheDtype) {
     let prompts = &prompts()[..6];
-    let generated = alone(prompts, KvCacheDtype::Auto, |_| greedy_with_logprobs(8));
+    let generated = alone_on(weights, prompts, kv, |_| greedy_with_logprobs(8));
     let forced: Vec<Vec<u32>> = prompts
         .iter()
         .zip(&generated)
         .map(|(p, g)| p.iter().copied().chain(g.token_ids()).collect())
         .collect();
-    let scored = alone(&forced, KvCacheDtype::Auto, |_| with_prompt_logprobs(1));
+    let scored = alone_on(weights, &forced, kv, |_| with_prompt_logprobs(1));
     for (i, ((prompt, g), s)) in prompts.iter().zip(&generated).zip(&scored).enumerate() {
         let want: Vec<_> = g.tokens.iter().map(bits).collect();
         let got: Vec<_> = s.prompt_logprobs[prompt.len() - 1..]

@@ -3,12 +3,13 @@
 //! Activations are plain row-major `f32` slices `[rows, width]`; only matmuls go through
 //! candle, so the rest of the forward pass reads as ordinary loops.
 
+use super::dense_matrix::DenseMatrix;
 use super::quant_matrix::{QuantMatrix, QuantizedActivations, WeightFormat};
 use crate::cpu_kernel::CpuKernel;
 use crate::error::Result;
 use crate::model_config::{ModelConfig, RopeStyle};
-use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
-use candle_core::{Device, Module, Tensor};
+use candle_core::quantized::{GgmlDType, QTensor};
+use candle_core::{Device, Tensor};
 use rayon::prelude::*;
 use std::sync::Arc;
 
@@ -49,8 +50,8 @@ enum Weight {
     /// Stacked projections in different native formats, one matrix each in its own bits:
     /// Q4_K_M files keep some layers' V (of Q/K/V) in Q6K beside Q and K in Q4K.
     QuantParts(Vec<QuantMatrix>),
-    /// candle: dense f32 weights, or widths our kernels do not take.
-    Candle(QMatMul),
+    /// Dense f32 weights (the exact path, and widths the quantized kernels do not take).
+    Dense(DenseMatrix),
 }
 
 impl Linear {
@@ -89,10 +90,13 @@ impl Linear {
                 let values = dense.flatten_all()?.to_vec1::<f32>()?;
                 match QuantMatrix::quantize_q8_0(&values, out_features, in_features) {
                     Some(q) => Weight::Quant(Arc::new(q)),
-                    None => Weight::Candle(QMatMul::Tensor(dense)),
+                    None => Weight::Dense(DenseMatrix::new(values, out_features, in_features)),
                 }
             }
-            _ => Weight::Candle(QMatMul::Tensor(dense)),
+            _ => {
+                let values = dense.flatten_all()?.to_vec1::<f32>()?;
+                Weight::Dense(DenseMatrix::new(values, out_features, in_features))
+            }
         };
         Ok(Self {
             weight,
@@ -138,7 +142,7 @@ impl Linear {
         }
         match &self.weight {
             Weight::Quant(w) => w.matmul_add_into(x, rows, y, act),
-            Weight::QuantParts(_) | Weight::Candle(_) => {
+            Weight::QuantParts(_) | Weight::Dense(_) => {
                 let out = self.dense_forward(x, rows, act)?;
                 y.iter_mut().zip(&out).for_each(|(a, b)| *a += b);
             }
@@ -172,7 +176,7 @@ impl Linear {
                     p.matmul_split_into(x, rows, std::slice::from_mut(o), act);
                 }
             }
-            Weight::QuantParts(_) | Weight::Candle(_) => {
+            Weight::QuantParts(_) | Weight::Dense(_) => {
                 let out = self.dense_forward(x, rows, act)?;
                 let mut start = 0;
                 for o in outs.iter_mut() {
@@ -199,9 +203,10 @@ impl Linear {
         act: &mut QuantizedActivations,
     ) -> Result<Vec<f32>> {
         match &self.weight {
-            Weight::Candle(w) => {
-                let x = Tensor::from_slice(x, (rows, self.in_features), &Device::Cpu)?;
-                Ok(w.forward(&x)?.flatten_all()?.to_vec1::<f32>()?)
+            Weight::Dense(w) => {
+                let mut y = vec![0f32; rows * self.out_features];
+                w.matmul_into(x, rows, &mut y);
+                Ok(y)
             }
             Weight::QuantParts(parts) => {
                 let mut y = vec![0f32; rows * self.out_features];

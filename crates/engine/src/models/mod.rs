@@ -1,5 +1,6 @@
 //! Model implementations. Each file mirrors one checkpoint family.
 
+pub mod dense_matrix;
 pub mod forward_scratch;
 pub mod layers;
 pub mod llama;
