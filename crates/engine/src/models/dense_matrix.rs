@@ -9,6 +9,7 @@
 //! computed together, never how one is computed. The AVX2 build is the same code compiled
 //! with FMA, so it gives the portable build's bits.
 
+use crate::cpu_kernel::CpuKernel;
 use rayon::prelude::*;
 
 /// Activation rows per tile.
@@ -43,15 +44,15 @@ impl DenseMatrix {
 
     /// `y = x · Wᵀ`: `x` `[m, k]`, `y` `[m, n]`.
     pub fn matmul_into(&self, x: &[f32], m: usize, y: &mut [f32]) {
-        self.matmul_with(x, m, y, Isa::detected());
+        self.matmul_with(x, m, y, CpuKernel::active());
     }
 
     /// As `matmul_into` on the portable build, whatever the CPU: for tests.
     pub fn matmul_portable_into(&self, x: &[f32], m: usize, y: &mut [f32]) {
-        self.matmul_with(x, m, y, Isa::Portable);
+        self.matmul_with(x, m, y, CpuKernel::Portable);
     }
 
-    fn matmul_with(&self, x: &[f32], m: usize, y: &mut [f32], isa: Isa) {
+    fn matmul_with(&self, x: &[f32], m: usize, y: &mut [f32], kernel: CpuKernel) {
         assert_eq!(x.len(), m * self.k, "activations are [m, k]");
         assert_eq!(y.len(), m * self.n, "outputs are [m, n]");
         let tiles = self.n.div_ceil(NR);
@@ -69,7 +70,7 @@ impl DenseMatrix {
                     cols,
                     out: &out,
                 };
-                isa.run(job);
+                run(kernel, job);
             });
     }
 }
@@ -166,38 +167,16 @@ fn tile<const R: usize, const C: usize>(x: &[f32], w: &[f32], k: usize) -> [[f32
     out
 }
 
-/// Which build of the kernel runs, chosen once per process.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Isa {
-    Portable,
-    #[cfg(target_arch = "x86_64")]
-    Avx2,
-}
-
-impl Isa {
-    fn detected() -> Self {
-        static ISA: std::sync::OnceLock<Isa> = std::sync::OnceLock::new();
-        *ISA.get_or_init(|| {
-            if std::env::var("TOKENMILL_CPU_KERNEL").as_deref() == Ok("portable") {
-                return Isa::Portable;
-            }
-            #[cfg(target_arch = "x86_64")]
-            if std::arch::is_x86_feature_detected!("avx2")
-                && std::arch::is_x86_feature_detected!("fma")
-            {
-                return Isa::Avx2;
-            }
-            Isa::Portable
-        })
-    }
-
-    fn run(self, job: Job) {
-        match self {
-            #[cfg(target_arch = "x86_64")]
-            // SAFETY: `Isa::Avx2` is only chosen when the CPU has AVX2 and FMA.
-            Isa::Avx2 => unsafe { run_avx2(job) },
-            Isa::Portable => job.run(),
-        }
+/// Runs `job` on the portable build or, on every other kernel path (each implies AVX2 and
+/// FMA), the AVX2 build.
+fn run(kernel: CpuKernel, job: Job) {
+    match kernel {
+        CpuKernel::Portable => job.run(),
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: a non-portable kernel is only active on a CPU with AVX2 and FMA.
+        _ => unsafe { run_avx2(job) },
+        #[cfg(not(target_arch = "x86_64"))]
+        _ => job.run(),
     }
 }
 
