@@ -354,38 +354,44 @@ fn widen_bf16(src: &[u16], dst: &mut [f32]) {
 /// A unit of work, generic over how K/V rows are read so each cache type and ISA gets its
 /// own compiled copy.
 trait Job {
-    fn run<R: Rows>(self, rows: &R);
+    fn run<R: Rows>(self, rows: &R, scratch: &mut Scratch);
 }
 
+/// Runs `job` with this thread's scratch. The scratch is borrowed here, outside the
+/// kernel: borrowed inside, the job's body sat in a closure of `LocalKey::with_borrow_mut`
+/// that the compiler did not always inline into `run_avx2`, and so compiled it without
+/// AVX2 and FMA (the f32 cache's attention called `fmaf` per element, ~60% of a prefill).
 fn dispatch<J: Job>(isa: Isa, kv: &KvLayer, job: J) {
-    match (&kv.keys, &kv.values) {
-        (KvSlab::F32(keys), KvSlab::F32(values)) => with_isa(isa, job, &F32Rows { keys, values }),
+    SCRATCH.with_borrow_mut(|scratch| match (&kv.keys, &kv.values) {
+        (KvSlab::F32(keys), KvSlab::F32(values)) => {
+            with_isa(isa, job, &F32Rows { keys, values }, scratch)
+        }
         (KvSlab::F16(keys), KvSlab::F16(values)) => match isa {
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx2 => with_isa(isa, job, &F16Rows::<true> { keys, values }),
-            Isa::Portable => with_isa(isa, job, &F16Rows::<false> { keys, values }),
+            Isa::Avx2 => with_isa(isa, job, &F16Rows::<true> { keys, values }, scratch),
+            Isa::Portable => with_isa(isa, job, &F16Rows::<false> { keys, values }, scratch),
         },
         (KvSlab::Bf16(keys), KvSlab::Bf16(values)) => {
-            with_isa(isa, job, &Bf16Rows { keys, values })
+            with_isa(isa, job, &Bf16Rows { keys, values }, scratch)
         }
         _ => unreachable!("keys and values share one dtype"),
-    }
+    })
 }
 
-fn with_isa<J: Job, R: Rows>(isa: Isa, job: J, rows: &R) {
+fn with_isa<J: Job, R: Rows>(isa: Isa, job: J, rows: &R, scratch: &mut Scratch) {
     match isa {
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `Isa::Avx2` is only chosen when the CPU has AVX2, FMA and F16C.
-        Isa::Avx2 => unsafe { run_avx2(job, rows) },
-        Isa::Portable => job.run(rows),
+        Isa::Avx2 => unsafe { run_avx2(job, rows, scratch) },
+        Isa::Portable => job.run(rows, scratch),
     }
 }
 
 /// The same code as the portable build, compiled with 256-bit vectors and FMA.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn run_avx2<J: Job, R: Rows>(job: J, rows: &R) {
-    job.run(rows)
+unsafe fn run_avx2<J: Job, R: Rows>(job: J, rows: &R, scratch: &mut Scratch) {
+    job.run(rows, scratch)
 }
 
 /// Online-softmax state of several (row, head) pairs: running max (base 2), sum, and
@@ -680,72 +686,70 @@ struct TileJob<'a> {
 
 impl Job for TileJob<'_> {
     #[inline(always)]
-    fn run<R: Rows>(self, rows: &R) {
+    fn run<R: Rows>(self, rows: &R, sc: &mut Scratch) {
         let ctx = self.ctx;
         let (g, d) = (ctx.group(), ctx.shape.head_dim);
         let positions = &ctx.positions[self.rows.clone()];
         let n = positions.len() * g;
         let last = *positions.iter().max().expect("a tile has rows");
-        SCRATCH.with_borrow_mut(|sc| {
-            sc.prepare(d, n);
-            let Scratch {
-                keys_t,
-                values,
-                queries,
-                partition,
-                total,
-            } = sc;
-            let mut bufs = ChunkBufs { keys_t, values };
-            for kv_head in 0..ctx.shape.num_kv_heads {
-                for (r, row) in self.rows.clone().enumerate() {
-                    ctx.load_queries(row, kv_head, &mut queries[r * g * d..(r + 1) * g * d]);
-                }
-                let span = Span {
-                    rows,
-                    table: self.table,
-                    shape: ctx.shape,
-                    kv_head,
-                    positions,
-                };
-                total.reset(n, d);
-                for p in 0..=last / PARTITION {
-                    let lo = p * PARTITION;
-                    partition.reset(n, d);
-                    span.fold(lo..lo + PARTITION, &queries[..n * d], &mut bufs, partition);
-                    for (r, &pos) in positions.iter().enumerate() {
-                        if pos < lo {
-                            continue;
-                        }
-                        for i in r * g..(r + 1) * g {
-                            merge(
-                                (
-                                    &mut total.max[i],
-                                    &mut total.sum[i],
-                                    &mut total.acc[i * d..(i + 1) * d],
-                                ),
-                                (
-                                    partition.max[i],
-                                    partition.sum[i],
-                                    &partition.acc[i * d..(i + 1) * d],
-                                ),
-                            );
-                        }
+        sc.prepare(d, n);
+        let Scratch {
+            keys_t,
+            values,
+            queries,
+            partition,
+            total,
+        } = sc;
+        let mut bufs = ChunkBufs { keys_t, values };
+        for kv_head in 0..ctx.shape.num_kv_heads {
+            for (r, row) in self.rows.clone().enumerate() {
+                ctx.load_queries(row, kv_head, &mut queries[r * g * d..(r + 1) * g * d]);
+            }
+            let span = Span {
+                rows,
+                table: self.table,
+                shape: ctx.shape,
+                kv_head,
+                positions,
+            };
+            total.reset(n, d);
+            for p in 0..=last / PARTITION {
+                let lo = p * PARTITION;
+                partition.reset(n, d);
+                span.fold(lo..lo + PARTITION, &queries[..n * d], &mut bufs, partition);
+                for (r, &pos) in positions.iter().enumerate() {
+                    if pos < lo {
+                        continue;
                     }
-                }
-                let w = ctx.row_width();
-                for r in 0..positions.len() {
-                    for h in 0..g {
-                        let i = r * g + h;
-                        let at = r * w + (kv_head * g + h) * d;
-                        normalise(
-                            total.sum[i],
-                            &total.acc[i * d..(i + 1) * d],
-                            &mut self.out[at..at + d],
+                    for i in r * g..(r + 1) * g {
+                        merge(
+                            (
+                                &mut total.max[i],
+                                &mut total.sum[i],
+                                &mut total.acc[i * d..(i + 1) * d],
+                            ),
+                            (
+                                partition.max[i],
+                                partition.sum[i],
+                                &partition.acc[i * d..(i + 1) * d],
+                            ),
                         );
                     }
                 }
             }
-        });
+            let w = ctx.row_width();
+            for r in 0..positions.len() {
+                for h in 0..g {
+                    let i = r * g + h;
+                    let at = r * w + (kv_head * g + h) * d;
+                    normalise(
+                        total.sum[i],
+                        &total.acc[i * d..(i + 1) * d],
+                        &mut self.out[at..at + d],
+                    );
+                }
+            }
+        }
     }
 }
 
@@ -762,36 +766,34 @@ struct PartitionJob<'a> {
 
 impl Job for PartitionJob<'_> {
     #[inline(always)]
-    fn run<R: Rows>(self, rows: &R) {
+    fn run<R: Rows>(self, rows: &R, sc: &mut Scratch) {
         let ctx = self.ctx;
         let (g, d) = (ctx.group(), ctx.shape.head_dim);
-        SCRATCH.with_borrow_mut(|sc| {
-            sc.prepare(d, g);
-            let Scratch {
-                keys_t,
-                values,
-                queries,
-                partition,
-                ..
-            } = sc;
-            ctx.load_queries(self.row, self.kv_head, &mut queries[..g * d]);
-            let span = Span {
-                rows,
-                table: self.table,
-                shape: ctx.shape,
-                kv_head: self.kv_head,
-                positions: &ctx.positions[self.row..self.row + 1],
-            };
-            let mut bufs = ChunkBufs { keys_t, values };
-            partition.reset(g, d);
-            let lo = self.part * PARTITION;
-            span.fold(lo..lo + PARTITION, &queries[..g * d], &mut bufs, partition);
-            for (h, dst) in self.dst.chunks_exact_mut(d + 2).enumerate() {
-                dst[0] = partition.max[h];
-                dst[1] = partition.sum[h];
-                dst[2..].copy_from_slice(&partition.acc[h * d..(h + 1) * d]);
-            }
-        });
+        sc.prepare(d, g);
+        let Scratch {
+            keys_t,
+            values,
+            queries,
+            partition,
+            ..
+        } = sc;
+        ctx.load_queries(self.row, self.kv_head, &mut queries[..g * d]);
+        let span = Span {
+            rows,
+            table: self.table,
+            shape: ctx.shape,
+            kv_head: self.kv_head,
+            positions: &ctx.positions[self.row..self.row + 1],
+        };
+        let mut bufs = ChunkBufs { keys_t, values };
+        partition.reset(g, d);
+        let lo = self.part * PARTITION;
+        span.fold(lo..lo + PARTITION, &queries[..g * d], &mut bufs, partition);
+        for (h, dst) in self.dst.chunks_exact_mut(d + 2).enumerate() {
+            dst[0] = partition.max[h];
+            dst[1] = partition.sum[h];
+            dst[2..].copy_from_slice(&partition.acc[h * d..(h + 1) * d]);
+        }
     }
 }
 
@@ -808,7 +810,7 @@ struct MergeJob<'a> {
 
 impl Job for MergeJob<'_> {
     #[inline(always)]
-    fn run<R: Rows>(self, _rows: &R) {
+    fn run<R: Rows>(self, _rows: &R, _scratch: &mut Scratch) {
         let (g, d) = (self.group, self.head_dim);
         let per_head = self.parts * g * (d + 2);
         // Head sizes up to 256 (every model we load) stay on the stack.
