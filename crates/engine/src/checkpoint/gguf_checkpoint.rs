@@ -134,7 +134,7 @@ fn check_tensors_fit(content: &Content, file_len: u64) -> std::result::Result<()
                     .checked_add(info.offset)?
                     .checked_add(bytes)
             });
-        if !end.is_some_and(|end| end <= file_len) {
+        if end.is_none_or(|end| end > file_len) {
             return Err(format!(
                 "tensor {name} ({dtype:?}, shape {:?} at offset {}) does not fit in the file's \
                  {file_len} bytes",
