@@ -39,6 +39,11 @@ pub struct CommonArgs {
     #[arg(long, value_enum, default_value_t = Endpoint::Completions)]
     pub endpoint: Endpoint,
 
+    /// Sent as `Authorization: Bearer <key>` with every request, for a server started with
+    /// `--api-key`; read from `OPENAI_API_KEY` when not given, as vLLM's benchmark does.
+    #[arg(long, env = "OPENAI_API_KEY", hide_env_values = true)]
+    pub api_key: Option<String>,
+
     /// Model name sent in requests; default: the first model of `GET /v1/models`.
     #[arg(long)]
     pub model: Option<String>,

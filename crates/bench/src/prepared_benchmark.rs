@@ -34,7 +34,7 @@ pub struct PreparedBenchmark {
 impl PreparedBenchmark {
     pub async fn new(args: &CommonArgs) -> anyhow::Result<Self> {
         validate(args)?;
-        let server = Server::new(&args.base_url)?;
+        let server = Server::new(&args.base_url, args.api_key.as_deref())?;
         let model = match &args.model {
             Some(model) => model.clone(),
             None => server.first_model().await?,

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use anyhow::Context;
+use reqwest::header::{HeaderMap, HeaderValue, AUTHORIZATION};
 
 use crate::args::Endpoint;
 
@@ -14,9 +15,19 @@ pub struct Server {
 }
 
 impl Server {
-    pub fn new(base_url: &str) -> anyhow::Result<Self> {
+    /// `api_key`, when given, goes with every request (model discovery and `/tokenize` too).
+    pub fn new(base_url: &str, api_key: Option<&str>) -> anyhow::Result<Self> {
         let base_url = normalize_base_url(base_url)?;
+        let mut headers = HeaderMap::new();
+        if let Some(key) = api_key {
+            let mut value = HeaderValue::from_str(&format!("Bearer {key}"))
+                .context("--api-key must be printable ASCII, as an HTTP header is")?;
+            // Kept out of debug output and logs.
+            value.set_sensitive(true);
+            headers.insert(AUTHORIZATION, value);
+        }
         let http = reqwest::Client::builder()
+            .default_headers(headers)
             // An http_proxy in the environment must not sit between us and a local server.
             .no_proxy()
             .tcp_nodelay(true)

@@ -138,8 +138,58 @@ impl ModelConfig {
 
     /// Bytes of keys plus values one token occupies in the f32 KV cache, over all layers.
     /// Keys and values of every layer for one token, at `element_size` bytes per number.
+    /// Saturates, so an absurd shape reads as a pool that fits in no memory.
     pub fn kv_bytes_per_token(&self, element_size: usize) -> usize {
-        2 * self.num_layers * self.num_kv_heads * self.head_dim * element_size
+        [
+            self.num_layers,
+            self.num_kv_heads,
+            self.head_dim,
+            element_size,
+        ]
+        .into_iter()
+        .fold(2usize, usize::saturating_mul)
+    }
+
+    /// Refuses a shape no model has — a zero width or count, an odd head (RoPE rotates
+    /// pairs), query heads not shared evenly by the key/value heads — or whose widths
+    /// overflow, before anything is sized by it.
+    pub fn check_dimensions(&self) -> Result<(), String> {
+        for (name, value) in [
+            ("vocab_size", self.vocab_size),
+            ("hidden_size", self.hidden_size),
+            ("num_layers", self.num_layers),
+            ("num_heads", self.num_heads),
+            ("num_kv_heads", self.num_kv_heads),
+            ("head_dim", self.head_dim),
+        ] {
+            if value == 0 {
+                return Err(format!("{name} is 0"));
+            }
+        }
+        if !self.head_dim.is_multiple_of(2) {
+            return Err(format!(
+                "head_dim {} is odd; rotary embeddings rotate pairs",
+                self.head_dim
+            ));
+        }
+        if !self.num_heads.is_multiple_of(self.num_kv_heads) {
+            return Err(format!(
+                "{} query heads cannot share {} key/value heads evenly",
+                self.num_heads, self.num_kv_heads
+            ));
+        }
+        let widths = [self.num_heads, self.num_kv_heads]
+            .map(|heads| heads.checked_mul(self.head_dim))
+            .into_iter()
+            .collect::<Option<Vec<_>>>()
+            .and_then(|w| w[0].checked_add(w[1].checked_mul(2)?));
+        if widths.is_none() {
+            return Err(format!(
+                "{} heads of {} overflow the address space",
+                self.num_heads, self.head_dim
+            ));
+        }
+        Ok(())
     }
 
     /// Qwen3-0.6B's published shape, for random-weight benchmarking.

@@ -121,9 +121,99 @@ fn truncated_gguf_fails_naming_the_file() {
     let bytes = std::fs::read(&path).unwrap();
     // Cut inside the tensor data, then inside the header.
     std::fs::write(&path, &bytes[..bytes.len() - 1000]).unwrap();
-    assert_names(&load_error(&path), &path, "remaining in file");
+    assert_names(&load_error(&path), &path, "does not fit in the file");
     std::fs::write(&path, &bytes[..40]).unwrap();
     assert_names(&load_error(&path), &path, "not a readable GGUF file");
+}
+
+/// A GGUF v3 file by hand: `u32` metadata values and one F32 tensor of any rank (candle's
+/// writer cannot write a rank-0 tensor, which is what a corrupt file may declare).
+fn handmade_gguf(metadata: &[(&str, u32)], tensor: &str, dims: &[u64]) -> Vec<u8> {
+    let string = |s: &str| [&(s.len() as u64).to_le_bytes()[..], s.as_bytes()].concat();
+    let mut out = b"GGUF".to_vec();
+    out.extend(3u32.to_le_bytes());
+    out.extend(1u64.to_le_bytes());
+    out.extend((metadata.len() as u64 + 1).to_le_bytes());
+    out.extend(string("general.architecture"));
+    out.extend(8u32.to_le_bytes());
+    out.extend(string("llama"));
+    for &(key, value) in metadata {
+        out.extend(string(key));
+        out.extend(4u32.to_le_bytes());
+        out.extend(value.to_le_bytes());
+    }
+    out.extend(string(tensor));
+    out.extend((dims.len() as u32).to_le_bytes());
+    for d in dims {
+        out.extend(d.to_le_bytes());
+    }
+    out.extend(0u32.to_le_bytes());
+    out.extend(0u64.to_le_bytes());
+    out.resize(out.len().next_multiple_of(32), 0);
+    let elems: u64 = dims.iter().product();
+    out.resize(out.len() + 4 * elems as usize, 0);
+    out
+}
+
+// Seen while writing the `fuzz/` gguf target: a rank-0 token embedding was indexed for its
+// first dimension, a panic.
+#[test]
+fn a_token_embedding_that_is_not_a_matrix_is_refused() {
+    let dir = tempdir("rank0-embd");
+    let path = dir.join("rank0.gguf");
+    let meta = [
+        ("llama.embedding_length", 64),
+        ("llama.attention.head_count", 4),
+    ];
+    std::fs::write(&path, handmade_gguf(&meta, "token_embd.weight", &[])).unwrap();
+    assert_names(
+        &load_error(&path),
+        &path,
+        "token_embd.weight has shape []; it must be [vocab, hidden]",
+    );
+}
+
+// Linear RoPE scaling built a table of `head_dim / 2` divisors straight from the metadata:
+// a 1 KiB file asking for 2^40-wide heads asked for 4 TiB.
+#[test]
+fn heads_wider_than_the_query_projection_are_refused_before_anything_is_sized_by_them() {
+    use candle_core::quantized::gguf_file::Value;
+    let dir = tempdir("wide-heads");
+    let path = dir.join("tiny.gguf");
+    let metadata = [
+        ("llama.attention.key_length", Value::U64(1 << 40)),
+        ("llama.rope.scaling.type", Value::String("linear".into())),
+        ("llama.rope.scaling.factor", Value::F32(2.0)),
+    ];
+    let spec = GgufSpec {
+        metadata: &metadata,
+        ..GgufSpec::default()
+    };
+    tiny_llama::write_gguf(&path, 1, &spec);
+    assert_names(
+        &load_error(&path),
+        &path,
+        "blk.0.attn_q.weight has shape [64, 64], but the metadata gives 4 heads of 1099511627776",
+    );
+}
+
+#[test]
+fn key_value_heads_that_cannot_serve_the_query_heads_are_refused_by_name() {
+    use candle_core::quantized::gguf_file::Value;
+    for (kv_heads, problem) in [
+        (0, "num_kv_heads is 0"),
+        (3, "4 query heads cannot share 3 key/value heads evenly"),
+    ] {
+        let dir = tempdir(&format!("kv-heads-{kv_heads}"));
+        let path = dir.join("tiny.gguf");
+        let metadata = [("llama.attention.head_count_kv", Value::U32(kv_heads))];
+        let spec = GgufSpec {
+            metadata: &metadata,
+            ..GgufSpec::default()
+        };
+        tiny_llama::write_gguf(&path, 1, &spec);
+        assert_names(&load_error(&path), &path, problem);
+    }
 }
 
 #[test]

@@ -34,7 +34,15 @@ impl GgufCheckpoint {
                 ));
             }
         }
-        let config = config_from_metadata(&content).map_err(|m| EngineError::bad_file(path, m))?;
+        let file_len = reader
+            .get_ref()
+            .metadata()
+            .map_err(|e| EngineError::bad_file(path, e))?
+            .len();
+        check_tensors_fit(&content, file_len).map_err(|m| EngineError::bad_file(path, m))?;
+        let config = config_from_metadata(&content)
+            .and_then(|config| config.check_dimensions().map(|()| config))
+            .map_err(|m| EngineError::bad_file(path, m))?;
         let mut ckpt = Self {
             path: path.to_path_buf(),
             reader,
@@ -104,6 +112,40 @@ impl Checkpoint for GgufCheckpoint {
     }
 }
 
+/// Every tensor the directory declares must lie inside the file. Its shape is then bounded by
+/// the file's size, so nothing sized from the directory, or from metadata checked against it,
+/// can ask for more memory than the file could hold.
+fn check_tensors_fit(content: &Content, file_len: u64) -> std::result::Result<(), String> {
+    for (name, info) in &content.tensor_infos {
+        let dtype = info.ggml_dtype;
+        let end = info
+            .shape
+            .dims()
+            .iter()
+            .try_fold(1u64, |n, &d| n.checked_mul(d as u64))
+            .and_then(|elems| {
+                elems
+                    .div_ceil(dtype.block_size() as u64)
+                    .checked_mul(dtype.type_size() as u64)
+            })
+            .and_then(|bytes| {
+                content
+                    .tensor_data_offset
+                    .checked_add(info.offset)?
+                    .checked_add(bytes)
+            });
+        if end.is_none_or(|end| end > file_len) {
+            return Err(format!(
+                "tensor {name} ({dtype:?}, shape {:?} at offset {}) does not fit in the file's \
+                 {file_len} bytes",
+                info.shape.dims(),
+                info.offset
+            ));
+        }
+    }
+    Ok(())
+}
+
 fn config_from_metadata(content: &Content) -> std::result::Result<ModelConfig, String> {
     let md = &content.metadata;
     let arch_name = md
@@ -122,10 +164,35 @@ fn config_from_metadata(content: &Content) -> std::result::Result<ModelConfig, S
     let hidden_size = get_u("embedding_length")?;
     let num_heads = get_u("attention.head_count")?;
     let vocab_size = match content.tensor_infos.get("token_embd.weight") {
-        Some(info) => info.shape.dims()[0],
+        Some(info) => match info.shape.dims() {
+            &[vocab, _] => vocab,
+            dims => {
+                return Err(format!(
+                    "tensor token_embd.weight has shape {dims:?}; it must be [vocab, hidden]"
+                ))
+            }
+        },
         None => return Err("missing tensor token_embd.weight".into()),
     };
     let head_dim = get_u("attention.key_length").unwrap_or(hidden_size / num_heads.max(1));
+    // Linear RoPE scaling below sizes a table by `head_dim`, before any tensor is read: hold
+    // the heads to the query projection the directory declares, whose size `open` has
+    // already bounded by the file's.
+    match content
+        .tensor_infos
+        .get("blk.0.attn_q.weight")
+        .map(|info| info.shape.dims())
+    {
+        Some(&[rows, cols])
+            if Some(rows) == num_heads.checked_mul(head_dim) && cols == hidden_size => {}
+        Some(dims) => {
+            return Err(format!(
+                "tensor blk.0.attn_q.weight has shape {dims:?}, but the metadata gives \
+                 {num_heads} heads of {head_dim} over a hidden size of {hidden_size}"
+            ))
+        }
+        None => return Err("missing tensor blk.0.attn_q.weight".into()),
+    }
     if let Ok(rotated) = get_u("rope.dimension_count") {
         if rotated != head_dim {
             return Err(format!(

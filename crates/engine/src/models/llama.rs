@@ -74,12 +74,14 @@ impl Llama {
                 _ => Linear::new(embd.clone_for_tie()?, mode)?,
             }
         };
-        let mut blocks = Vec::with_capacity(c.num_layers);
+        // Grown as layers load, not reserved from the metadata's count: a file claiming
+        // millions of layers fails at its first missing tensor, not at allocation.
+        let mut blocks = Vec::new();
         for i in 0..c.num_layers {
             let has_bias =
                 c.requires_qkv_bias() || ckpt.has_tensor(&format!("blk.{i}.attn_q.bias"));
             let attn_qkv_bias = if has_bias {
-                let mut stacked = Vec::with_capacity(q_width + 2 * kv_width);
+                let mut stacked = Vec::new();
                 for (leaf, width) in [
                     ("attn_q", q_width),
                     ("attn_k", kv_width),

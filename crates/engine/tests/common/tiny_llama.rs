@@ -133,6 +133,8 @@ pub struct GgufSpec<'a> {
     pub skip_tensor: Option<&'a str>,
     /// Store this tensor in another type.
     pub retype: Option<(&'a str, GgmlDType)>,
+    /// Metadata entries added, or replacing the tiny model's own.
+    pub metadata: &'a [(&'a str, Value)],
 }
 
 impl Default for GgufSpec<'_> {
@@ -141,6 +143,7 @@ impl Default for GgufSpec<'_> {
             architecture: "llama",
             skip_tensor: None,
             retype: None,
+            metadata: &[],
         }
     }
 }
@@ -174,6 +177,11 @@ pub fn write_gguf(path: &Path, seed: u64, spec: &GgufSpec) {
         (format!("{arch}.rope.freq_base"), Value::F32(10000.0)),
         ("tokenizer.ggml.eos_token_id".into(), Value::U32(2)),
     ];
+    let mut meta = meta;
+    for (key, value) in spec.metadata {
+        meta.retain(|(k, _)| k != key);
+        meta.push((key.to_string(), value.clone()));
+    }
     let mut tensors = Vec::new();
     for (hf, t) in hf_tensors(seed) {
         let name = gguf_name(&hf);

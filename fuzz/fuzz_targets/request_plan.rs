@@ -1,0 +1,93 @@
+//! A request body as sent to `/v1/completions` or `/v1/chat/completions` (the first byte picks
+//! which) through every check the route makes before queueing: JSON depth, parsing, field
+//! policy, prompt shapes, request limits, tokenizing (and the chat template), then
+//! `RequestPlan::new`. Bad input must come back as a 4xx `ApiError`, never a panic; a plan that
+//! is accepted must be one the engine accepts too.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use tokenmill_fuzz::{engine_limits, text_side};
+use tokenmill_server::api_error::ApiError;
+use tokenmill_server::chat_template::ChatTemplateError;
+use tokenmill_server::field_policy::check_fields;
+use tokenmill_server::generation_request::{
+    chat_messages, prompt_inputs, GenerationRequest, PromptInput,
+};
+use tokenmill_server::json_body::parse_json;
+use tokenmill_server::request_limits::RequestLimits;
+use tokenmill_server::request_plan::{Endpoint, RequestPlan};
+
+fuzz_target!(|data: &[u8]| {
+    let Some((&which, body)) = data.split_first() else {
+        return;
+    };
+    let endpoint = if which & 1 == 0 {
+        Endpoint::Completions
+    } else {
+        Endpoint::Chat
+    };
+    match plan(endpoint, body) {
+        Ok(plan) => {
+            let limits = engine_limits();
+            assert_eq!(plan.requests.len(), plan.prompt_lens.len() * plan.n);
+            for request in &plan.requests {
+                limits
+                    .validate(request)
+                    .expect("a planned request passes the engine's own checks");
+            }
+        }
+        Err(error) => {
+            assert!(
+                error.status.is_client_error(),
+                "bad input is the client's fault: {error:?}"
+            );
+            let _ = error.body().to_string();
+        }
+    }
+});
+
+/// What `routes::completions` and `routes::chat_completions` do before `generate`, with the
+/// route's tokenizer, template and limits, minus the engine.
+fn plan(endpoint: Endpoint, bytes: &[u8]) -> Result<RequestPlan, ApiError> {
+    let text = text_side();
+    let limits = RequestLimits::default();
+    limits.check_json_depth(bytes)?;
+    let body: GenerationRequest = parse_json(bytes)?;
+    check_fields(&body, endpoint)?;
+    let tokenize = |text_in: &str, add_special: bool, param: &str| {
+        text.tokenizer
+            .encode(text_in, add_special)
+            .map_err(|e| ApiError::bad_param(param, e.to_string()))
+    };
+    let prompts = match endpoint {
+        Endpoint::Completions => {
+            let inputs = prompt_inputs(body.prompt.as_ref())?;
+            limits.check(&body, inputs.len())?;
+            inputs
+                .into_iter()
+                .map(|input| match input {
+                    PromptInput::Text(t) => tokenize(&t, true, "prompt"),
+                    PromptInput::Tokens(ids) => Ok(ids),
+                })
+                .collect::<Result<Vec<_>, _>>()?
+        }
+        Endpoint::Chat => {
+            let messages = chat_messages(body.messages.as_deref())?;
+            limits.check(&body, 1)?;
+            let kwargs = body.chat_template_kwargs.clone().unwrap_or_default();
+            let rendered = text
+                .chat_template
+                .render_with(
+                    &messages,
+                    body.add_generation_prompt.unwrap_or(true),
+                    &kwargs,
+                )
+                .map_err(|error| match error {
+                    ChatTemplateError::Raised(why) => ApiError::bad_param("messages", why),
+                    other => ApiError::internal(other.to_string()),
+                })?;
+            vec![tokenize(&rendered, false, "messages")?]
+        }
+    };
+    RequestPlan::new(&body, endpoint, prompts, &engine_limits(), &limits)
+}
