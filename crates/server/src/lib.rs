@@ -2,6 +2,7 @@
 pub mod chat_template;
 pub mod detokenizer;
 pub mod model_loader;
+mod sentencepiece_bpe;
 pub mod tokenizer;
 
 pub mod api_error;

@@ -1,4 +1,4 @@
-//! Text ↔ token ids: byte-level BPE built from GGUF metadata or loaded from a Hugging Face `tokenizer.json`.
+//! Text ↔ token ids: byte-level BPE or SentencePiece BPE built from GGUF metadata, or a Hugging Face `tokenizer.json`.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -6,6 +6,8 @@ use std::io::BufReader;
 use std::path::{Path, PathBuf};
 
 use candle_core::quantized::gguf_file::{self, Value};
+
+use crate::sentencepiece_bpe::SentencePieceBpe;
 use tokenizers::decoders::byte_level::ByteLevel;
 use tokenizers::models::bpe::{Vocab, BPE};
 use tokenizers::pre_tokenizers::digits::Digits;
@@ -23,9 +25,13 @@ const LLAMA3_SPLIT: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L
 /// Qwen2's split pattern: like Llama 3's but every digit stands alone.
 const QWEN2_SPLIT: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
-/// GGUF `tokenizer.ggml.token_type` values that mark tokens which must match as a whole in raw text.
+/// GGUF `tokenizer.ggml.token_type` values (SentencePiece's piece types, numbered from 1).
+pub(crate) const TOKEN_TYPE_NORMAL: i64 = 1;
+pub(crate) const TOKEN_TYPE_UNKNOWN: i64 = 2;
+/// Control and user-defined tokens must match as a whole in raw text.
 const TOKEN_TYPE_CONTROL: i64 = 3;
 const TOKEN_TYPE_USER_DEFINED: i64 = 4;
+pub(crate) const TOKEN_TYPE_BYTE: i64 = 6;
 
 /// Everything that can go wrong while loading or running a tokenizer.
 #[derive(Debug, thiserror::Error)]
@@ -38,7 +44,7 @@ pub enum TokenizerError {
         expected: &'static str,
         found: String,
     },
-    #[error("tokenizer model `{0}` (tokenizer.ggml.model) is not supported; only `gpt2` byte-level BPE is")]
+    #[error("tokenizer model `{0}` (tokenizer.ggml.model) is not supported; supported: gpt2 (byte-level BPE), llama (SentencePiece BPE)")]
     UnsupportedModel(String),
     #[error("pre-tokenizer `{0}` (tokenizer.ggml.pre) is not supported; known: default, gpt2, gpt-2, smollm, llama-bpe, qwen2")]
     UnknownPreTokenizer(String),
@@ -95,39 +101,36 @@ impl std::fmt::Debug for Tokenizer {
 }
 
 impl Tokenizer {
-    /// Builds a byte-level BPE tokenizer from the `tokenizer.ggml.*` entries of a GGUF file.
+    /// Builds the tokenizer that the `tokenizer.ggml.*` entries of a GGUF file describe: `gpt2` (byte-level
+    /// BPE with a merge list) or `llama` (SentencePiece BPE with scores and byte fallback).
     ///
     /// An unknown `tokenizer.ggml.pre` is an error rather than a silent GPT-2 fallback, because a wrong
     /// split regex produces plausible but wrong ids. A missing `tokenizer.ggml.pre` means GPT-2.
     pub fn from_gguf_metadata(metadata: &HashMap<String, Value>) -> Result<Self> {
         let model = required_string(metadata, "tokenizer.ggml.model")?;
-        if model != "gpt2" {
-            return Err(TokenizerError::UnsupportedModel(model.to_owned()));
-        }
-        let pre = optional_string(metadata, "tokenizer.ggml.pre")?.unwrap_or("default");
         let tokens = string_array(metadata, "tokenizer.ggml.tokens")?;
-        let merges = parse_merges(&string_array(metadata, "tokenizer.ggml.merges")?)?;
-        let vocab: Vocab = tokens
-            .iter()
-            .enumerate()
-            .map(|(id, token)| (token.to_string(), id as u32))
-            .collect();
-        let bpe = BPE::builder()
-            .vocab_and_merges(vocab, merges)
-            .ignore_merges(pre == "llama-bpe")
-            .build()
-            .map_err(|e| TokenizerError::Build(e.to_string()))?;
-
-        let mut inner = tokenizers::Tokenizer::new(bpe);
-        inner.with_pre_tokenizer(Some(pre_tokenizer_for(pre)?));
-        inner.with_decoder(Some(ByteLevel::default()));
-        add_whole_match_tokens(&mut inner, metadata, &tokens)?;
-
+        let types = token_types(metadata, &tokens)?;
+        let (mut inner, default_add_bos) = match model {
+            "gpt2" => (byte_level_bpe(metadata, &tokens)?, false),
+            // llama.cpp adds BOS for this model unless the file says otherwise.
+            "llama" => {
+                let types = types
+                    .clone()
+                    .ok_or(TokenizerError::MissingKey("tokenizer.ggml.token_type"))?;
+                let spm = SentencePieceBpe::from_gguf_metadata(metadata, &tokens, types)?;
+                (spm.build()?, true)
+            }
+            other => return Err(TokenizerError::UnsupportedModel(other.to_owned())),
+        };
+        if let Some(types) = &types {
+            add_whole_match_tokens(&mut inner, types, &tokens)?;
+        }
         Ok(Self {
             inner,
             bos_token_id: optional_u32(metadata, "tokenizer.ggml.bos_token_id")?,
             eos_token_id: optional_u32(metadata, "tokenizer.ggml.eos_token_id")?,
-            prepend_bos: optional_bool(metadata, "tokenizer.ggml.add_bos_token")?.unwrap_or(false),
+            prepend_bos: optional_bool(metadata, "tokenizer.ggml.add_bos_token")?
+                .unwrap_or(default_add_bos),
         })
     }
 
@@ -248,6 +251,29 @@ pub fn hf_chat_template(dir: impl AsRef<Path>) -> Result<Option<String>> {
     })
 }
 
+/// GPT-2-style byte-level BPE: the merge list is in the file, and `tokenizer.ggml.pre` names the split regex.
+fn byte_level_bpe(
+    metadata: &HashMap<String, Value>,
+    tokens: &[&str],
+) -> Result<tokenizers::Tokenizer> {
+    let pre = optional_string(metadata, "tokenizer.ggml.pre")?.unwrap_or("default");
+    let merges = parse_merges(&string_array(metadata, "tokenizer.ggml.merges")?)?;
+    let vocab: Vocab = tokens
+        .iter()
+        .enumerate()
+        .map(|(id, token)| (token.to_string(), id as u32))
+        .collect();
+    let bpe = BPE::builder()
+        .vocab_and_merges(vocab, merges)
+        .ignore_merges(pre == "llama-bpe")
+        .build()
+        .map_err(|e| TokenizerError::Build(e.to_string()))?;
+    let mut inner = tokenizers::Tokenizer::new(bpe);
+    inner.with_pre_tokenizer(Some(pre_tokenizer_for(pre)?));
+    inner.with_decoder(Some(ByteLevel::default()));
+    Ok(inner)
+}
+
 fn pre_tokenizer_for(name: &str) -> Result<PreTokenizerWrapper> {
     let gpt2_byte_level = || ByteLevel::new(false, true, true).into();
     let split_then_bytes = |pattern: &str| -> Result<PreTokenizerWrapper> {
@@ -270,15 +296,10 @@ fn pre_tokenizer_for(name: &str) -> Result<PreTokenizerWrapper> {
     }
 }
 
-/// Registers control and user-defined tokens so their text encodes to the single id instead of being split by BPE.
-/// Control tokens are special (dropped by `skip_special_tokens`); user-defined ones are kept in decoded text.
-fn add_whole_match_tokens(
-    inner: &mut tokenizers::Tokenizer,
-    metadata: &HashMap<String, Value>,
-    tokens: &[&str],
-) -> Result<()> {
+/// `tokenizer.ggml.token_type`, one per token, when the file has it.
+fn token_types(metadata: &HashMap<String, Value>, tokens: &[&str]) -> Result<Option<Vec<i64>>> {
     let Some(types) = metadata.get("tokenizer.ggml.token_type") else {
-        return Ok(());
+        return Ok(None);
     };
     let types = as_array(types, "tokenizer.ggml.token_type")?;
     if types.len() != tokens.len() {
@@ -287,10 +308,24 @@ fn add_whole_match_tokens(
             tokens: tokens.len(),
         });
     }
+    types
+        .iter()
+        .map(|value| as_integer(value, "tokenizer.ggml.token_type"))
+        .collect::<Result<_>>()
+        .map(Some)
+}
+
+/// Registers control and user-defined tokens so their text encodes to the single id instead of being split by BPE.
+/// Control tokens are special (dropped by `skip_special_tokens`); user-defined ones are kept in decoded text.
+fn add_whole_match_tokens(
+    inner: &mut tokenizers::Tokenizer,
+    types: &[i64],
+    tokens: &[&str],
+) -> Result<()> {
     let mut special = Vec::new();
     let mut user_defined = Vec::new();
-    for (value, token) in types.iter().zip(tokens) {
-        match as_integer(value, "tokenizer.ggml.token_type")? {
+    for (&kind, token) in types.iter().zip(tokens) {
+        match kind {
             TOKEN_TYPE_CONTROL => special.push(AddedToken::from(*token, true)),
             TOKEN_TYPE_USER_DEFINED => {
                 user_defined.push(AddedToken::from(*token, false).normalized(false))
@@ -347,7 +382,7 @@ fn type_name(value: &Value) -> String {
     format!("{:?}", value.value_type())
 }
 
-fn as_array<'a>(value: &'a Value, key: &str) -> Result<&'a [Value]> {
+pub(crate) fn as_array<'a>(value: &'a Value, key: &str) -> Result<&'a [Value]> {
     match value {
         Value::Array(items) => Ok(items),
         other => Err(wrong_type(key, "an array", other)),
@@ -368,7 +403,7 @@ fn as_integer(value: &Value, key: &str) -> Result<i64> {
     })
 }
 
-fn wrong_type(key: &str, expected: &'static str, found: &Value) -> TokenizerError {
+pub(crate) fn wrong_type(key: &str, expected: &'static str, found: &Value) -> TokenizerError {
     TokenizerError::WrongType {
         key: key.to_owned(),
         expected,
@@ -388,7 +423,7 @@ fn optional_string<'a>(metadata: &'a HashMap<String, Value>, key: &str) -> Resul
     }
 }
 
-fn optional_bool(metadata: &HashMap<String, Value>, key: &str) -> Result<Option<bool>> {
+pub(crate) fn optional_bool(metadata: &HashMap<String, Value>, key: &str) -> Result<Option<bool>> {
     match metadata.get(key) {
         None => Ok(None),
         Some(Value::Bool(b)) => Ok(Some(*b)),
@@ -396,7 +431,7 @@ fn optional_bool(metadata: &HashMap<String, Value>, key: &str) -> Result<Option<
     }
 }
 
-fn optional_u32(metadata: &HashMap<String, Value>, key: &str) -> Result<Option<u32>> {
+pub(crate) fn optional_u32(metadata: &HashMap<String, Value>, key: &str) -> Result<Option<u32>> {
     let Some(value) = metadata.get(key) else {
         return Ok(None);
     };

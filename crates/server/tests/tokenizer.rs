@@ -218,14 +218,18 @@ fn malformed_merge_is_rejected_with_its_position() {
 }
 
 #[test]
-fn non_bpe_model_is_rejected() {
+fn an_unknown_tokenizer_model_is_refused_by_name() {
     let mut metadata = synthetic_metadata("gpt2");
     metadata.insert(
         "tokenizer.ggml.model".to_owned(),
-        Value::String("llama".to_owned()),
+        Value::String("bert".to_owned()),
     );
     let err = Tokenizer::from_gguf_metadata(&metadata).unwrap_err();
-    assert!(matches!(err, TokenizerError::UnsupportedModel(_)), "{err}");
+    assert!(
+        matches!(err, TokenizerError::UnsupportedModel(ref name) if name == "bert"),
+        "{err}"
+    );
+    assert!(err.to_string().contains("`bert`"), "{err}");
 }
 
 #[test]
