@@ -1,5 +1,9 @@
 //! tokenmill server: tokenization, chat templates and streaming detokenization around the engine.
 pub mod chat_template;
+pub mod constraint_compiler;
+pub mod grammar_constraint;
+pub mod grammar_tokenizer;
+pub mod structured_output;
 pub mod detokenizer;
 pub mod model_loader;
 pub mod tokenizer;
