@@ -211,7 +211,9 @@ mod tests {
             script: vec![5, 7],
             at: 0,
         }));
-        let token = cell.sample_with(10, |mask| (0..10).find(|&i| mask.is_allowed(i)).unwrap()).unwrap();
+        let token = cell
+            .sample_with(10, |mask| (0..10).find(|&i| mask.is_allowed(i)).unwrap())
+            .unwrap();
         assert_eq!(token, 5);
         let copy = cell.clone();
         cell.sample_with(10, |_| 7).unwrap();

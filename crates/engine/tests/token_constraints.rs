@@ -71,7 +71,9 @@ impl TokenConstraint for Window {
 }
 
 fn prompt(i: usize) -> Vec<u32> {
-    (0..40 + 9 * i as u32).map(|t| 200 + (t * 37 + i as u32) % 5000).collect()
+    (0..40 + 9 * i as u32)
+        .map(|t| 200 + (t * 37 + i as u32) % 5000)
+        .collect()
 }
 
 fn constrained(i: usize, window: Window, params: SamplingParams) -> Request {
@@ -113,7 +115,11 @@ fn a_constrained_reply_draws_only_allowed_tokens_and_stops_when_the_constraint_f
             .remove(0);
         assert_eq!(done.finish_reason, FinishReason::Stop);
         assert_eq!(done.tokens.len(), 9);
-        assert!(follows(&window, &done.token_ids()), "{:?}", done.token_ids());
+        assert!(
+            follows(&window, &done.token_ids()),
+            "{:?}",
+            done.token_ids()
+        );
     }
 }
 
@@ -168,7 +174,13 @@ fn constrained_replies_are_the_same_alone_and_batched_with_preemption() {
     });
     let alone: Vec<Vec<u32>> = requests(12)
         .into_iter()
-        .map(|r| alone_engine.generate(vec![r]).unwrap().remove(0).token_ids())
+        .map(|r| {
+            alone_engine
+                .generate(vec![r])
+                .unwrap()
+                .remove(0)
+                .token_ids()
+        })
         .collect();
     let mut crowded = common::load_engine(EngineConfig {
         num_kv_blocks: Some(12),
@@ -182,6 +194,9 @@ fn constrained_replies_are_the_same_alone_and_batched_with_preemption() {
         .iter()
         .map(|c| c.token_ids())
         .collect();
-    assert!(crowded.stats().num_preemptions > 0, "the pool never preempted");
+    assert!(
+        crowded.stats().num_preemptions > 0,
+        "the pool never preempted"
+    );
     assert_eq!(together, alone);
 }

@@ -58,7 +58,10 @@ impl AppState {
 
     /// Compiles a request's output constraint. Slow for a large schema: call it on the
     /// blocking pool.
-    pub fn compile_constraint(&self, output: &StructuredOutput) -> Result<ConstraintCell, ApiError> {
+    pub fn compile_constraint(
+        &self,
+        output: &StructuredOutput,
+    ) -> Result<ConstraintCell, ApiError> {
         let tokenizer = self.tokenizer()?.clone();
         let compiler = self.constraint_compiler.get_or_init(|| {
             let limits = self.handle.limits();

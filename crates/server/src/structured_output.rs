@@ -3,7 +3,6 @@
 
 use serde_json::{json, Map, Value};
 
-
 use crate::api_error::ApiError;
 use crate::generation_request::GenerationRequest;
 
@@ -157,7 +156,11 @@ fn constraint(key: &str, value: &Value, param: &str) -> Result<StructuredOutput,
                 .collect();
             match choices {
                 Some(choices) if !choices.is_empty() => ConstraintKind::Choice(choices),
-                _ => return Err(bad(format!("`{param}` must be a non-empty list of strings"))),
+                _ => {
+                    return Err(bad(format!(
+                        "`{param}` must be a non-empty list of strings"
+                    )))
+                }
             }
         }
         ("json", _) => return Err(bad(format!("`{param}` must be a JSON schema object"))),
@@ -222,7 +225,10 @@ mod tests {
 
     #[test]
     fn text_format_and_absent_fields_ask_for_nothing() {
-        assert_eq!(parse(json!({"response_format": {"type": "text"}})).unwrap(), None);
+        assert_eq!(
+            parse(json!({"response_format": {"type": "text"}})).unwrap(),
+            None
+        );
         assert_eq!(parse(json!({"guided_regex": null})).unwrap(), None);
         assert_eq!(parse(json!({})).unwrap(), None);
     }
@@ -230,13 +236,22 @@ mod tests {
     #[test]
     fn malformed_or_doubled_constraints_are_refused_by_field() {
         let cases = [
-            (json!({"response_format": {"type": "xml"}}), "response_format"),
+            (
+                json!({"response_format": {"type": "xml"}}),
+                "response_format",
+            ),
             (
                 json!({"response_format": {"type": "json_schema", "json_schema": {"schema": {}}}}),
                 "response_format.json_schema.name",
             ),
-            (json!({"structured_outputs": {"choice": []}}), "structured_outputs.choice"),
-            (json!({"structured_outputs": {"structural_tag": "x"}}), "structured_outputs.structural_tag"),
+            (
+                json!({"structured_outputs": {"choice": []}}),
+                "structured_outputs.choice",
+            ),
+            (
+                json!({"structured_outputs": {"structural_tag": "x"}}),
+                "structured_outputs.structural_tag",
+            ),
             (json!({"guided_regex": 3}), "guided_regex"),
             (
                 json!({"guided_regex": "a", "response_format": {"type": "json_object"}}),

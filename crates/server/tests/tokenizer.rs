@@ -103,9 +103,16 @@ fn token_bytes_spell_out_exactly_what_decoding_writes() {
     let bytes = tokenizer.token_bytes();
     assert_eq!(bytes.len(), tokenizer.vocab_size());
     let marker = tokenizer.token_to_id("<|im_end|>").unwrap();
-    assert_eq!(bytes[marker as usize], TokenBytes::Special("<|im_end|>".into()));
+    assert_eq!(
+        bytes[marker as usize],
+        TokenBytes::Special("<|im_end|>".into())
+    );
     // Byte-level pieces may split a character: only their concatenation is UTF-8.
-    for text in ["Hello, world!\n", "naïve café – 東京 🎉", "{\"a\": [1, 2]}\t\r "] {
+    for text in [
+        "Hello, world!\n",
+        "naïve café – 東京 🎉",
+        "{\"a\": [1, 2]}\t\r ",
+    ] {
         let ids = tokenizer.encode(text, false).unwrap();
         let spelled: Vec<u8> = ids
             .iter()

@@ -134,7 +134,10 @@ impl Checker<'_> {
                     }
                 }
                 "enum" => {
-                    if !rule.as_array().is_some_and(|options| options.contains(value)) {
+                    if !rule
+                        .as_array()
+                        .is_some_and(|options| options.contains(value))
+                    {
                         return fail(format!("not in enum {rule}"));
                     }
                 }
