@@ -95,6 +95,11 @@ pub struct CommonArgs {
     #[arg(long)]
     pub ignore_eos: bool,
 
+    /// A JSON object whose keys are added to every request body, e.g. a `response_format` to
+    /// measure structured output (`'{"response_format": {"type": "json_object"}}'`).
+    #[arg(long, value_parser = parse_json_object)]
+    pub extra_body: Option<serde_json::Map<String, serde_json::Value>>,
+
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
 
@@ -376,5 +381,13 @@ mod tests {
         assert_eq!(args.search, TuneSearch::CoarseToFine);
         assert!(parse(&["tune", "--max-num-seqs", "8.5"]).is_err());
         assert!(parse(&["tune", "--search", "random"]).is_err());
+    }
+}
+
+fn parse_json_object(text: &str) -> Result<serde_json::Map<String, serde_json::Value>, String> {
+    match serde_json::from_str(text) {
+        Ok(serde_json::Value::Object(map)) => Ok(map),
+        Ok(_) => Err("--extra-body must be a JSON object".into()),
+        Err(e) => Err(format!("--extra-body is not JSON: {e}")),
     }
 }

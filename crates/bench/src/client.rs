@@ -16,6 +16,8 @@ pub struct RequestTarget {
     pub endpoint: Endpoint,
     pub model: String,
     pub ignore_eos: bool,
+    /// Keys added to every request body (`--extra-body`).
+    pub extra_body: serde_json::Map<String, Value>,
     pub timeout: Duration,
 }
 
@@ -216,6 +218,9 @@ fn request_body(target: &RequestTarget, request: &BenchRequest) -> Value {
             body["messages"] = json!([{"role": "user", "content": prompt_text(prompt)}]);
             body["max_completion_tokens"] = json!(request.output_len);
         }
+    }
+    for (key, value) in &target.extra_body {
+        body[key] = value.clone();
     }
     body
 }

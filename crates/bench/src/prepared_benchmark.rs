@@ -46,6 +46,7 @@ impl PreparedBenchmark {
             endpoint: args.endpoint,
             model,
             ignore_eos: args.ignore_eos,
+            extra_body: args.extra_body.clone().unwrap_or_default(),
             timeout: Duration::from_secs_f64(args.timeout),
         };
         Ok(PreparedBenchmark {

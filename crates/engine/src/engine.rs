@@ -18,6 +18,7 @@ use crate::scheduler::{
 };
 use crate::sequence::Sequence;
 use crate::step_times::{StepClock, StepTimes};
+use crate::token_constraint::{ConstraintCell, ConstraintError};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use rayon::prelude::*;
@@ -197,6 +198,7 @@ impl Engine {
                 ..SamplingParams::greedy(3)
             },
             priority: 0,
+            constraint: None,
         };
         // Full, half and quarter budget steps, then a few short prompts decoding together.
         for (salt, len) in [longest, longest / 2, longest / 4].into_iter().enumerate() {
@@ -322,6 +324,7 @@ impl Engine {
         clock.lap(&mut times.sample);
         // Before `update`: the prompt's scores reach a stream ahead of the token sampled after it.
         self.send_prompt_logprobs(prompt_scores);
+        let sampled = self.end_failed_constraints(sampled);
         let updates = self.scheduler.update(&out, sampled);
         // The gap between this step's tokens and the previous ones: what the target bounds.
         self.scheduler.observe_step(&out, started.elapsed());
@@ -353,6 +356,28 @@ impl Engine {
         }
     }
 
+    /// Ends, with an error, each sequence whose constraint failed this step (a grammar that
+    /// ran out of its parser's limits); the rest go on to `update`.
+    fn end_failed_constraints(
+        &mut self,
+        sampled: Vec<(SeqId, std::result::Result<SampledToken, ConstraintError>)>,
+    ) -> Vec<(SeqId, SampledToken)> {
+        let mut ok = Vec::with_capacity(sampled.len());
+        for (id, result) in sampled {
+            match result {
+                Ok(token) => ok.push((id, token)),
+                Err(error) => {
+                    tracing::warn!("request {}: {error}", id.0);
+                    if let Some(mut seq) = self.scheduler.abort(id) {
+                        seq.finish = Some(FinishReason::Error);
+                        self.finish(seq);
+                    }
+                }
+            }
+        }
+        ok
+    }
+
     fn end_stream_with_error(&mut self, id: SeqId) {
         if let Some(tx) = self.streams.remove(&id) {
             let _ = tx.send(RequestEvent::Finished {
@@ -378,7 +403,10 @@ impl Engine {
         &self,
         out: &SchedulerOutput,
         logits: &Logits,
-    ) -> (Vec<(SeqId, Vec<SampledToken>)>, Vec<(SeqId, SampledToken)>) {
+    ) -> (
+        Vec<(SeqId, Vec<SampledToken>)>,
+        Vec<(SeqId, std::result::Result<SampledToken, ConstraintError>)>,
+    ) {
         let mut sampling = Vec::new();
         let mut scoring = Vec::new();
         let mut row = 0;
@@ -411,8 +439,13 @@ impl Engine {
                     output: seq.output(),
                     seed: seq.seed,
                     banned: &banned,
+                    allowed: None,
                 };
-                (id, Sampler::sample(logits.row(row), &ctx))
+                let logits = logits.row(row);
+                match &seq.constraint {
+                    None => (id, Ok(Sampler::sample(logits, &ctx))),
+                    Some(cell) => (id, sample_constrained(cell, logits, &ctx)),
+                }
             })
             .collect();
         (prompt_scores, sampled)
@@ -508,6 +541,28 @@ impl Engine {
             .map(|rx| collect_completion(rx).ok_or(EngineError::EngineStopped))
             .collect()
     }
+}
+
+/// Samples under the constraint's mask and advances it past the token drawn.
+fn sample_constrained(
+    cell: &ConstraintCell,
+    logits: &[f32],
+    ctx: &SamplingContext,
+) -> std::result::Result<SampledToken, ConstraintError> {
+    let mut sampled = None;
+    cell.sample_with(logits.len(), |mask| {
+        let token = Sampler::sample(
+            logits,
+            &SamplingContext {
+                allowed: Some(mask),
+                ..*ctx
+            },
+        );
+        let id = token.token_id;
+        sampled = Some(token);
+        id
+    })?;
+    sampled.ok_or_else(|| ConstraintError("the sampler drew no token".into()))
 }
 
 /// Drains a finished request's events into a `Completion`.

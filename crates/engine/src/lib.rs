@@ -27,6 +27,7 @@ pub mod scheduler;
 pub mod sequence;
 pub mod step_cost_model;
 pub mod step_times;
+pub mod token_constraint;
 
 pub use config_validation::ConfigError;
 pub use engine::{Completion, Engine, EngineConfig, EngineLimits};
@@ -36,3 +37,4 @@ pub use engine_handle::{EngineHandle, EngineHealth};
 pub use request::{FinishReason, Request, RequestEvent, SeqId};
 pub use sampling_params::SamplingParams;
 pub use step_times::StepTimes;
+pub use token_constraint::{ConstraintCell, ConstraintError, TokenConstraint, TokenMask};

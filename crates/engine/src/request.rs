@@ -2,6 +2,7 @@
 
 use crate::sampler::SampledToken;
 use crate::sampling_params::SamplingParams;
+use crate::token_constraint::ConstraintCell;
 use std::time::Instant;
 
 /// Identifies one request (one sequence) for its whole life in the engine.
@@ -14,6 +15,8 @@ pub struct Request {
     pub params: SamplingParams,
     /// Lower runs first under the priority policy (as in vLLM).
     pub priority: i32,
+    /// Which tokens may come next (structured output); `None` allows any.
+    pub constraint: Option<ConstraintCell>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

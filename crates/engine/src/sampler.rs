@@ -3,6 +3,7 @@
 
 use crate::models::layers::exp;
 use crate::sampling_params::SamplingParams;
+use crate::token_constraint::TokenMask;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::borrow::Cow;
@@ -19,6 +20,7 @@ pub struct SampledToken {
 }
 
 /// What the sampler needs to know about a sequence's history.
+#[derive(Clone, Copy)]
 pub struct SamplingContext<'a> {
     pub params: &'a SamplingParams,
     pub prompt: &'a [u32],
@@ -27,6 +29,9 @@ pub struct SamplingContext<'a> {
     pub seed: u64,
     /// Tokens that must not be produced yet (EOS while `min_tokens` is unmet).
     pub banned: &'a [u32],
+    /// The only tokens a constraint allows next. Where it allows nothing but banned tokens
+    /// (a grammar that is complete before `min_tokens`), the constraint wins.
+    pub allowed: Option<&'a TokenMask>,
 }
 
 pub struct Sampler;
@@ -36,16 +41,16 @@ impl Sampler {
         // A vocab-sized copy only when something rewrites the logits.
         let rewrites = has_penalties(ctx.params)
             || !ctx.banned.is_empty()
-            || !ctx.params.logit_bias.is_empty();
+            || !ctx.params.logit_bias.is_empty()
+            || ctx.allowed.is_some();
         let work: Cow<[f32]> = if rewrites {
             let mut work = logits.to_vec();
             ctx.params.logit_bias.apply(&mut work);
             apply_penalties(&mut work, ctx);
-            for &id in ctx.banned {
-                if let Some(l) = work.get_mut(id as usize) {
-                    *l = f32::NEG_INFINITY;
-                }
+            if let Some(mask) = ctx.allowed {
+                mask.apply(&mut work);
             }
+            apply_bans(&mut work, ctx);
             Cow::Owned(work)
         } else {
             Cow::Borrowed(logits)
@@ -77,6 +82,23 @@ impl Sampler {
                 .into_iter()
                 .map(|i| (i as u32, logits[i] - lse))
                 .collect(),
+        }
+    }
+}
+
+fn apply_bans(logits: &mut [f32], ctx: &SamplingContext) {
+    let leaves_a_choice = |logits: &[f32]| {
+        logits
+            .iter()
+            .enumerate()
+            .any(|(i, l)| l.is_finite() && !ctx.banned.contains(&(i as u32)))
+    };
+    if ctx.banned.is_empty() || (ctx.allowed.is_some() && !leaves_a_choice(logits)) {
+        return;
+    }
+    for &id in ctx.banned {
+        if let Some(l) = logits.get_mut(id as usize) {
+            *l = f32::NEG_INFINITY;
         }
     }
 }

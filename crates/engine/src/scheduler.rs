@@ -561,6 +561,9 @@ impl Scheduler {
         let last = *seq.tokens.last()?;
         let n = seq.output().len();
         let p = &seq.params;
+        if seq.constraint.as_ref().is_some_and(|c| c.is_finished()) {
+            return Some(FinishReason::Stop);
+        }
         let eos = !p.ignore_eos && self.config.eos_token_ids.contains(&last);
         if n >= p.min_tokens && (eos || p.stop_token_ids.contains(&last)) {
             return Some(FinishReason::Stop);

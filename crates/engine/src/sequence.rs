@@ -4,6 +4,7 @@
 use crate::block_manager::{BlockHash, BlockId};
 use crate::request::{FinishReason, Request, RequestTimings, SeqId};
 use crate::sampling_params::SamplingParams;
+use crate::token_constraint::ConstraintCell;
 
 #[derive(Debug, Clone)]
 pub struct Sequence {
@@ -30,6 +31,9 @@ pub struct Sequence {
     /// recomputed prompt reports nothing twice.
     pub prompt_logits_next: usize,
     pub finish: Option<FinishReason>,
+    /// Advanced once per accepted output token; a recompute after preemption replays KV, not
+    /// sampling, so it never touches this.
+    pub constraint: Option<ConstraintCell>,
     pub timings: RequestTimings,
 }
 
@@ -51,6 +55,7 @@ impl Sequence {
             num_preemptions: 0,
             prompt_logits_next: 0,
             finish: None,
+            constraint: req.constraint,
             timings: RequestTimings::new(arrival),
         }
     }

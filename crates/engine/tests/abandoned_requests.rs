@@ -15,6 +15,7 @@ fn queued_requests_whose_receivers_are_dropped_are_never_computed() {
         prompt: (first..first + 40).collect(),
         params: SamplingParams::greedy(8),
         priority: 0,
+        constraint: None,
     };
     let kept = engine.add_request(request(1)).unwrap().1;
     for i in 0..20 {

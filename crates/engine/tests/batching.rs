@@ -59,6 +59,7 @@ fn alone_on(
                 prompt: p.clone(),
                 params: params(i),
                 priority: 0,
+                constraint: None,
             };
             engine.generate(vec![req]).unwrap().remove(0)
         })
@@ -91,6 +92,7 @@ fn requests(prompts: &[Vec<u32>], params: impl Fn(usize) -> SamplingParams) -> V
             prompt: p.clone(),
             params: params(i),
             priority: 0,
+            constraint: None,
         })
         .collect()
 }
@@ -206,6 +208,7 @@ fn a_shared_200_token_prefix_is_computed_once_and_changes_nothing() {
             prompt: a,
             params: params.clone(),
             priority: 0,
+            constraint: None,
         }])
         .unwrap();
     let second = engine
@@ -213,6 +216,7 @@ fn a_shared_200_token_prefix_is_computed_once_and_changes_nothing() {
             prompt: b.clone(),
             params: params.clone(),
             priority: 0,
+            constraint: None,
         }])
         .unwrap();
     assert_eq!(first[0].cached_prompt_tokens, 0);
@@ -230,6 +234,7 @@ fn a_shared_200_token_prefix_is_computed_once_and_changes_nothing() {
             prompt: b,
             params,
             priority: 0,
+            constraint: None,
         }])
         .unwrap();
     assert_same(&second, &reference);
@@ -250,6 +255,7 @@ fn step_times_count_every_step_and_put_the_forward_pass_in_its_own_phase() {
             prompt: p.clone(),
             params: SamplingParams::greedy(max_tokens),
             priority: 0,
+            constraint: None,
         })
         .collect();
     let before = engine.step_times();

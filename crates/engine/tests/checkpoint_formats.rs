@@ -324,6 +324,7 @@ fn dummy_weights_build_models_of_the_published_shapes_that_generate() {
                     ..tokenmill_engine::SamplingParams::greedy(2)
                 },
                 priority: 0,
+                constraint: None,
             }])
             .unwrap();
         assert_eq!(done[0].tokens.len(), 2, "{name}");

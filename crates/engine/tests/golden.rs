@@ -67,6 +67,7 @@ fn check(mode: WeightMode, kv: KvCacheDtype, tol: f64) {
                 prompt: case.prompt_ids.clone(),
                 params,
                 priority: 0,
+                constraint: None,
             }])
             .unwrap()
             .remove(0);
@@ -274,6 +275,7 @@ fn reported_logprobs_equal_the_f32_reference_log_softmax() {
                     prompt: case.prompt_ids.clone(),
                     params,
                     priority: 0,
+                    constraint: None,
                 }])
                 .unwrap()
                 .remove(0)

@@ -46,6 +46,7 @@ fn add(s: &mut Scheduler, id: u64, prompt_len: usize, max_tokens: usize) {
         prompt: (0..prompt_len as u32).map(|i| 1 + i % 1000).collect(),
         params: SamplingParams::greedy(max_tokens),
         priority: 0,
+        constraint: None,
     };
     s.add(Sequence::new(SeqId(id), req, 0, Instant::now()));
 }

@@ -48,6 +48,7 @@ fn generate(dtype: DummyDType, tied: bool) -> Vec<(u32, u32)> {
                 ..SamplingParams::greedy(16)
             },
             priority: 0,
+            constraint: None,
         }])
         .unwrap();
     done[0]

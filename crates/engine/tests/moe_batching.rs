@@ -69,6 +69,7 @@ fn requests() -> Vec<Request> {
                     ..SamplingParams::greedy(8)
                 },
                 priority: 0,
+                constraint: None,
             }
         })
         .collect()

@@ -24,6 +24,7 @@ fn sample(
         output,
         seed: 7,
         banned,
+        allowed: None,
     };
     let t = Sampler::sample(logits, &ctx);
     (t.token_id, t.logprob, t.top_logprobs)
@@ -188,7 +189,8 @@ mod against_a_slow_reference {
                 prompt: &[],
                 output: &output,
                 seed,
-                banned: &[],
+                allowed: None,
+            banned: &[],
             };
             let id = Sampler::sample(&logits, &ctx).token_id as usize;
             let ok = allowed(&logits, &params, 1e-5);
@@ -215,7 +217,8 @@ mod against_a_slow_reference {
                 prompt: &prompt,
                 output: &output,
                 seed: 0,
-                banned: &[],
+                allowed: None,
+            banned: &[],
             };
             let id = Sampler::sample(&logits, &ctx).token_id;
             // The reference: each seen token's logit rewritten once, in the documented order.

@@ -183,6 +183,7 @@ fn run(setup: Setup, events: Vec<Event>) {
                         ..SamplingParams::greedy(max_tokens)
                     },
                     priority,
+                    constraint: None,
                 };
                 let id = SeqId(next);
                 next += 1;
@@ -245,6 +246,7 @@ fn a_decode_is_scheduled_before_any_new_prefill() {
         prompt: (1..=n).collect(),
         params: SamplingParams::greedy(5),
         priority: 0,
+        constraint: None,
     };
     s.add(Sequence::new(SeqId(0), req(8), 0, Instant::now()));
     let out = s.schedule();
@@ -290,6 +292,7 @@ fn running_out_of_blocks_preempts_the_most_recently_admitted() {
         prompt: vec![5; 8],
         params: SamplingParams::greedy(8),
         priority: 0,
+        constraint: None,
     };
     s.add(Sequence::new(SeqId(0), req(), 0, Instant::now()));
     s.add(Sequence::new(SeqId(1), req(), 0, Instant::now()));

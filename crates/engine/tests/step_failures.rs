@@ -21,6 +21,7 @@ fn request() -> Request {
             ..SamplingParams::greedy(2)
         },
         priority: 0,
+        constraint: None,
     }
 }
 

@@ -23,6 +23,7 @@ fn run(params: SamplingParams, config: EngineConfig) -> tokenmill_engine::Comple
             prompt,
             params,
             priority: 0,
+            constraint: None,
         }])
         .unwrap()
         .remove(0)
@@ -119,6 +120,7 @@ fn aborting_a_running_request_frees_its_blocks_at_once() {
             prompt: capital().0,
             params: SamplingParams::greedy(30),
             priority: 0,
+            constraint: None,
         })
         .unwrap();
     engine.step().unwrap();
@@ -151,6 +153,7 @@ fn requests_that_cannot_fit_are_refused_with_a_reason() {
         prompt: vec![1; 50],
         params: SamplingParams::greedy(30),
         priority: 0,
+        constraint: None,
     };
     let err = engine.add_request(long).unwrap_err().to_string();
     assert!(err.contains("pool holds 64"), "{err}");
@@ -158,6 +161,7 @@ fn requests_that_cannot_fit_are_refused_with_a_reason() {
         prompt: vec![1; 128],
         params: SamplingParams::greedy(1),
         priority: 0,
+        constraint: None,
     };
     assert!(engine
         .add_request(too_long)
@@ -168,6 +172,7 @@ fn requests_that_cannot_fit_are_refused_with_a_reason() {
         prompt: vec![],
         params: SamplingParams::greedy(1),
         priority: 0,
+        constraint: None,
     };
     assert!(engine
         .add_request(empty)
@@ -178,6 +183,7 @@ fn requests_that_cannot_fit_are_refused_with_a_reason() {
         prompt: vec![999_999],
         params: SamplingParams::greedy(1),
         priority: 0,
+        constraint: None,
     };
     assert!(engine
         .add_request(bad_token)

@@ -379,6 +379,7 @@ fn the_engine_generates_every_zoo_models_greedy_tokens_in_one_chunked_batch() {
                     prompt: c.prompt_ids.clone(),
                     params: SamplingParams::greedy(c.greedy.ids.len()),
                     priority: 0,
+                    constraint: None,
                 })
                 .collect();
             let done = engine.generate(requests).expect("generation");

@@ -120,6 +120,7 @@ pub fn app_state(model: LoadedModel, options: &ServerOptions) -> Arc<AppState> {
             .map(|d| d.as_secs())
             .unwrap_or(0),
         closing: tokio::sync::watch::Sender::new(false),
+        constraint_compiler: std::sync::OnceLock::new(),
     })
 }
 

@@ -2,16 +2,18 @@
 //! template, names, the API key, the metrics, and the signal that ends every open reply at
 //! shutdown.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
-use tokenmill_engine::EngineHandle;
+use tokenmill_engine::{ConstraintCell, EngineHandle};
 use tokio::sync::watch;
 
 use crate::api_error::ApiError;
 use crate::chat_template::ChatTemplate;
+use crate::constraint_compiler::ConstraintCompiler;
 use crate::metrics::Metrics;
 use crate::reasoning_parser::ReasoningParserKind;
 use crate::request_limits::RequestLimits;
+use crate::structured_output::StructuredOutput;
 use crate::tokenizer::Tokenizer;
 
 pub struct AppState {
@@ -34,6 +36,9 @@ pub struct AppState {
     /// generating then ends with finish reason `abort`, so streams close with a final chunk
     /// and `[DONE]` instead of being cut.
     pub closing: watch::Sender<bool>,
+    /// Built on the first structured-output request: a trie over the whole vocabulary that
+    /// requests without constraints never need.
+    pub constraint_compiler: OnceLock<Result<ConstraintCompiler, String>>,
 }
 
 impl AppState {
@@ -48,6 +53,31 @@ impl AppState {
             None => Ok(()),
             Some(name) if name == self.served_model_name => Ok(()),
             Some(name) => Err(ApiError::model_not_found(name, &self.served_model_name)),
+        }
+    }
+
+    /// Compiles a request's output constraint. Slow for a large schema: call it on the
+    /// blocking pool.
+    pub fn compile_constraint(
+        &self,
+        output: &StructuredOutput,
+    ) -> Result<ConstraintCell, ApiError> {
+        let tokenizer = self.tokenizer()?.clone();
+        let compiler = self.constraint_compiler.get_or_init(|| {
+            let limits = self.handle.limits();
+            ConstraintCompiler::new(
+                tokenizer,
+                limits.vocab_size,
+                &limits.eos_token_ids,
+                self.metrics.clone(),
+            )
+        });
+        match compiler {
+            Ok(compiler) => compiler.compile(output),
+            Err(why) => Err(ApiError::bad_param(
+                output.param.clone(),
+                format!("structured output is unavailable for this model: {why}"),
+            )),
         }
     }
 

@@ -1,7 +1,7 @@
 //! `FieldPolicy`: what the server does with each field of a generation request that it does not
 //! implement — accept it because it cannot change the output, or refuse it by name.
 //!
-//! A field an agent relies on (`tools`, `response_format`) that is accepted and dropped makes it
+//! A field an agent relies on (`tools`) that is accepted and dropped makes it
 //! believe it holds a contract it does not: every such field is refused with a 400 naming it,
 //! and so is any field this server has never heard of. `docs/api.md` lists the same fields; a
 //! test holds the two together.
@@ -35,8 +35,6 @@ pub const NO_EFFECT_FIELDS: [&str; 5] = [
     "parallel_tool_calls",
 ];
 
-const STRUCTURED: &str =
-    "structured output (a JSON schema, regex, choice or grammar constraint) is not supported yet";
 const TOOLS: &str = "tool calling is not supported yet";
 
 fn never(_: &Value) -> bool {
@@ -44,9 +42,6 @@ fn never(_: &Value) -> bool {
 }
 fn is_empty_list(value: &Value) -> bool {
     value.as_array().is_some_and(Vec::is_empty)
-}
-fn is_text_format(value: &Value) -> bool {
-    *value == json!({"type": "text"})
 }
 fn is_none_choice(value: &Value) -> bool {
     value == "none"
@@ -59,13 +54,7 @@ fn is_text_modality(value: &Value) -> bool {
 }
 
 /// Fields known from OpenAI's or vLLM's API that this server refuses, with the reason a user sees.
-pub const REFUSED_FIELDS: [(&str, FieldPolicy); 16] = [
-    ("response_format", refused(STRUCTURED, is_text_format)),
-    ("structured_outputs", refused(STRUCTURED, never)),
-    ("guided_json", refused(STRUCTURED, never)),
-    ("guided_regex", refused(STRUCTURED, never)),
-    ("guided_choice", refused(STRUCTURED, never)),
-    ("guided_grammar", refused(STRUCTURED, never)),
+pub const REFUSED_FIELDS: [(&str, FieldPolicy); 10] = [
     ("tools", refused(TOOLS, is_empty_list)),
     ("tool_choice", refused(TOOLS, is_none_choice)),
     ("functions", refused(TOOLS, never)),
@@ -177,7 +166,6 @@ mod tests {
     #[test]
     fn unsupported_and_unknown_fields_are_refused_by_name() {
         for (field, value) in [
-            ("response_format", json!({"type": "json_object"})),
             ("tools", json!([{"type": "function"}])),
             ("tool_choice", json!("required")),
             ("cache_prompt", json!(true)),
@@ -195,7 +183,7 @@ mod tests {
     fn harmless_fields_and_off_values_are_accepted() {
         let body = json!({
             "messages": [], "user": "u", "store": false, "metadata": {"a": "b"},
-            "tools": [], "tool_choice": "none", "response_format": {"type": "text"},
+            "tools": [], "tool_choice": "none",
             "best_of": 1, "functions": null, "parallel_tool_calls": true,
         });
         check(body, Endpoint::Chat).unwrap();

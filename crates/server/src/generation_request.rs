@@ -53,6 +53,15 @@ pub struct GenerationRequest {
     pub return_tokens_as_token_ids: Option<bool>,
     /// vLLM's completions field: logprobs of the prompt tokens, with this many alternatives.
     pub prompt_logprobs: Option<i64>,
+    /// OpenAI's output format: `text`, `json_object` or `json_schema` (see `structured_output`).
+    pub response_format: Option<Value>,
+    /// vLLM's output constraint: `json`, `regex`, `choice`, `grammar` or `json_object`.
+    pub structured_outputs: Option<Value>,
+    /// vLLM's older spellings of `structured_outputs`' keys.
+    pub guided_json: Option<Value>,
+    pub guided_regex: Option<Value>,
+    pub guided_choice: Option<Value>,
+    pub guided_grammar: Option<Value>,
     /// Every field not named above, for `field_policy::check_fields` to accept or refuse.
     #[serde(flatten)]
     pub other: BTreeMap<String, Value>,

@@ -1,8 +1,12 @@
 //! tokenmill server: tokenization, chat templates and streaming detokenization around the engine.
 pub mod chat_template;
+pub mod constraint_compiler;
 pub mod detokenizer;
+pub mod grammar_constraint;
+pub mod grammar_tokenizer;
 pub mod model_loader;
 mod sentencepiece_bpe;
+pub mod structured_output;
 pub mod tokenizer;
 
 pub mod api_error;

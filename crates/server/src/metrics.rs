@@ -20,6 +20,19 @@ const TOKEN_GAP_BUCKETS: &[f64] = &[
     5.0, 10.0,
 ];
 
+/// Token mask computations of structured output span microseconds (a regex) to tens of
+/// milliseconds (a large schema at a hard spot).
+const MASK_BUCKETS: &[f64] = &[
+    0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+    0.1,
+];
+
+const MASK_HISTOGRAM: HistogramSpec = HistogramSpec {
+    name: "structured_output_mask_seconds",
+    help: "Time to compute one token mask of a constrained (structured output) request.",
+    buckets: MASK_BUCKETS,
+};
+
 /// The ways a request can end, as `request_success`'s `finished_reason` label.
 const FINISH_REASONS: [&str; 4] = ["stop", "length", "abort", "error"];
 
@@ -128,6 +141,8 @@ pub struct FinishedRequest<'a> {
 pub struct Metrics {
     model_name: String,
     recorded: Mutex<Recorded>,
+    /// Apart from `recorded`: every constrained token takes this lock, from sampling threads.
+    masks: Mutex<Histogram>,
 }
 
 impl Metrics {
@@ -144,6 +159,14 @@ impl Metrics {
                 successes: [0; FINISH_REASONS.len()],
                 refusals: [0; REFUSAL_REASONS.len()],
             }),
+            masks: Mutex::new(Histogram::new(MASK_BUCKETS)),
+        }
+    }
+
+    /// One token mask of a constrained request took this long.
+    pub fn record_mask_time(&self, seconds: f64) {
+        if let Ok(mut masks) = self.masks.lock() {
+            masks.observe(seconds);
         }
     }
 
@@ -250,6 +273,9 @@ impl Metrics {
             buckets: &STEP_BUCKETS,
         };
         histogram_family(&mut out, &spec, &steps, &label);
+        if let Ok(masks) = self.masks.lock() {
+            histogram_family(&mut out, &MASK_HISTOGRAM, &masks, &label);
+        }
         let Ok(r) = self.recorded.lock() else {
             return out;
         };

@@ -13,6 +13,7 @@ use crate::api_error::ApiError;
 use crate::generation_request::{stop_strings, GenerationRequest};
 use crate::reply_builder::EchoedPrompt;
 use crate::request_limits::RequestLimits;
+use crate::structured_output::StructuredOutput;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Endpoint {
@@ -43,6 +44,8 @@ pub struct RequestPlan {
     pub echoed: Vec<EchoedPrompt>,
     pub stream: bool,
     pub include_usage: bool,
+    /// The output constraint, compiled when the requests are queued (it is slow to compile).
+    pub structured: Option<StructuredOutput>,
 }
 
 impl RequestPlan {
@@ -72,6 +75,7 @@ impl RequestPlan {
             return Err(ApiError::bad_param("suffix", "`suffix` is not supported"));
         }
         let n = request_limits.choices_per_prompt(body.n)?;
+        let structured = StructuredOutput::from_request(body)?;
         let max_tokens = requested_max_tokens(body)?;
         let prompt_param = match endpoint {
             Endpoint::Completions => "prompt",
@@ -99,6 +103,7 @@ impl RequestPlan {
                     prompt: prompt.clone(),
                     params,
                     priority: body.priority.unwrap_or(0),
+                    constraint: None,
                 };
                 limits.validate(&request)?;
                 requests.push(request);
@@ -122,6 +127,7 @@ impl RequestPlan {
                 .as_ref()
                 .and_then(|o| o.include_usage)
                 .unwrap_or(false),
+            structured,
         })
     }
 }

@@ -214,6 +214,52 @@ impl Tokenizer {
     pub fn token_to_id(&self, token: &str) -> Option<u32> {
         self.inner.token_to_id(token)
     }
+
+    /// What each id adds to the text, indexed by id (ids the tokenizer lacks are empty text).
+    /// Grammar constraints need raw bytes: a byte-level piece can hold half a character.
+    pub fn token_bytes(&self) -> Vec<TokenBytes> {
+        let added = self.inner.get_added_tokens_decoder();
+        let byte_of = byte_level_decoder();
+        (0..self.vocab_size() as u32)
+            .map(|id| match (added.get(&id), self.inner.id_to_token(id)) {
+                (Some(token), _) if token.special => TokenBytes::Special(token.content.clone()),
+                (Some(token), _) => TokenBytes::Text(token.content.clone().into_bytes()),
+                (None, Some(piece)) => piece
+                    .chars()
+                    .map(|c| byte_of.get(&c).copied())
+                    .collect::<Option<Vec<u8>>>()
+                    // A piece outside the byte-level alphabet is a marker, not text.
+                    .map_or(TokenBytes::Special(piece), TokenBytes::Text),
+                (None, None) => TokenBytes::Text(Vec::new()),
+            })
+            .collect()
+    }
+}
+
+/// One token's contribution to the text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TokenBytes {
+    Text(Vec<u8>),
+    /// A control token (`<|im_end|>`): never produced by text, only by the model.
+    Special(String),
+}
+
+/// GPT-2's byte-level alphabet reversed: printable Latin-1 bytes stand for themselves, and the
+/// other 68 bytes were moved, in order, to U+0100 onwards so every byte is a visible character.
+fn byte_level_decoder() -> HashMap<char, u8> {
+    let mut moved = 0u32;
+    (0..=255u8)
+        .map(|b| {
+            let visible = matches!(b, b'!'..=b'~' | 0xA1..=0xAC | 0xAE..=0xFF);
+            let c = if visible {
+                char::from(b)
+            } else {
+                moved += 1;
+                char::from_u32(0x100 + moved - 1).unwrap_or(char::REPLACEMENT_CHARACTER)
+            };
+            (c, b)
+        })
+        .collect()
 }
 
 /// Reads a GGUF file's header and returns its tokenizer and chat template (if it has one).

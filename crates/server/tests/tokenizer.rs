@@ -6,7 +6,7 @@ use candle_core::quantized::gguf_file::Value;
 #[path = "../../engine/tests/common/reference.rs"]
 mod reference;
 
-use tokenmill_server::tokenizer::{from_gguf_file, Tokenizer, TokenizerError};
+use tokenmill_server::tokenizer::{from_gguf_file, TokenBytes, Tokenizer, TokenizerError};
 
 fn real_tokenizer() -> Tokenizer {
     from_gguf_file(&reference::model_path())
@@ -95,6 +95,34 @@ fn gguf_metadata_does_not_add_bos_when_the_model_says_not_to() {
     let with = tokenizer.encode("hello", true).unwrap();
     let without = tokenizer.encode("hello", false).unwrap();
     assert_eq!(with, without);
+}
+
+#[test]
+fn token_bytes_spell_out_exactly_what_decoding_writes() {
+    let tokenizer = real_tokenizer();
+    let bytes = tokenizer.token_bytes();
+    assert_eq!(bytes.len(), tokenizer.vocab_size());
+    let marker = tokenizer.token_to_id("<|im_end|>").unwrap();
+    assert_eq!(
+        bytes[marker as usize],
+        TokenBytes::Special("<|im_end|>".into())
+    );
+    // Byte-level pieces may split a character: only their concatenation is UTF-8.
+    for text in [
+        "Hello, world!\n",
+        "naïve café – 東京 🎉",
+        "{\"a\": [1, 2]}\t\r ",
+    ] {
+        let ids = tokenizer.encode(text, false).unwrap();
+        let spelled: Vec<u8> = ids
+            .iter()
+            .flat_map(|&id| match &bytes[id as usize] {
+                TokenBytes::Text(b) => b.clone(),
+                TokenBytes::Special(name) => panic!("{text:?} holds special token {name}"),
+            })
+            .collect();
+        assert_eq!(spelled, text.as_bytes(), "{text:?}");
+    }
 }
 
 #[test]

@@ -53,6 +53,7 @@ fn random_requests(
                 ..SamplingParams::greedy(output_len)
             },
             priority: 0,
+            constraint: None,
         })
         .collect()
 }

@@ -112,6 +112,7 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
             prompt: ids,
             params: args.sampling.params(),
             priority: 0,
+            constraint: None,
         });
     }
     if args.json {

@@ -15,6 +15,7 @@ use crate::app_state::AppState;
 use crate::choice_run::{ChoiceDelta, ChoiceRun, ChoiceSetup};
 use crate::reply_builder::{ChoiceTotal, PromptReport, ReplyBuilder, Usage};
 use crate::request_plan::{Endpoint, RequestPlan};
+use crate::routes::off_runtime;
 
 /// The finish reason of a choice whose engine step failed; never shown as a finish reason.
 const ENGINE_FAILED: &str = "error";
@@ -49,12 +50,20 @@ pub async fn generate(
 }
 
 async fn start_runs(
-    state: &AppState,
+    state: &Arc<AppState>,
     plan: &RequestPlan,
     endpoint: Endpoint,
 ) -> Result<Vec<ChoiceRun>, ApiError> {
     let handle = state.handle.clone();
-    let requests = plan.requests.clone();
+    let mut requests = plan.requests.clone();
+    if let Some(output) = plan.structured.clone() {
+        let compiling = state.clone();
+        let cell = off_runtime(move || compiling.compile_constraint(&output)).await?;
+        for request in &mut requests {
+            // Each choice gets its own parser state.
+            request.constraint = Some(cell.clone());
+        }
+    }
     // `add_requests` blocks for up to one engine step while the engine thread assigns ids.
     // A client that leaves meanwhile drops the streams, and the engine aborts them next step.
     let streams = tokio::task::spawn_blocking(move || handle.add_requests(requests))

@@ -118,6 +118,7 @@ impl Reference {
                 prompt,
                 params,
                 priority: 0,
+                constraint: None,
             }])
             .unwrap()
             .remove(0);
