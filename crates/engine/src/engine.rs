@@ -10,6 +10,7 @@ use crate::error::{EngineError, Result};
 use crate::kv_cache::KvCacheDtype;
 use crate::model_runner::{Logits, ModelRunner};
 use crate::models::{Llama, WeightMode};
+use crate::moe_expert_stats::MoeExpertStats;
 use crate::request::{FinishReason, Request, RequestEvent, RequestTimings, SeqId};
 use crate::sampler::{SampledToken, Sampler, SamplingContext};
 use crate::sampling_params::SamplingParams;
@@ -157,6 +158,8 @@ pub struct Engine {
     in_flight: Vec<SeqId>,
     fault: Option<StepFault>,
     times: StepTimes,
+    /// Mixture-of-experts models only.
+    moe_experts: Option<MoeExpertStats>,
 }
 
 impl Engine {
@@ -210,11 +213,15 @@ impl Engine {
         self.generate(short.collect())?;
         self.scheduler.reset_stats();
         self.times = StepTimes::default();
+        if let Some(moe) = &mut self.moe_experts {
+            *moe = MoeExpertStats::new(moe.num_experts);
+        }
         Ok(())
     }
 
     fn new(model: Llama, num_blocks: usize, max_model_len: usize, config: &EngineConfig) -> Self {
         let c = model.config();
+        let moe_experts = c.moe.as_ref().map(|m| MoeExpertStats::new(m.num_experts));
         let limits = EngineLimits {
             vocab_size: c.vocab_size,
             max_model_len,
@@ -248,6 +255,7 @@ impl Engine {
             in_flight: Vec::new(),
             fault: None,
             times: StepTimes::default(),
+            moe_experts,
         }
     }
 
@@ -259,8 +267,12 @@ impl Engine {
         self.runner.model().config()
     }
 
+    /// The scheduler's counters, plus the experts per step of a mixture-of-experts model.
     pub fn stats(&self) -> SchedulerStats {
-        self.scheduler.stats()
+        SchedulerStats {
+            moe_active_experts: self.moe_experts.clone(),
+            ..self.scheduler.stats()
+        }
     }
 
     pub fn has_unfinished(&self) -> bool {
@@ -319,6 +331,12 @@ impl Engine {
             fault(&out.batch)?;
         }
         self.runner.execute(&out.batch)?;
+        if let (Some(moe), Some(active)) = (
+            &mut self.moe_experts,
+            self.runner.model().last_active_experts(),
+        ) {
+            moe.observe(active);
+        }
         clock.lap(&mut times.forward);
         let (prompt_scores, sampled) = self.sample(&out, self.runner.logits());
         clock.lap(&mut times.sample);

@@ -14,6 +14,7 @@ pub mod kv_cache;
 pub mod logit_bias;
 pub mod model_config;
 pub mod models;
+pub mod moe_expert_stats;
 pub mod paged_attention;
 
 pub use error::{EngineError, Result};

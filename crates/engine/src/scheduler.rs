@@ -5,6 +5,7 @@
 
 use crate::block_manager::{BlockHash, BlockManager};
 use crate::forward_batch::ForwardBatch;
+use crate::moe_expert_stats::MoeExpertStats;
 use crate::request::{FinishReason, SeqId};
 use crate::sampler::SampledToken;
 use crate::sequence::Sequence;
@@ -114,6 +115,9 @@ pub struct SchedulerStats {
     /// Mean |predicted − measured| / measured step time, over the steps the cost model
     /// predicted (moving average, the last ~100 steps weigh most).
     pub step_prediction_error: Option<f64>,
+    /// Distinct experts per MoE layer per step, for a mixture-of-experts model. `Engine::stats`
+    /// fills it in: the scheduler never sees the model.
+    pub moe_active_experts: Option<MoeExpertStats>,
 }
 
 /// Step times in fixed buckets, as a Prometheus histogram reports them.

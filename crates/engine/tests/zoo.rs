@@ -165,14 +165,38 @@ fn check_prompt_positions(model: &Llama, case: &Case, what: &str) -> f64 {
     worst
 }
 
+/// The distinct experts the reference routes `positions` to in each layer, averaged over layers:
+/// what a step over exactly those positions must report.
+fn reference_active_experts(
+    reference: &BTreeMap<String, LayerRouting>,
+    positions: std::ops::Range<usize>,
+) -> f64 {
+    let per_layer = reference.values().map(|layer| {
+        let mut seen: Vec<u32> = positions
+            .clone()
+            .flat_map(|p| layer.experts[p].iter().copied())
+            .collect();
+        seen.sort_unstable();
+        seen.dedup();
+        seen.len()
+    });
+    per_layer.sum::<usize>() as f64 / reference.len() as f64
+}
+
 /// The experts the last forward pass routed each of `positions` to (one row each, in order)
-/// are the reference's, in its order, with weights within the logit tolerance.
+/// are the reference's, in its order, with weights within the logit tolerance; and the
+/// distinct experts it counted per layer are the reference's.
 fn check_routing(
     model: &Llama,
     reference: &BTreeMap<String, LayerRouting>,
     positions: std::ops::Range<usize>,
     what: &str,
 ) {
+    assert_eq!(
+        model.last_active_experts(),
+        Some(reference_active_experts(reference, positions.clone())),
+        "{what} positions {positions:?}: distinct experts per layer"
+    );
     let ours = model.last_routing();
     assert_eq!(
         ours.len(),
@@ -393,4 +417,57 @@ fn the_engine_generates_every_zoo_models_greedy_tokens_in_one_chunked_batch() {
             }
         }
     }
+}
+
+/// The engine's per-step count of distinct experts per MoE layer: a 7-token prompt's prefill
+/// step touches what the reference routes those 7 positions to, the decode step after it one
+/// token's top-2 in every layer; a dense model reports nothing.
+#[test]
+fn the_engine_reports_the_distinct_experts_each_step_ran_per_moe_layer() {
+    let reference = reference("tiny-qwen3-moe");
+    let case = reference
+        .cases
+        .iter()
+        .find(|c| c.name == "len7")
+        .expect("the len7 case");
+    let routing = case.moe_routing.as_ref().expect("MoE routing");
+    let prefill = reference_active_experts(routing, 0..case.prompt_ids.len());
+    assert!(
+        prefill > 2.0 && prefill < 8.0,
+        "7 positions should wake more than one token's experts and fewer than all: {prefill}"
+    );
+    let config = EngineConfig {
+        weight_mode: WeightMode::F32,
+        kv_cache_dtype: KvCacheDtype::F32,
+        block_size: 8,
+        num_kv_blocks: Some(16),
+        max_num_batched_tokens: TOKEN_BUDGET,
+        max_num_seqs: 4,
+        ..EngineConfig::default()
+    };
+    let mut ckpt = checkpoint::open(&checkpoint_path("tiny-qwen3-moe", Format::Gguf)).unwrap();
+    let mut engine = Engine::load(&mut *ckpt, config.clone()).unwrap();
+    assert_eq!(engine.stats().moe_active_experts.unwrap().count, 0);
+    engine
+        .generate(vec![Request {
+            prompt: case.prompt_ids.clone(),
+            params: SamplingParams::greedy(2),
+            priority: 0,
+        }])
+        .unwrap();
+    let moe = engine
+        .stats()
+        .moe_active_experts
+        .expect("a MoE model reports experts");
+    assert_eq!(moe.num_experts, 8);
+    assert_eq!(
+        (moe.count, moe.last),
+        (2, 2.0),
+        "prefill, then one decode of top-2"
+    );
+    assert_eq!(moe.sum, prefill + 2.0);
+
+    let mut ckpt = checkpoint::open(&checkpoint_path("tiny-llama3", Format::Gguf)).unwrap();
+    let dense = Engine::load(&mut *ckpt, config).unwrap();
+    assert!(dense.stats().moe_active_experts.is_none());
 }

@@ -6,6 +6,7 @@ use std::sync::Mutex;
 use std::time::Instant;
 
 use crate::api_error::REFUSAL_REASONS;
+use tokenmill_engine::moe_expert_stats::ACTIVE_EXPERT_BUCKETS;
 use tokenmill_engine::request::RequestTimings;
 use tokenmill_engine::scheduler::{SchedulerStats, STEP_BUCKETS};
 
@@ -276,6 +277,20 @@ impl Metrics {
         if let Ok(masks) = self.masks.lock() {
             histogram_family(&mut out, &MASK_HISTOGRAM, &masks, &label);
         }
+        if let Some(moe) = &stats.moe_active_experts {
+            let experts = Histogram {
+                bounds: &ACTIVE_EXPERT_BUCKETS,
+                counts: moe.counts.to_vec(),
+                sum: moe.sum,
+                count: moe.count,
+            };
+            let spec = HistogramSpec {
+                name: "moe_active_experts",
+                help: "Distinct experts each engine step ran per MoE layer (mean over MoE layers).",
+                buckets: &ACTIVE_EXPERT_BUCKETS,
+            };
+            histogram_family(&mut out, &spec, &experts, &label);
+        }
         let Ok(r) = self.recorded.lock() else {
             return out;
         };
@@ -490,5 +505,29 @@ mod tests {
             Some(0.25)
         );
         assert!(text.contains("model_name=\"a\\\"b\""));
+    }
+
+    #[test]
+    fn moe_active_experts_is_a_histogram_only_for_a_mixture_of_experts_model() {
+        let dense = Metrics::new("m").render(&SchedulerStats::default());
+        assert!(!dense.contains("moe_active_experts"), "{dense}");
+        let mut moe = tokenmill_engine::moe_expert_stats::MoeExpertStats::new(8);
+        moe.observe(2.0);
+        moe.observe(5.5);
+        let stats = SchedulerStats {
+            moe_active_experts: Some(moe),
+            ..Default::default()
+        };
+        let text = Metrics::new("m").render(&stats);
+        assert_eq!(
+            sample_value(&text, "tokenmill:moe_active_experts_count"),
+            Some(2.0)
+        );
+        assert_eq!(
+            sample_value(&text, "tokenmill:moe_active_experts_sum"),
+            Some(7.5)
+        );
+        assert!(text.contains("tokenmill:moe_active_experts_bucket{model_name=\"m\",le=\"2\"} 1\n"));
+        assert!(text.contains("tokenmill:moe_active_experts_bucket{model_name=\"m\",le=\"8\"} 2\n"));
     }
 }

@@ -7,9 +7,9 @@ use tokenizers::decoders::byte_fallback::ByteFallback;
 use tokenizers::decoders::fuse::Fuse;
 use tokenizers::decoders::sequence::Sequence as DecoderSequence;
 use tokenizers::decoders::strip::Strip;
+use tokenizers::decoders::DecoderWrapper;
 use tokenizers::models::bpe::{Vocab, BPE};
 use tokenizers::normalizers::{Prepend, Replace, Sequence as NormalizerSequence};
-use tokenizers::decoders::DecoderWrapper;
 
 use crate::tokenizer::{
     as_array, optional_bool, optional_u32, wrong_type, Result, TokenizerError, TOKEN_TYPE_BYTE,

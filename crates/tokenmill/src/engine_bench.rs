@@ -157,5 +157,13 @@ pub fn throughput(args: ThroughputArgs) -> anyhow::Result<()> {
         stats.num_preemptions
     );
     println!("engine {}", model.engine.step_times().summary());
+    if let Some(moe) = &stats.moe_active_experts {
+        println!(
+            "moe: {:.1} of {} experts ran per MoE layer per step (mean over {} steps)",
+            moe.mean().unwrap_or(0.0),
+            moe.num_experts,
+            moe.count
+        );
+    }
     Ok(())
 }

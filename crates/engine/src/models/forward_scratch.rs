@@ -33,6 +33,8 @@ pub struct ForwardScratch {
     /// Per layer, the experts each row of the last step was routed to (`[T, top_k]`, rank
     /// order); empty for dense layers.
     pub routing: Vec<Vec<ExpertChoice>>,
+    /// Per layer, how many distinct experts the last step ran; 0 for dense layers.
+    pub active_experts: Vec<usize>,
 }
 
 /// Widths of the activations, from the model's shape.
@@ -76,6 +78,7 @@ impl ForwardScratch {
         if let Some(moe) = moe {
             self.moe.resize(moe, tokens);
             self.routing.resize_with(layers, Vec::new);
+            self.active_experts.resize(layers, 0);
             for choices in &mut self.routing {
                 choices.reserve((tokens * moe.top_k).saturating_sub(choices.len()));
             }

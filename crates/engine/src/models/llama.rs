@@ -220,6 +220,20 @@ impl Llama {
         s.routing.clone()
     }
 
+    /// How many distinct experts the last forward pass ran per MoE layer, averaged over the
+    /// MoE layers; `None` for a dense model.
+    pub fn last_active_experts(&self) -> Option<f64> {
+        let s = self.scratch.lock().unwrap_or_else(|e| e.into_inner());
+        let (mut sum, mut layers) = (0, 0);
+        for (block, &active) in self.blocks.iter().zip(&s.active_experts) {
+            if let FeedForward::Sparse(_) = block.ffn {
+                sum += active;
+                layers += 1;
+            }
+        }
+        (layers > 0).then(|| sum as f64 / layers as f64)
+    }
+
     fn scratch_shape(&self) -> ScratchShape {
         let c = &self.config;
         let moe = self.blocks.iter().find_map(|b| match &b.ffn {
@@ -311,13 +325,16 @@ impl Llama {
                 swiglu_into(&s.gate, &s.up, &mut s.act, self.config.intermediate_size);
                 down.forward_add_into(&s.act, t, &mut s.x, &mut s.quantized)
             }
-            FeedForward::Sparse(moe) => moe.forward_add_into(
-                &s.normed,
-                &mut s.x,
-                &mut s.routing[layer],
-                &mut s.moe,
-                &mut s.quantized,
-            ),
+            FeedForward::Sparse(moe) => {
+                s.active_experts[layer] = moe.forward_add_into(
+                    &s.normed,
+                    &mut s.x,
+                    &mut s.routing[layer],
+                    &mut s.moe,
+                    &mut s.quantized,
+                )?;
+                Ok(())
+            }
         }
     }
 }

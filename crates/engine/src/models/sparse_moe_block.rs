@@ -146,7 +146,8 @@ impl SparseMoeBlock {
     }
 
     /// `x += Σ_rank weight · expert(h)` over each token's top-k experts, `h` = `normed`
-    /// (`[T, hidden]`). `choices` receives the routing, `[T, top_k]` in rank order.
+    /// (`[T, hidden]`). `choices` receives the routing, `[T, top_k]` in rank order. Returns
+    /// how many distinct experts ran (each read its weights once).
     pub fn forward_add_into(
         &self,
         normed: &[f32],
@@ -154,7 +155,7 @@ impl SparseMoeBlock {
         choices: &mut Vec<ExpertChoice>,
         s: &mut MoeScratch,
         act: &mut QuantizedActivations,
-    ) -> Result<()> {
+    ) -> Result<usize> {
         let (h, k) = (self.hidden, self.router.top_k());
         let t = normed.len() / h;
         // 1. Route: choices [T, top_k]
@@ -167,11 +168,13 @@ impl SparseMoeBlock {
         }
         // 3. Each active expert once over its rows: gather [n, hidden] → gate/up [n, ff]
         //    → SwiGLU → down [n, hidden] → scattered to outputs[token, rank].
+        let mut active = 0;
         for (expert, assigned) in self.experts.iter().zip(&s.assigned) {
             let n = assigned.len();
             if n == 0 {
                 continue;
             }
+            active += 1;
             let gathered = &mut s.gathered[..n * h];
             for (dst, &a) in gathered.chunks_exact_mut(h).zip(assigned) {
                 let token = a as usize / k;
@@ -210,7 +213,7 @@ impl SparseMoeBlock {
             }
             row.iter_mut().zip(sum.iter()).for_each(|(v, m)| *v += m);
         }
-        Ok(())
+        Ok(active)
     }
 }
 
