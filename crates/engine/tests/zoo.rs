@@ -453,6 +453,7 @@ fn the_engine_reports_the_distinct_experts_each_step_ran_per_moe_layer() {
             prompt: case.prompt_ids.clone(),
             params: SamplingParams::greedy(2),
             priority: 0,
+            constraint: None,
         }])
         .unwrap();
     let moe = engine
