@@ -118,7 +118,7 @@ async fn unknown_and_unsupported_fields_are_refused_by_name() {
         ),
         (
             "/v1/chat/completions",
-            chat(json!({"response_format": {"type": "json_object"}})),
+            chat(json!({"response_format": {"type": "xml"}})),
             "response_format",
         ),
         (
