@@ -31,8 +31,13 @@ fuzz_target!(|input: Input| {
     let mut text = String::new();
     let mut stopped: Option<String> = None;
     for &id in &ids {
-        let step = detok.push(id).expect("every id decoded as part of the whole");
-        assert!(stopped.is_none() || step.text.is_empty(), "text after a stop");
+        let step = detok
+            .push(id)
+            .expect("every id decoded as part of the whole");
+        assert!(
+            stopped.is_none() || step.text.is_empty(),
+            "text after a stop"
+        );
         text.push_str(&step.text);
         if step.stopped.is_some() {
             stopped = step.stopped;
@@ -52,10 +57,13 @@ fuzz_target!(|input: Input| {
         }
         return;
     }
-    assert!(full.starts_with(&text), "{text:?} is not a prefix of {full:?}");
+    assert!(
+        full.starts_with(&text),
+        "{text:?} is not a prefix of {full:?}"
+    );
     // Which stop ended the text: the one a push reported, else (a stop completed by the
     // final flush) any that fits. Stops completed by the same token may tie; any is right.
-    let matched = |stop: &&str| {
+    let matched = |stop: &str| {
         if input.include_stop {
             text.ends_with(stop)
         } else {
@@ -64,10 +72,13 @@ fuzz_target!(|input: Input| {
     };
     let stop = match &stopped {
         Some(s) => {
-            assert!(matched(&s.as_str()), "{s:?} does not end {text:?} in {full:?}");
+            assert!(matched(s), "{s:?} does not end {text:?} in {full:?}");
             s.as_str()
         }
-        None => *stops.iter().find(matched).expect("a stop string ends the text"),
+        None => *stops
+            .iter()
+            .find(|s| matched(s))
+            .expect("a stop string ends the text"),
     };
     let before_stop = if input.include_stop {
         &text[..text.len() - stop.len()]
@@ -75,6 +86,9 @@ fuzz_target!(|input: Input| {
         text.as_str()
     };
     for stop in &stops {
-        assert!(!before_stop.contains(stop), "{stop:?} inside {before_stop:?}");
+        assert!(
+            !before_stop.contains(stop),
+            "{stop:?} inside {before_stop:?}"
+        );
     }
 });

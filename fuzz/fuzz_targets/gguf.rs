@@ -30,7 +30,11 @@ fuzz_target!(|data: &[u8]| {
     let path = scratch();
     std::fs::write(path, data).expect("scratch file");
     if let Ok(mut ckpt) = GgufCheckpoint::open(path) {
-        for name in ["token_embd.weight", "blk.0.attn_q.weight", "output_norm.weight"] {
+        for name in [
+            "token_embd.weight",
+            "blk.0.attn_q.weight",
+            "output_norm.weight",
+        ] {
             if ckpt.has_tensor(name) {
                 let _ = ckpt.read_tensor(name);
             }

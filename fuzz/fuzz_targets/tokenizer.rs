@@ -14,7 +14,10 @@ fuzz_target!(|data: &[u8]| {
     let back = tokenizer.decode(&ids, false).expect("encoded ids decode");
     assert_eq!(back, text, "encode → decode round trip");
     let with_bos = tokenizer.encode(&text, true).expect("any text encodes");
-    assert!(with_bos.ends_with(&ids), "special tokens are only added in front");
+    assert!(
+        with_bos.ends_with(&ids),
+        "special tokens are only added in front"
+    );
     let _ = tokenizer.pre_tokenize(&text);
 
     let raw_ids: Vec<u32> = data

@@ -19,10 +19,7 @@ pub fn text_side() -> &'static TextSide {
     TEXT.get_or_init(|| {
         let path = default_model_path();
         let (tokenizer, template) = tokenizer::from_gguf_file(&path).unwrap_or_else(|e| {
-            panic!(
-                "{}: {e}; run scripts/fetch-model.sh first",
-                path.display()
-            )
+            panic!("{}: {e}; run scripts/fetch-model.sh first", path.display())
         });
         let template = template.expect("the default model has a chat template");
         let chat_template = ChatTemplate::for_tokenizer(template, &tokenizer)
