@@ -259,6 +259,14 @@ impl CompareArgs {
     }
 }
 
+fn parse_json_object(text: &str) -> Result<serde_json::Map<String, serde_json::Value>, String> {
+    match serde_json::from_str(text) {
+        Ok(serde_json::Value::Object(map)) => Ok(map),
+        Ok(_) => Err("--extra-body must be a JSON object".into()),
+        Err(e) => Err(format!("--extra-body is not JSON: {e}")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -376,13 +384,5 @@ mod tests {
         assert_eq!(args.search, TuneSearch::CoarseToFine);
         assert!(parse(&["tune", "--max-num-seqs", "8.5"]).is_err());
         assert!(parse(&["tune", "--search", "random"]).is_err());
-    }
-}
-
-fn parse_json_object(text: &str) -> Result<serde_json::Map<String, serde_json::Value>, String> {
-    match serde_json::from_str(text) {
-        Ok(serde_json::Value::Object(map)) => Ok(map),
-        Ok(_) => Err("--extra-body must be a JSON object".into()),
-        Err(e) => Err(format!("--extra-body is not JSON: {e}")),
     }
 }
