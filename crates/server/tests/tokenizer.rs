@@ -89,6 +89,36 @@ fn unicode_text_round_trips_exactly() {
     assert_eq!(tokenizer.decode(&ids, false).unwrap(), text);
 }
 
+/// Found by the `tokenizer` fuzz target: SmolLM2's vocabulary has no token for some bytes,
+/// and byte-level BPE (ours as Hugging Face's) drops a byte it cannot express instead of
+/// failing, so the text that comes back lacks it. Every other byte round-trips.
+#[test]
+fn the_bytes_smollm2_has_no_token_for_are_dropped_and_every_other_byte_kept() {
+    let tokenizer = real_tokenizer();
+    let mut single = [false; 256];
+    for token in tokenizer.token_bytes() {
+        if let TokenBytes::Text(v) = token {
+            if let [b] = v[..] {
+                single[b as usize] = true;
+            }
+        }
+    }
+    let missing: Vec<usize> = (0..256).filter(|&b| !single[b]).collect();
+    assert_eq!(missing, MISSING_BYTES, "{missing:#04x?}");
+    let text = "Hello,\u{4}UUU\u{4f3cf}How are you\n?";
+    let ids = tokenizer.encode(text, false).unwrap();
+    // U+4F3CF is F1 8F 8F 8F: without its lead byte, three stray continuation bytes.
+    let want = "Hello,UUU\u{fffd}\u{fffd}\u{fffd}How are you\n?";
+    assert_eq!(tokenizer.decode(&ids, false).unwrap(), want);
+}
+
+/// Six C0 controls; 0xC0, 0xC1 and 0xF5–0xFF never occur in UTF-8; 0xF1 and 0xF2 lead only
+/// the unassigned planes 4 to 11. So real text loses only those six control characters.
+const MISSING_BYTES: [usize; 21] = [
+    0x04, 0x06, 0x13, 0x14, 0x16, 0x1d, 0xc0, 0xc1, 0xf1, 0xf2, 0xf5, 0xf6, 0xf7, 0xf8, 0xf9, 0xfa,
+    0xfb, 0xfc, 0xfd, 0xfe, 0xff,
+];
+
 #[test]
 fn gguf_metadata_does_not_add_bos_when_the_model_says_not_to() {
     let tokenizer = real_tokenizer();
