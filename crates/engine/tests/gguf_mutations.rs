@@ -75,3 +75,20 @@ fn tempfile_in_shm() -> (std::path::PathBuf, std::fs::File) {
     let file = std::fs::File::create(&path).unwrap();
     (path, file)
 }
+
+/// The fuzzer's finding (`fuzz/findings`): a tiny Llama file whose `blk.0.ffn_down.weight` has
+/// shape `[16, 0]`. candle read such a tensor through a dangling pointer; the loader now refuses
+/// the file before any tensor is read, naming the tensor.
+#[test]
+fn a_gguf_with_an_empty_tensor_is_refused_by_name_before_candle_reads_it() {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../fuzz/findings/gguf-candle-unaligned-slice.gguf");
+    let error = match GgufCheckpoint::open(&path) {
+        Ok(_) => panic!("a file with an empty tensor opened"),
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        error.contains("blk.0.ffn_down.weight") && error.contains("at least one element"),
+        "{error}"
+    );
+}

@@ -115,9 +115,19 @@ impl Checkpoint for GgufCheckpoint {
 /// Every tensor the directory declares must lie inside the file. Its shape is then bounded by
 /// the file's size, so nothing sized from the directory, or from metadata checked against it,
 /// can ask for more memory than the file could hold.
+///
+/// A tensor must also hold at least one element: candle reads an empty tensor's bytes into an
+/// empty `Vec<u8>`, whose dangling pointer it then reinterprets as a slice of blocks that need
+/// more alignment than 1 (undefined behaviour, found by `fuzz/findings`). No model has one.
 fn check_tensors_fit(content: &Content, file_len: u64) -> std::result::Result<(), String> {
     for (name, info) in &content.tensor_infos {
         let dtype = info.ggml_dtype;
+        if info.shape.dims().contains(&0) {
+            return Err(format!(
+                "tensor {name} has shape {:?}: a tensor needs at least one element",
+                info.shape.dims()
+            ));
+        }
         let end = info
             .shape
             .dims()
