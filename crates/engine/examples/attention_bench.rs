@@ -2,7 +2,8 @@
 //! chunk at several context lengths and decode rows, best of many repetitions (the minimum
 //! filters out what other tenants of the machine take), in GFLOP/s of its multiply-adds.
 //!
-//! `cargo run --release -p tokenmill-engine --example attention_bench [-- --reps N]`
+//! `cargo run --release -p tokenmill-engine --example attention_bench [-- --reps N] [--rows R]`
+//! (`--rows 1`: only the decode cases, e.g. under `perf record`).
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::time::Instant;
@@ -28,6 +29,10 @@ fn main() {
         .nth(1)
         .and_then(|n| n.parse().ok())
         .unwrap_or(5usize);
+    let only_rows: Option<usize> = std::env::args()
+        .skip_while(|a| a != "--rows")
+        .nth(1)
+        .and_then(|n| n.parse().ok());
     let cases = [
         Case {
             seqs: 1,
@@ -63,7 +68,7 @@ fn main() {
             head_dim: d,
             block_size: BLOCK,
         };
-        for case in &cases {
+        for case in cases.iter().filter(|c| only_rows.is_none_or(|r| r == c.rows)) {
             let (kv, batch) = setup(shape, case, &mut rng);
             let q: Vec<f32> = (0..batch.num_tokens() * heads * d)
                 .map(|_| rng.random_range(-1.0..1.0))
