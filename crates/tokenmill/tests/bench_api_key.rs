@@ -2,67 +2,18 @@
 //! `--api-key` or in `OPENAI_API_KEY` is sent as a bearer token and every request is served;
 //! without it the benchmark stops at the server's 401.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Output, Stdio};
-use std::sync::mpsc;
-use std::time::Duration;
+mod common;
 
+use std::process::{Command, Output, Stdio};
+
+use common::ServedBinary;
 use serde_json::Value;
 
 const KEY: &str = "open-sesame";
 
-/// The binary serving the default model on a free port with [`KEY`]; killed on drop.
-struct KeyedServer {
-    child: Child,
-    base_url: String,
-}
-
-impl KeyedServer {
-    fn start() -> Self {
-        let model = tokenmill_server::model_loader::default_model_path();
-        assert!(
-            model.exists(),
-            "the default model {} is missing: run scripts/fetch-model.sh",
-            model.display()
-        );
-        let mut child = Command::new(env!("CARGO_BIN_EXE_tokenmill"))
-            .args(["serve", "--port", "0", "--num-kv-blocks", "256"])
-            .args(["--api-key", KEY])
-            .arg("--model")
-            .arg(&model)
-            .env("RUST_LOG", "info")
-            .env("NO_COLOR", "1")
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("the binary runs");
-        let stderr = child.stderr.take().unwrap();
-        let (addr_tx, addr_rx) = mpsc::channel();
-        // Drains the log to its end, so the server never blocks on a full pipe.
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if let Some(rest) = line.split("on http://").nth(1) {
-                    let addr = rest.split_whitespace().next().unwrap_or_default();
-                    let _ = addr_tx.send(format!("http://{addr}"));
-                }
-            }
-        });
-        let base_url = addr_rx
-            .recv_timeout(Duration::from_secs(120))
-            .expect("the server logs the address it listens on");
-        Self { child, base_url }
-    }
-}
-
-impl Drop for KeyedServer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// A two-request `bench serve` run; `key_flag` and `key_env` are the two ways to pass a key.
 fn bench(
-    server: &KeyedServer,
+    server: &ServedBinary,
     key_flag: Option<&str>,
     key_env: Option<&str>,
     result: &std::path::Path,
@@ -101,7 +52,7 @@ fn completed(result: &std::path::Path) -> (u64, u64) {
 
 #[test]
 fn bench_serve_sends_the_api_key_from_the_flag_or_the_environment() {
-    let server = KeyedServer::start();
+    let server = ServedBinary::start(&["--num-kv-blocks", "256", "--api-key", KEY]);
     let dir = std::env::temp_dir().join(format!("tokenmill-bench-api-key-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
 

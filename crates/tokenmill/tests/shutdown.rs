@@ -2,85 +2,15 @@
 //! `finish_reason` is `abort`, then `data: [DONE]`; a non-streamed reply ends as a 200 with
 //! the text so far and `abort`; and the process exits 0, all within `--shutdown-timeout`.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+mod common;
+
 use std::time::{Duration, Instant};
 
+use common::ServedBinary;
 use serde_json::{json, Value};
 
 /// The drain limit the server is started with; generation runs far longer than this.
 const SHUTDOWN_TIMEOUT_S: u64 = 3;
-
-/// The real model served by the binary on a free port, its address read from its log line.
-struct Server {
-    child: Child,
-    base_url: String,
-}
-
-impl Server {
-    fn start() -> Self {
-        let model = tokenmill_server::model_loader::default_model_path();
-        assert!(
-            model.exists(),
-            "the default model {} is missing: run scripts/fetch-model.sh",
-            model.display()
-        );
-        let mut child = Command::new(env!("CARGO_BIN_EXE_tokenmill"))
-            .args(["serve", "--port", "0", "--num-kv-blocks", "512"])
-            .args(["--shutdown-timeout", &SHUTDOWN_TIMEOUT_S.to_string()])
-            .arg("--model")
-            .arg(&model)
-            .env("RUST_LOG", "info")
-            .env("NO_COLOR", "1")
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("the binary runs");
-        let stderr = child.stderr.take().unwrap();
-        let (addr_tx, addr_rx) = mpsc::channel();
-        // Reads the log to its end, so the server never blocks on a full pipe.
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                eprintln!("server: {line}");
-                if let Some(rest) = line.split("on http://").nth(1) {
-                    let addr = rest.split_whitespace().next().unwrap_or_default();
-                    let _ = addr_tx.send(format!("http://{addr}"));
-                }
-            }
-        });
-        let base_url = addr_rx
-            .recv_timeout(Duration::from_secs(120))
-            .expect("the server logs the address it listens on");
-        Self { child, base_url }
-    }
-
-    fn terminate(&self) {
-        let status = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status()
-            .expect("kill runs");
-        assert!(status.success());
-    }
-
-    /// The exit status, if the process ends within `limit`.
-    fn wait_for_exit(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
-        let start = Instant::now();
-        while start.elapsed() < limit {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return Some(status);
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        None
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// Thousands of tokens: the request is still generating when the drain limit runs out.
 fn long_request(stream: bool) -> Value {
@@ -96,7 +26,12 @@ fn long_request(stream: bool) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_ends_open_streams_with_a_finish_reason_and_done_and_exits_within_the_drain_limit()
 {
-    let mut server = Server::start();
+    let mut server = ServedBinary::start(&[
+        "--num-kv-blocks",
+        "512",
+        "--shutdown-timeout",
+        &SHUTDOWN_TIMEOUT_S.to_string(),
+    ]);
     let client = reqwest::Client::new();
     let url = format!("{}/v1/completions", server.base_url);
 
