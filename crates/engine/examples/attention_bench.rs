@@ -68,7 +68,10 @@ fn main() {
             head_dim: d,
             block_size: BLOCK,
         };
-        for case in cases.iter().filter(|c| only_rows.is_none_or(|r| r == c.rows)) {
+        for case in cases
+            .iter()
+            .filter(|c| only_rows.is_none_or(|r| r == c.rows))
+        {
             let (kv, batch) = setup(shape, case, &mut rng);
             let q: Vec<f32> = (0..batch.num_tokens() * heads * d)
                 .map(|_| rng.random_range(-1.0..1.0))

@@ -263,6 +263,12 @@ impl Engine {
         &self.limits
     }
 
+    /// Weight bytes one single-sequence decode step reads (`None` for sparse models): the
+    /// numerator of the decode roofline.
+    pub fn decode_weight_bytes(&self) -> Option<usize> {
+        self.runner.model().decode_weight_bytes()
+    }
+
     pub fn model_config(&self) -> &crate::model_config::ModelConfig {
         self.runner.model().config()
     }

@@ -16,6 +16,7 @@ pub mod model_config;
 pub mod models;
 pub mod moe_expert_stats;
 pub mod paged_attention;
+pub mod read_bandwidth;
 
 pub use error::{EngineError, Result};
 pub mod engine;

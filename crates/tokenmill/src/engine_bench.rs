@@ -5,6 +5,7 @@ use clap::Args;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::time::Instant;
+use tokenmill_engine::read_bandwidth::ReadBandwidth;
 use tokenmill_engine::{Completion, Engine, EngineArgs, Request, SamplingParams};
 
 #[derive(Args, Debug)]
@@ -68,6 +69,9 @@ pub fn latency(args: LatencyArgs) -> anyhow::Result<()> {
     let mut model = engine_args.build_engine()?;
     let mut rng = StdRng::seed_from_u64(0);
     let mut rows = Vec::new();
+    // Read right after each measured run, on the same threads: the roofline of that moment.
+    let probe = ReadBandwidth::new(256 << 20);
+    let mut bandwidths = Vec::new();
     let mut warm = model.engine.step_times();
     for iter in 0..=args.num_iters {
         let requests = random_requests(
@@ -86,12 +90,15 @@ pub fn latency(args: LatencyArgs) -> anyhow::Result<()> {
         }
         let prefill_tps = (args.batch_size * args.input_len) as f64 / prefill_s;
         let step_ms = decode_s * 1e3 / (args.output_len.saturating_sub(1).max(1)) as f64;
+        let bandwidth = probe.measure(3);
         println!(
-            "iter {iter}: prefill {:.1} ms ({prefill_tps:.1} tok/s), decode {step_ms:.2} ms/step ({:.1} tok/s)",
+            "iter {iter}: prefill {:.1} ms ({prefill_tps:.1} tok/s), decode {step_ms:.2} ms/step ({:.1} tok/s), read bandwidth {:.1} GB/s",
             prefill_s * 1e3,
-            args.batch_size as f64 * 1e3 / step_ms
+            args.batch_size as f64 * 1e3 / step_ms,
+            bandwidth / 1e9
         );
         rows.push((prefill_tps, step_ms));
+        bandwidths.push(bandwidth);
     }
     let median = |mut v: Vec<f64>| {
         v.sort_by(f64::total_cmp);
@@ -99,6 +106,7 @@ pub fn latency(args: LatencyArgs) -> anyhow::Result<()> {
     };
     let prefill = median(rows.iter().map(|r| r.0).collect());
     let step = median(rows.iter().map(|r| r.1).collect());
+    let bandwidth = median(bandwidths);
     println!(
         "model {} batch {} input {} output {}: median prefill {prefill:.1} tok/s, decode {step:.2} ms/step = {:.1} tok/s",
         model.name,
@@ -107,6 +115,16 @@ pub fn latency(args: LatencyArgs) -> anyhow::Result<()> {
         args.output_len,
         args.batch_size as f64 * 1e3 / step
     );
+    if let Some(bytes) = model.engine.decode_weight_bytes() {
+        let floor_ms = bytes as f64 / bandwidth * 1e3;
+        println!(
+            "decode roofline: a step reads {:.1} MB of weights, {floor_ms:.2} ms at the {:.1} GB/s \
+             read just after each run; decode runs at {:.0}% of it",
+            bytes as f64 / 1e6,
+            bandwidth / 1e9,
+            100.0 * floor_ms / step
+        );
+    }
     println!(
         "engine {}",
         model.engine.step_times().since(&warm).summary()

@@ -118,6 +118,15 @@ impl Linear {
         self.out_features
     }
 
+    /// Bytes one pass over the weights reads: what a one-row matmul streams from memory.
+    pub fn weight_bytes(&self) -> usize {
+        match &self.weight {
+            Weight::Quant(q) => q.weight_bytes(),
+            Weight::QuantParts(parts) => parts.iter().map(QuantMatrix::weight_bytes).sum(),
+            Weight::Dense(_) => self.in_features * self.out_features * size_of::<f32>(),
+        }
+    }
+
     /// `x`: `[rows, in]` → `y`: `[rows, out]`, written in place.
     pub fn forward_into(
         &self,

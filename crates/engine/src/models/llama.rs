@@ -158,6 +158,23 @@ impl Llama {
         })
     }
 
+    /// Weight bytes one decode step of one sequence reads: every projection of every layer
+    /// and the output layer (the embedding lookup reads one row). `None` for a model with
+    /// sparse layers, whose bytes depend on the experts each step routes to.
+    pub fn decode_weight_bytes(&self) -> Option<usize> {
+        let mut bytes = self.output.weight_bytes();
+        for b in &self.blocks {
+            bytes += b.attn_qkv.weight_bytes() + b.attn_output.weight_bytes();
+            match &b.ffn {
+                FeedForward::Dense { gate_up, down } => {
+                    bytes += gate_up.weight_bytes() + down.weight_bytes()
+                }
+                FeedForward::Sparse(_) => return None,
+            }
+        }
+        Some(bytes)
+    }
+
     pub fn config(&self) -> &ModelConfig {
         &self.config
     }
