@@ -449,6 +449,17 @@ impl Engine {
         } else {
             self.score_prompts(&scoring, logits)
         };
+        // One constrained row leaves a compute thread idle in the forward pass, so its next
+        // mask is computed then; several are masked in parallel here, as the step's rows are.
+        let constrained = sampling
+            .iter()
+            .filter(|(_, id)| {
+                self.scheduler
+                    .get(*id)
+                    .is_some_and(|s| s.constraint.is_some())
+            })
+            .count();
+        let ahead = constrained <= (rayon::current_num_threads() / 2).max(1);
         let sampled = sampling
             .par_iter()
             .map(|&(row, id)| {
@@ -468,7 +479,7 @@ impl Engine {
                 let logits = logits.row(row);
                 match &seq.constraint {
                     None => (id, Ok(Sampler::sample(logits, &ctx))),
-                    Some(cell) => (id, sample_constrained(cell, logits, &ctx)),
+                    Some(cell) => (id, sample_constrained(cell, ahead, logits, &ctx)),
                 }
             })
             .collect();
@@ -570,11 +581,12 @@ impl Engine {
 /// Samples under the constraint's mask and advances it past the token drawn.
 fn sample_constrained(
     cell: &ConstraintCell,
+    ahead: bool,
     logits: &[f32],
     ctx: &SamplingContext,
 ) -> std::result::Result<SampledToken, ConstraintError> {
     let mut sampled = None;
-    cell.sample_with(logits.len(), |mask| {
+    cell.sample_with(logits.len(), ahead, |mask| {
         let token = Sampler::sample(
             logits,
             &SamplingContext {

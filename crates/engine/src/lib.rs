@@ -12,6 +12,7 @@ pub mod forward_batch;
 pub mod hf_overrides;
 pub mod kv_cache;
 pub mod logit_bias;
+pub mod mask_worker;
 pub mod model_config;
 pub mod models;
 pub mod moe_expert_stats;

@@ -6,6 +6,8 @@
 //! output tokens only, so recomputing a preempted sequence or serving its prompt from the
 //! prefix cache leaves it untouched.
 
+use crate::mask_worker::MaskWorker;
+use std::sync::mpsc::{sync_channel, Receiver};
 use std::sync::{Mutex, PoisonError};
 
 /// Which token ids may be sampled next: one bit per id of the model's vocabulary.
@@ -94,44 +96,130 @@ pub trait TokenConstraint: Send {
 ///
 /// The sampler runs rows in parallel from a shared borrow of the scheduler, so the state
 /// sits behind a mutex that only its own row ever takes: it is never contended.
+///
+/// After an accepted token the next mask can be computed ahead on the [`MaskWorker`] while
+/// the next forward pass runs; the next sample collects it. The constraint's state only
+/// moves on `accept`, so the mask computed ahead is the one sampling would compute.
 pub struct ConstraintCell {
     inner: Mutex<CellState>,
 }
 
 struct CellState {
+    /// `None` while the constraint is away on the mask worker.
+    constraint: Option<Box<dyn TokenConstraint>>,
+    mask: TokenMask,
+    /// The mask being computed ahead, and what it will bring back.
+    ahead: Option<Receiver<Ahead>>,
+    /// `mask` already holds the allowed tokens for the next sample.
+    mask_ready: Option<Result<(), ConstraintError>>,
+    finished: bool,
+}
+
+fn lost() -> ConstraintError {
+    ConstraintError("the constraint was lost".into())
+}
+
+/// A constraint and its mask back from the worker, filled (or failed).
+struct Ahead {
     constraint: Box<dyn TokenConstraint>,
     mask: TokenMask,
+    filled: Result<(), ConstraintError>,
+}
+
+impl CellState {
+    /// Waits for a mask computed ahead and takes the constraint back.
+    fn settle(&mut self) -> Result<&mut Box<dyn TokenConstraint>, ConstraintError> {
+        if let Some(rx) = self.ahead.take() {
+            let back = rx
+                .recv()
+                .map_err(|_| ConstraintError("the token mask computation panicked".into()))?;
+            self.constraint = Some(back.constraint);
+            self.mask = back.mask;
+            self.mask_ready = Some(back.filled);
+        }
+        self.constraint.as_mut().ok_or_else(lost)
+    }
+
+    /// Sends the constraint and mask to the worker to fill the next mask; keeps them (the
+    /// next sample fills the mask itself) where no worker runs.
+    fn compute_ahead(&mut self) {
+        let (Some(worker), Some(constraint)) = (MaskWorker::get(), self.constraint.take()) else {
+            return;
+        };
+        let mut mask = std::mem::replace(&mut self.mask, TokenMask::new(0));
+        let (tx, rx) = sync_channel(1);
+        let job = Box::new(move || {
+            let mut constraint = constraint;
+            mask.clear();
+            let filled = constraint.fill_mask(&mut mask);
+            let _ = tx.send(Ahead {
+                constraint,
+                mask,
+                filled,
+            });
+        });
+        match worker.submit(job) {
+            Ok(()) => self.ahead = Some(rx),
+            Err(job) => {
+                job();
+                self.ahead = Some(rx);
+            }
+        }
+    }
 }
 
 impl ConstraintCell {
     pub fn new(constraint: Box<dyn TokenConstraint>) -> Self {
+        let finished = constraint.is_finished();
         Self {
             inner: Mutex::new(CellState {
-                constraint,
+                constraint: Some(constraint),
                 mask: TokenMask::new(0),
+                ahead: None,
+                mask_ready: None,
+                finished,
             }),
         }
     }
 
-    /// Computes the mask over `vocab_size` ids, lets `sample` pick a token under it, then
-    /// advances the constraint past that token.
-    pub fn sample_with<F>(&self, vocab_size: usize, sample: F) -> Result<u32, ConstraintError>
+    /// Computes the mask over `vocab_size` ids (or collects the one computed ahead), lets
+    /// `sample` pick a token under it, then advances the constraint past that token. With
+    /// `ahead`, the next mask is then computed on the [`MaskWorker`] during the next forward
+    /// pass; without, the next sample computes it.
+    pub fn sample_with<F>(
+        &self,
+        vocab_size: usize,
+        ahead: bool,
+        sample: F,
+    ) -> Result<u32, ConstraintError>
     where
         F: FnOnce(&TokenMask) -> u32,
     {
         let mut guard = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
         let state = &mut *guard;
-        if state.mask.len() != vocab_size {
-            state.mask = TokenMask::new(vocab_size);
-        } else {
-            state.mask.clear();
+        state.settle()?;
+        match state.mask_ready.take() {
+            Some(filled) if state.mask.len() == vocab_size => filled?,
+            _ => {
+                if state.mask.len() != vocab_size {
+                    state.mask = TokenMask::new(vocab_size);
+                } else {
+                    state.mask.clear();
+                }
+                let constraint = state.constraint.as_mut().ok_or_else(lost)?;
+                constraint.fill_mask(&mut state.mask)?;
+            }
         }
-        state.constraint.fill_mask(&mut state.mask)?;
         if state.mask.count_allowed() == 0 {
             return Err(ConstraintError("no token is allowed next".into()));
         }
         let token = sample(&state.mask);
-        state.constraint.accept(token)?;
+        let constraint = state.settle()?;
+        constraint.accept(token)?;
+        state.finished = constraint.is_finished();
+        if ahead && !state.finished {
+            state.compute_ahead();
+        }
         Ok(token)
     }
 
@@ -139,15 +227,17 @@ impl ConstraintCell {
         self.inner
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .constraint
-            .is_finished()
+            .finished
     }
 }
 
 impl Clone for ConstraintCell {
+    /// # Panics
+    /// If the constraint was lost to a panic while computing a mask ahead.
     fn clone(&self) -> Self {
-        let state = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
-        Self::new(state.constraint.boxed_clone())
+        let mut state = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        let constraint = state.settle().expect("a constraint to clone").boxed_clone();
+        Self::new(constraint)
     }
 }
 
@@ -212,13 +302,61 @@ mod tests {
             at: 0,
         }));
         let token = cell
-            .sample_with(10, |mask| (0..10).find(|&i| mask.is_allowed(i)).unwrap())
+            .sample_with(10, true, |mask| {
+                (0..10).find(|&i| mask.is_allowed(i)).unwrap()
+            })
             .unwrap();
         assert_eq!(token, 5);
         let copy = cell.clone();
-        cell.sample_with(10, |_| 7).unwrap();
+        cell.sample_with(10, true, |_| 7).unwrap();
         assert!(cell.is_finished());
         assert!(!copy.is_finished());
+    }
+
+    /// [`Script`] that records the thread each mask is filled on.
+    struct Watched {
+        script: Script,
+        fills: std::sync::Arc<Mutex<Vec<Option<String>>>>,
+    }
+
+    impl TokenConstraint for Watched {
+        fn fill_mask(&mut self, mask: &mut TokenMask) -> Result<(), ConstraintError> {
+            let thread = std::thread::current().name().map(str::to_owned);
+            self.fills.lock().unwrap().push(thread);
+            self.script.fill_mask(mask)
+        }
+        fn accept(&mut self, token: u32) -> Result<(), ConstraintError> {
+            self.script.accept(token)
+        }
+        fn is_finished(&self) -> bool {
+            self.script.is_finished()
+        }
+        fn boxed_clone(&self) -> Box<dyn TokenConstraint> {
+            unreachable!("not cloned here")
+        }
+    }
+
+    #[test]
+    fn a_mask_asked_ahead_is_computed_on_the_mask_thread_and_none_after_the_end() {
+        let fills = std::sync::Arc::new(Mutex::new(Vec::new()));
+        let cell = ConstraintCell::new(Box::new(Watched {
+            script: Script {
+                script: vec![4, 2, 9],
+                at: 0,
+            },
+            fills: fills.clone(),
+        }));
+        let first_allowed = |mask: &TokenMask| (0..10).find(|&i| mask.is_allowed(i)).unwrap();
+        // Ahead after the first token, not after the second: the third mask is filled here.
+        let tokens: Vec<u32> = [true, false, true]
+            .into_iter()
+            .map(|ahead| cell.sample_with(10, ahead, first_allowed).unwrap())
+            .collect();
+        assert_eq!(tokens, vec![4, 2, 9]);
+        assert!(cell.is_finished());
+        let here = std::thread::current().name().map(str::to_owned);
+        let ahead = Some("tokenmill-mask".to_owned());
+        assert_eq!(*fills.lock().unwrap(), vec![here.clone(), ahead, here]);
     }
 
     #[test]
@@ -227,6 +365,6 @@ mod tests {
             script: vec![],
             at: 0,
         }));
-        assert!(cell.sample_with(10, |_| 0).is_err());
+        assert!(cell.sample_with(10, false, |_| 0).is_err());
     }
 }
