@@ -45,7 +45,7 @@ impl<'a> ToolPrompt<'a> {
         let signatures: Vec<String> = self
             .tools
             .iter()
-            .map(|tool| tool.openai_json().to_string())
+            .map(|tool| spaced_json(&tool.openai_json()))
             .collect();
         format!(
             "You can call functions to help answer the user. These are the functions, as JSON \
@@ -67,7 +67,7 @@ fn as_text(mut message: ChatMessage) -> ChatMessage {
         let blocks = calls.iter().map(|call| {
             let function = &call["function"];
             let written = json!({"name": function["name"], "arguments": function["arguments"]});
-            format!("<tool_call>\n{written}\n</tool_call>")
+            format!("<tool_call>\n{}\n</tool_call>", spaced_json(&written))
         });
         let parts: Vec<String> = std::iter::once(message.content.clone())
             .filter(|content| !content.is_empty())
@@ -80,6 +80,52 @@ fn as_text(mut message: ChatMessage) -> ChatMessage {
         message.content = format!("<tool_response>\n{}\n</tool_response>", message.content);
     }
     message
+}
+
+/// JSON as OpenAI and the tool grammar write it (`{"a": 1, "b": [2, 3]}`), so the calls the
+/// model reads in its history look like the ones it is held to write.
+fn spaced_json(value: &Value) -> String {
+    let mut out = Vec::new();
+    let mut serializer = serde_json::Serializer::with_formatter(&mut out, SpacedFormatter);
+    // Writing a `Value` into a `Vec` cannot fail.
+    serde::Serialize::serialize(value, &mut serializer).expect("a JSON value serializes");
+    String::from_utf8(out).expect("serde_json writes UTF-8")
+}
+
+/// serde_json's compact formatter with a space after each `,` and `:`.
+struct SpacedFormatter;
+
+impl serde_json::ser::Formatter for SpacedFormatter {
+    fn begin_array_value<W: ?Sized + std::io::Write>(
+        &mut self,
+        writer: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
+        if first {
+            Ok(())
+        } else {
+            writer.write_all(b", ")
+        }
+    }
+
+    fn begin_object_key<W: ?Sized + std::io::Write>(
+        &mut self,
+        writer: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
+        if first {
+            Ok(())
+        } else {
+            writer.write_all(b", ")
+        }
+    }
+
+    fn begin_object_value<W: ?Sized + std::io::Write>(
+        &mut self,
+        writer: &mut W,
+    ) -> std::io::Result<()> {
+        writer.write_all(b": ")
+    }
 }
 
 /// The tools as a template that renders them is given them.
@@ -105,7 +151,7 @@ mod tests {
         let messages = ToolPrompt::new(&tools).apply(vec![ChatMessage::new("user", "Hi")]);
         assert_eq!(messages.len(), 2);
         assert_eq!(messages[0].role, "system");
-        assert!(messages[0].content.contains("\"name\":\"get_weather\""));
+        assert!(messages[0].content.contains(r#"{"type": "function", "function": {"name": "get_weather""#));
         assert!(messages[0].content.contains("<tool_call>"));
     }
 
@@ -133,7 +179,7 @@ mod tests {
         let messages = ToolPrompt::new(&[]).apply(vec![call, result]);
         assert_eq!(
             messages[0].content,
-            "<tool_call>\n{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Paris\"}}\n</tool_call>"
+            "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>"
         );
         assert_eq!(messages[0].tool_calls, None);
         assert_eq!(

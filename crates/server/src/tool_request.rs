@@ -22,10 +22,12 @@ pub struct ToolFunction {
 impl ToolFunction {
     /// The entry as OpenAI's request spells it, for templates and the tools system prompt.
     pub fn openai_json(&self) -> Value {
-        let mut function = json!({"name": self.name, "parameters": self.parameters});
+        let mut function = serde_json::Map::new();
+        function.insert("name".into(), self.name.clone().into());
         if let Some(description) = &self.description {
-            function["description"] = description.clone().into();
+            function.insert("description".into(), description.clone().into());
         }
+        function.insert("parameters".into(), self.parameters.clone());
         json!({"type": "function", "function": function})
     }
 }

@@ -2,16 +2,20 @@
 //! render tools, so the server's Hermes-style prompt is what the model sees): forced calls
 //! parse and validate against their tool's schema, streamed calls reassemble to the whole
 //! reply's, a conversation holding a call and its result goes on, `tool_choice: "none"` shows
-//! and parses nothing, and bad tool fields are 400s naming them.
+//! and parses nothing, `--tool-call-parser` reads scripted replies as it says, and bad tool
+//! fields are 400s naming them.
 
 mod common;
 #[path = "common/schema_check.rs"]
 mod schema_check;
 
 use std::collections::BTreeMap;
+use std::sync::OnceLock;
 
 use common::*;
 use serde_json::{json, Value};
+use tokenmill_server::api_server::{ServerHandle, ServerOptions};
+use tokenmill_server::tool_call_parser::ToolCallParserKind;
 
 fn weather_schema() -> Value {
     json!({
@@ -249,7 +253,9 @@ async fn a_conversation_with_a_tool_call_and_its_result_continues_in_text() {
     let ids: Vec<u32> = serde_json::from_value(tokens["tokens"].clone()).unwrap();
     let prompt = reference().tokenizer.decode(&ids, false).unwrap();
     assert!(
-        prompt.contains("<tool_call>\n{\"name\":\"get_weather\",\"arguments\":{\"city\":\"Paris\""),
+        prompt.contains(
+            "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"unit\": \"celsius\"}}\n</tool_call>"
+        ),
         "{prompt}"
     );
     assert!(
@@ -341,4 +347,67 @@ async fn bad_tools_and_tool_choices_are_400s_naming_the_field() {
         assert_eq!(status, 400, "{body}: {reply}");
         assert_eq!(reply["error"]["param"], param, "{body}: {reply}");
     }
+}
+
+
+/// SmolLM2 does not call tools of its own accord, so these replies are written by a regex
+/// constraint (allowed alongside `tool_choice: "auto"`) and only the parsing is under test.
+fn scripted_reply(regex: &str, stream: bool) -> Value {
+    tool_request(json!({
+        "tool_choice": "auto",
+        "structured_outputs": {"regex": regex},
+        "stream": stream,
+    }))
+}
+
+const TAGGED_REPLY: &str = r#"Checking\. <tool_call>\{"name": "get_time", "arguments": \{"timezone": "UTC"\}\}</tool_call>"#;
+const BARE_REPLY: &str = r#"\{"name": "get_time", "parameters": \{"timezone": "UTC"\}\}"#;
+
+#[tokio::test]
+async fn under_the_default_auto_parser_tagged_and_bare_calls_are_split_from_the_reply() {
+    for (regex, content) in [(TAGGED_REPLY, json!("Checking. ")), (BARE_REPLY, Value::Null)] {
+        let (status, reply) = post_json("/v1/chat/completions", scripted_reply(regex, false)).await;
+        assert_eq!(status, 200, "{reply}");
+        let choice = &reply["choices"][0];
+        assert_eq!(choice["message"]["content"], content, "{reply}");
+        let calls = choice["message"]["tool_calls"].as_array().unwrap();
+        assert_eq!(calls.len(), 1, "{reply}");
+        assert_eq!(checked_call(&calls[0]), ("get_time".into(), json!({"timezone": "UTC"})));
+        assert_eq!(choice["finish_reason"], "tool_calls");
+
+        let chunks = post_stream("/v1/chat/completions", scripted_reply(regex, true)).await;
+        assert_eq!(without_ids(&reassembled_calls(&chunks)), without_ids(calls));
+        assert_eq!(streamed_text(&chunks, 0), content.as_str().unwrap_or_default());
+        assert_eq!(streamed_finish_reason(&chunks, 0).as_deref(), Some("tool_calls"));
+    }
+}
+
+fn llama3_json_server() -> &'static ServerHandle {
+    static SERVER: OnceLock<ServerHandle> = OnceLock::new();
+    SERVER.get_or_init(|| {
+        let options = ServerOptions {
+            tool_call_parser: ToolCallParserKind::Llama3Json,
+            ..ServerOptions::default()
+        };
+        start_server(&[], options)
+    })
+}
+
+#[tokio::test]
+async fn the_llama3_json_parser_reads_bare_calls_and_leaves_tags_as_text() {
+    let base = llama3_json_server().base_url();
+    let ask = |regex: &str| {
+        client()
+            .post(format!("{base}/v1/chat/completions"))
+            .json(&scripted_reply(regex, false))
+            .send()
+    };
+    let tagged: Value = ask(TAGGED_REPLY).await.unwrap().json().await.unwrap();
+    let message = &tagged["choices"][0]["message"];
+    assert!(message.get("tool_calls").is_none(), "{tagged}");
+    assert!(message["content"].as_str().unwrap().contains("<tool_call>"), "{tagged}");
+    assert_eq!(tagged["choices"][0]["finish_reason"], "stop");
+    let bare: Value = ask(BARE_REPLY).await.unwrap().json().await.unwrap();
+    let calls = bare["choices"][0]["message"]["tool_calls"].as_array().unwrap();
+    assert_eq!(checked_call(&calls[0]).0, "get_time", "{bare}");
 }
