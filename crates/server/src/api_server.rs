@@ -23,9 +23,9 @@ use crate::app_state::AppState;
 use crate::metrics::Metrics;
 use crate::model_loader::{self, LoadedModel};
 use crate::reasoning_parser::ReasoningParserKind;
-use crate::tool_call_parser::ToolCallParserKind;
 use crate::request_limits::RequestLimits;
 use crate::routes;
+use crate::tool_call_parser::ToolCallParserKind;
 
 /// How long stopping the async runtime waits for blocking tasks still running.
 const RUNTIME_EXIT_WAIT: Duration = Duration::from_millis(500);

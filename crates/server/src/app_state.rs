@@ -14,8 +14,8 @@ use crate::metrics::Metrics;
 use crate::reasoning_parser::ReasoningParserKind;
 use crate::request_limits::RequestLimits;
 use crate::structured_output::StructuredOutput;
-use crate::tool_call_parser::ToolCallParserKind;
 use crate::tokenizer::Tokenizer;
+use crate::tool_call_parser::ToolCallParserKind;
 
 pub struct AppState {
     pub handle: EngineHandle,

@@ -31,7 +31,8 @@ pub const NO_EFFECT_FIELDS: [&str; 4] = ["user", "metadata", "store", "service_t
 
 /// OpenAI's pre-`tools` spelling of function calling: refused rather than translated, since
 /// clients that still send it are expected to read `function_call` back, a shape not produced.
-const LEGACY_FUNCTIONS: &str = "`functions` and `function_call` are deprecated; use `tools` and `tool_choice`";
+const LEGACY_FUNCTIONS: &str =
+    "`functions` and `function_call` are deprecated; use `tools` and `tool_choice`";
 
 fn never(_: &Value) -> bool {
     false

@@ -324,7 +324,8 @@ mod tests {
 
     #[test]
     fn without_parallel_calls_only_the_first_is_kept() {
-        let text = "<tool_call>{\"name\": \"a\"}</tool_call><tool_call>{\"name\": \"b\"}</tool_call>";
+        let text =
+            "<tool_call>{\"name\": \"a\"}</tool_call><tool_call>{\"name\": \"b\"}</tool_call>";
         let (calls, content) = parse_pieces(ToolCallParserKind::Hermes, false, &[text]);
         assert_eq!(calls, [call("a", "{}")]);
         assert_eq!(content, "");
@@ -401,7 +402,8 @@ mod tests {
         for text in texts {
             let whole = parse(ToolCallParserKind::Auto, text);
             for at in 1..text.len() {
-                let split = parse_pieces(ToolCallParserKind::Auto, true, &[&text[..at], &text[at..]]);
+                let split =
+                    parse_pieces(ToolCallParserKind::Auto, true, &[&text[..at], &text[at..]]);
                 assert_eq!(split, whole, "{text:?} split at {at}");
             }
             let bytes: Vec<String> = text.chars().map(String::from).collect();

@@ -39,7 +39,10 @@ impl ToolGrammar {
             alternatives.join(" | ")
         );
         for (i, tool) in callable.iter().enumerate() {
-            lark.push_str(&format!("fn_{i}: %json {}\n", call_schema(&tool.name, &tool.parameters)));
+            lark.push_str(&format!(
+                "fn_{i}: %json {}\n",
+                call_schema(&tool.name, &tool.parameters)
+            ));
         }
         lark
     }

@@ -151,7 +151,9 @@ mod tests {
         let messages = ToolPrompt::new(&tools).apply(vec![ChatMessage::new("user", "Hi")]);
         assert_eq!(messages.len(), 2);
         assert_eq!(messages[0].role, "system");
-        assert!(messages[0].content.contains(r#"{"type": "function", "function": {"name": "get_weather""#));
+        assert!(messages[0]
+            .content
+            .contains(r#"{"type": "function", "function": {"name": "get_weather""#));
         assert!(messages[0].content.contains("<tool_call>"));
     }
 

@@ -104,9 +104,9 @@ impl ToolRequest {
 }
 
 fn tools(value: &Value) -> Result<Vec<ToolFunction>, ApiError> {
-    let list = value.as_array().ok_or_else(|| {
-        ApiError::bad_param("tools", "`tools` must be a list of function tools")
-    })?;
+    let list = value
+        .as_array()
+        .ok_or_else(|| ApiError::bad_param("tools", "`tools` must be a list of function tools"))?;
     let mut seen = HashSet::new();
     let mut functions = Vec::with_capacity(list.len());
     for (i, entry) in list.iter().enumerate() {
@@ -116,7 +116,10 @@ fn tools(value: &Value) -> Result<Vec<ToolFunction>, ApiError> {
             .as_object()
             .ok_or_else(|| bad("", "each tool must be an object"))?;
         if entry.get("type").and_then(Value::as_str) != Some("function") {
-            return Err(bad(".type", "only tools of `type` `function` are supported"));
+            return Err(bad(
+                ".type",
+                "only tools of `type` `function` are supported",
+            ));
         }
         let function = entry
             .get("function")
@@ -141,7 +144,12 @@ fn tools(value: &Value) -> Result<Vec<ToolFunction>, ApiError> {
         let description = match function.get("description") {
             None | Some(Value::Null) => None,
             Some(Value::String(text)) => Some(text.clone()),
-            Some(_) => return Err(bad(".function.description", "`description` must be a string")),
+            Some(_) => {
+                return Err(bad(
+                    ".function.description",
+                    "`description` must be a string",
+                ))
+            }
         };
         let parameters = match function.get("parameters") {
             None | Some(Value::Null) => json!({"type": "object"}),
@@ -243,7 +251,10 @@ mod tests {
             parse(json!({"tools": [weather()], "tool_choice": "none"})).unwrap(),
             None
         );
-        assert_eq!(parse(json!({"tools": [], "tool_choice": "auto"})).unwrap(), None);
+        assert_eq!(
+            parse(json!({"tools": [], "tool_choice": "auto"})).unwrap(),
+            None
+        );
         assert_eq!(parse(json!({})).unwrap(), None);
     }
 
@@ -253,12 +264,18 @@ mod tests {
             (json!({"tools": {}}), "tools"),
             (json!({"tools": [1]}), "tools[0]"),
             (json!({"tools": [{"type": "retrieval"}]}), "tools[0].type"),
-            (json!({"tools": [{"type": "function"}]}), "tools[0].function"),
+            (
+                json!({"tools": [{"type": "function"}]}),
+                "tools[0].function",
+            ),
             (
                 json!({"tools": [weather(), {"type": "function", "function": {"name": "a b"}}]}),
                 "tools[1].function.name",
             ),
-            (json!({"tools": [weather(), weather()]}), "tools[1].function.name"),
+            (
+                json!({"tools": [weather(), weather()]}),
+                "tools[1].function.name",
+            ),
             (
                 json!({"tools": [{"type": "function", "function": {"name": "f", "parameters": "x"}}]}),
                 "tools[0].function.parameters",
@@ -267,7 +284,10 @@ mod tests {
                 json!({"tools": [{"type": "function", "function": {"name": "f", "description": 3}}]}),
                 "tools[0].function.description",
             ),
-            (json!({"tools": [weather()], "tool_choice": "always"}), "tool_choice"),
+            (
+                json!({"tools": [weather()], "tool_choice": "always"}),
+                "tool_choice",
+            ),
             (
                 json!({"tools": [weather()], "tool_choice": {"type": "function", "function": {"name": "nope"}}}),
                 "tool_choice",

@@ -76,13 +76,12 @@ fn tool_request(extra: Value) -> Value {
 
 /// Checks one `message.tool_calls` entry and returns its name and parsed arguments.
 fn checked_call(call: &Value) -> (String, Value) {
-    assert!(
-        call["id"].as_str().unwrap().starts_with("call_"),
-        "{call}"
-    );
+    assert!(call["id"].as_str().unwrap().starts_with("call_"), "{call}");
     assert_eq!(call["type"], "function", "{call}");
     let name = call["function"]["name"].as_str().unwrap().to_owned();
-    let text = call["function"]["arguments"].as_str().expect("arguments are JSON text");
+    let text = call["function"]["arguments"]
+        .as_str()
+        .expect("arguments are JSON text");
     let arguments: Value =
         serde_json::from_str(text).unwrap_or_else(|e| panic!("arguments {text:?}: {e}"));
     schema_check::check(&schema_of(&name), &arguments)
@@ -134,7 +133,9 @@ async fn a_named_function_is_the_only_one_called() {
     )
     .await;
     assert_eq!(status, 200, "{reply}");
-    let calls = reply["choices"][0]["message"]["tool_calls"].as_array().unwrap();
+    let calls = reply["choices"][0]["message"]["tool_calls"]
+        .as_array()
+        .unwrap();
     for call in calls {
         assert_eq!(checked_call(call).0, "get_time", "{reply}");
     }
@@ -148,7 +149,9 @@ async fn without_parallel_calls_a_forced_reply_holds_exactly_one_call() {
     )
     .await;
     assert_eq!(status, 200, "{reply}");
-    let calls = reply["choices"][0]["message"]["tool_calls"].as_array().unwrap();
+    let calls = reply["choices"][0]["message"]["tool_calls"]
+        .as_array()
+        .unwrap();
     assert_eq!(calls.len(), 1, "{reply}");
     checked_call(&calls[0]);
     assert_eq!(reply["choices"][0]["finish_reason"], "tool_calls");
@@ -160,17 +163,28 @@ fn reassembled_calls(chunks: &[Value]) -> Vec<Value> {
     let mut calls: BTreeMap<u64, Value> = BTreeMap::new();
     for chunk in chunks {
         for choice in chunk["choices"].as_array().unwrap() {
-            for fragment in choice["delta"]["tool_calls"].as_array().into_iter().flatten() {
-                let index = fragment["index"].as_u64().expect("every fragment has an index");
+            for fragment in choice["delta"]["tool_calls"]
+                .as_array()
+                .into_iter()
+                .flatten()
+            {
+                let index = fragment["index"]
+                    .as_u64()
+                    .expect("every fragment has an index");
                 let call = calls.entry(index).or_insert_with(|| {
-                    assert!(fragment["id"].is_string(), "a call opens with its id: {fragment}");
+                    assert!(
+                        fragment["id"].is_string(),
+                        "a call opens with its id: {fragment}"
+                    );
                     json!({
                         "id": fragment["id"],
                         "type": fragment["type"],
                         "function": {"name": fragment["function"]["name"], "arguments": ""},
                     })
                 });
-                let more = fragment["function"]["arguments"].as_str().unwrap_or_default();
+                let more = fragment["function"]["arguments"]
+                    .as_str()
+                    .unwrap_or_default();
                 let so_far = call["function"]["arguments"].as_str().unwrap().to_owned();
                 call["function"]["arguments"] = format!("{so_far}{more}").into();
             }
@@ -189,7 +203,8 @@ fn without_ids(calls: &[Value]) -> Vec<Value> {
 #[tokio::test]
 async fn streamed_tool_call_deltas_reassemble_to_the_non_streamed_call() {
     for parallel in [false, true] {
-        let body = tool_request(json!({"tool_choice": "required", "parallel_tool_calls": parallel}));
+        let body =
+            tool_request(json!({"tool_choice": "required", "parallel_tool_calls": parallel}));
         let (status, whole) = post_json("/v1/chat/completions", body.clone()).await;
         assert_eq!(status, 200, "{whole}");
         let mut streamed = body;
@@ -210,8 +225,14 @@ async fn streamed_tool_call_deltas_reassemble_to_the_non_streamed_call() {
         );
         let first = &chunks[0]["choices"][0]["delta"];
         assert_eq!(first["role"], "assistant", "{first}");
-        assert_eq!(first["tool_calls"][0]["function"]["arguments"], "", "{first}");
-        assert!(first["tool_calls"][0]["function"]["name"].is_string(), "{first}");
+        assert_eq!(
+            first["tool_calls"][0]["function"]["arguments"], "",
+            "{first}"
+        );
+        assert!(
+            first["tool_calls"][0]["function"]["name"].is_string(),
+            "{first}"
+        );
     }
 }
 
@@ -281,8 +302,14 @@ async fn tool_choice_none_shows_no_tools_and_parses_no_calls() {
     assert_eq!(status, 200, "{none}");
     let (_, plain) = ask(json!({})).await;
     let (_, auto) = ask(json!({"tools": tools(), "tool_choice": "auto"})).await;
-    assert_eq!(none["usage"]["prompt_tokens"], plain["usage"]["prompt_tokens"]);
-    assert_eq!(none["choices"][0]["message"], plain["choices"][0]["message"]);
+    assert_eq!(
+        none["usage"]["prompt_tokens"],
+        plain["usage"]["prompt_tokens"]
+    );
+    assert_eq!(
+        none["choices"][0]["message"],
+        plain["choices"][0]["message"]
+    );
     assert!(none["choices"][0]["message"].get("tool_calls").is_none());
     assert_ne!(none["choices"][0]["finish_reason"], "tool_calls");
     // `auto` describes the tools in a system prompt, so the model sees more.
@@ -305,7 +332,11 @@ async fn bad_tools_and_tool_choices_are_400s_naming_the_field() {
         "name": "f", "parameters": {"type": "object", "properties": {"a": {"$ref": "#/nowhere"}}},
     }}]);
     let cases = [
-        ("/v1/chat/completions", chat(json!({"tools": [{"type": "function"}]})), "tools[0].function"),
+        (
+            "/v1/chat/completions",
+            chat(json!({"tools": [{"type": "function"}]})),
+            "tools[0].function",
+        ),
         (
             "/v1/chat/completions",
             chat(json!({"tools": [{"type": "function", "function": {"name": "has space"}}]})),
@@ -316,16 +347,28 @@ async fn bad_tools_and_tool_choices_are_400s_naming_the_field() {
             chat(json!({"tools": [tools()[0], tools()[0]]})),
             "tools[1].function.name",
         ),
-        ("/v1/chat/completions", chat(json!({"tools": tools(), "tool_choice": "sometimes"})), "tool_choice"),
         (
             "/v1/chat/completions",
-            chat(json!({"tools": tools(), "tool_choice": {"type": "function", "function": {"name": "fly"}}})),
+            chat(json!({"tools": tools(), "tool_choice": "sometimes"})),
             "tool_choice",
         ),
-        ("/v1/chat/completions", chat(json!({"tool_choice": "required"})), "tool_choice"),
         (
             "/v1/chat/completions",
-            chat(json!({"tools": tools(), "tool_choice": "required", "response_format": {"type": "json_object"}})),
+            chat(
+                json!({"tools": tools(), "tool_choice": {"type": "function", "function": {"name": "fly"}}}),
+            ),
+            "tool_choice",
+        ),
+        (
+            "/v1/chat/completions",
+            chat(json!({"tool_choice": "required"})),
+            "tool_choice",
+        ),
+        (
+            "/v1/chat/completions",
+            chat(
+                json!({"tools": tools(), "tool_choice": "required", "response_format": {"type": "json_object"}}),
+            ),
             "tool_choice",
         ),
         (
@@ -333,9 +376,21 @@ async fn bad_tools_and_tool_choices_are_400s_naming_the_field() {
             chat(json!({"tools": unresolvable, "tool_choice": "required"})),
             "tools",
         ),
-        ("/v1/chat/completions", chat(json!({"parallel_tool_calls": "yes"})), "parallel_tool_calls"),
-        ("/v1/chat/completions", chat(json!({"functions": [{"name": "f"}]})), "functions"),
-        ("/v1/completions", json!({"prompt": "Hi", "tools": tools()}), "tools"),
+        (
+            "/v1/chat/completions",
+            chat(json!({"parallel_tool_calls": "yes"})),
+            "parallel_tool_calls",
+        ),
+        (
+            "/v1/chat/completions",
+            chat(json!({"functions": [{"name": "f"}]})),
+            "functions",
+        ),
+        (
+            "/v1/completions",
+            json!({"prompt": "Hi", "tools": tools()}),
+            "tools",
+        ),
         (
             "/v1/chat/completions",
             chat(json!({"messages": [{"role": "user", "content": "x", "tool_call_id": "call_1"}]})),
@@ -348,7 +403,6 @@ async fn bad_tools_and_tool_choices_are_400s_naming_the_field() {
         assert_eq!(reply["error"]["param"], param, "{body}: {reply}");
     }
 }
-
 
 /// SmolLM2 does not call tools of its own accord, so these replies are written by a regex
 /// constraint (allowed alongside `tool_choice: "auto"`) and only the parsing is under test.
@@ -365,20 +419,32 @@ const BARE_REPLY: &str = r#"\{"name": "get_time", "parameters": \{"timezone": "U
 
 #[tokio::test]
 async fn under_the_default_auto_parser_tagged_and_bare_calls_are_split_from_the_reply() {
-    for (regex, content) in [(TAGGED_REPLY, json!("Checking. ")), (BARE_REPLY, Value::Null)] {
+    for (regex, content) in [
+        (TAGGED_REPLY, json!("Checking. ")),
+        (BARE_REPLY, Value::Null),
+    ] {
         let (status, reply) = post_json("/v1/chat/completions", scripted_reply(regex, false)).await;
         assert_eq!(status, 200, "{reply}");
         let choice = &reply["choices"][0];
         assert_eq!(choice["message"]["content"], content, "{reply}");
         let calls = choice["message"]["tool_calls"].as_array().unwrap();
         assert_eq!(calls.len(), 1, "{reply}");
-        assert_eq!(checked_call(&calls[0]), ("get_time".into(), json!({"timezone": "UTC"})));
+        assert_eq!(
+            checked_call(&calls[0]),
+            ("get_time".into(), json!({"timezone": "UTC"}))
+        );
         assert_eq!(choice["finish_reason"], "tool_calls");
 
         let chunks = post_stream("/v1/chat/completions", scripted_reply(regex, true)).await;
         assert_eq!(without_ids(&reassembled_calls(&chunks)), without_ids(calls));
-        assert_eq!(streamed_text(&chunks, 0), content.as_str().unwrap_or_default());
-        assert_eq!(streamed_finish_reason(&chunks, 0).as_deref(), Some("tool_calls"));
+        assert_eq!(
+            streamed_text(&chunks, 0),
+            content.as_str().unwrap_or_default()
+        );
+        assert_eq!(
+            streamed_finish_reason(&chunks, 0).as_deref(),
+            Some("tool_calls")
+        );
     }
 }
 
@@ -405,9 +471,14 @@ async fn the_llama3_json_parser_reads_bare_calls_and_leaves_tags_as_text() {
     let tagged: Value = ask(TAGGED_REPLY).await.unwrap().json().await.unwrap();
     let message = &tagged["choices"][0]["message"];
     assert!(message.get("tool_calls").is_none(), "{tagged}");
-    assert!(message["content"].as_str().unwrap().contains("<tool_call>"), "{tagged}");
+    assert!(
+        message["content"].as_str().unwrap().contains("<tool_call>"),
+        "{tagged}"
+    );
     assert_eq!(tagged["choices"][0]["finish_reason"], "stop");
     let bare: Value = ask(BARE_REPLY).await.unwrap().json().await.unwrap();
-    let calls = bare["choices"][0]["message"]["tool_calls"].as_array().unwrap();
+    let calls = bare["choices"][0]["message"]["tool_calls"]
+        .as_array()
+        .unwrap();
     assert_eq!(checked_call(&calls[0]).0, "get_time", "{bare}");
 }
