@@ -528,4 +528,63 @@ mod tests {
         assert_eq!(logprobs["tokens"][1], "8");
         assert_eq!(logprobs["text_offset"], json!([0, 1]));
     }
+
+    fn weather_call() -> ToolCall {
+        ToolCall {
+            index: 0,
+            id: "call_1".into(),
+            name: "get_weather".into(),
+            arguments: r#"{"city":"Paris"}"#.into(),
+        }
+    }
+
+    #[test]
+    fn a_streamed_call_opens_with_its_name_then_carries_its_arguments() {
+        let reply = ReplyBuilder::new(Endpoint::Chat, "m".into(), None, None);
+        let delta = ChoiceDelta {
+            text: "Sure. ".into(),
+            tool_calls: vec![weather_call()],
+            finish_reason: Some("tool_calls"),
+            ..Default::default()
+        };
+        let chunks = reply.chunks(0, &delta, true, 0);
+        let deltas: Vec<&Value> = chunks.iter().map(|c| &c["choices"][0]["delta"]).collect();
+        assert_eq!(chunks.len(), 3);
+        assert_eq!(
+            *deltas[0],
+            json!({"role": "assistant", "content": "Sure. "})
+        );
+        assert_eq!(
+            deltas[1]["tool_calls"],
+            json!([{"index": 0, "id": "call_1", "type": "function",
+                    "function": {"name": "get_weather", "arguments": ""}}])
+        );
+        assert_eq!(
+            deltas[2]["tool_calls"],
+            json!([{"index": 0, "function": {"arguments": r#"{"city":"Paris"}"#}}])
+        );
+        let reasons: Vec<&Value> = chunks
+            .iter()
+            .map(|c| &c["choices"][0]["finish_reason"])
+            .collect();
+        assert_eq!(reasons, [&Value::Null, &Value::Null, &json!("tool_calls")]);
+    }
+
+    #[test]
+    fn a_reply_of_calls_alone_has_null_content() {
+        let reply = ReplyBuilder::new(Endpoint::Chat, "m".into(), None, None);
+        let choice = ChoiceTotal {
+            tool_calls: vec![weather_call()],
+            finish_reason: Some("tool_calls"),
+            ..Default::default()
+        };
+        let body = reply.full(&[choice], Usage::default());
+        let message = &body["choices"][0]["message"];
+        assert_eq!(message["content"], Value::Null);
+        assert_eq!(message["tool_calls"][0]["function"]["name"], "get_weather");
+        assert_eq!(message["tool_calls"][0]["id"], "call_1");
+        let plain = reply.full(&[ChoiceTotal::default()], Usage::default());
+        assert_eq!(plain["choices"][0]["message"]["content"], "");
+        assert!(plain["choices"][0]["message"].get("tool_calls").is_none());
+    }
 }
