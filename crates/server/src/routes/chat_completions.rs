@@ -8,7 +8,7 @@ use serde_json::{Map, Value};
 
 use crate::api_error::ApiError;
 use crate::app_state::AppState;
-use crate::chat_template::{ChatMessage, ChatTemplateError};
+use crate::chat_template::{ChatMessage, ChatTemplate, ChatTemplateError};
 use crate::field_policy::check_fields;
 use crate::generation_request::{chat_messages, GenerationRequest};
 use crate::json_body::JsonBody;
@@ -58,7 +58,7 @@ pub async fn chat_completions(
 
 /// How the reply's calls are read: a forced choice is held to the Hermes grammar (so read as
 /// Hermes), `auto` is read with the server's `--tool-call-parser`.
-fn plan_tool_calls(
+pub fn plan_tool_calls(
     plan: &mut RequestPlan,
     tools: &ToolRequest,
     server_parser: ToolCallParserKind,
@@ -93,12 +93,24 @@ pub struct ChatPrompt<'a> {
 }
 
 impl ChatPrompt<'_> {
-    /// Renders and tokenizes. A template that reads `tools` gets them and the tool turns as
-    /// they are; for any other, `ToolPrompt` writes them into the messages as text.
+    /// Renders and tokenizes. The template already wrote any BOS it wants, so the tokenizer
+    /// adds no special tokens of its own.
     pub fn token_ids(&self, state: &AppState) -> Result<Vec<u32>, ApiError> {
         let template = state.chat_template.as_ref().ok_or_else(|| {
             ApiError::bad_request("this model has no chat template; use /v1/completions")
         })?;
+        let text = self.render(template)?;
+        state.tokenizer()?.encode(&text, false).map_err(|e| {
+            ApiError::bad_param(
+                "messages",
+                format!("the conversation could not be tokenized: {e}"),
+            )
+        })
+    }
+
+    /// The prompt text. A template that reads `tools` gets them and the tool turns as they
+    /// are; for any other, `ToolPrompt` writes them into the messages as text.
+    pub fn render(&self, template: &ChatTemplate) -> Result<String, ApiError> {
         let offered = self.tools.map(|t| t.tools.as_slice()).unwrap_or_default();
         let rendered = if template.renders_tools() {
             let tools = (!offered.is_empty()).then(|| template_tools(offered));
@@ -112,15 +124,9 @@ impl ChatPrompt<'_> {
             let messages = ToolPrompt::new(offered).apply(self.messages.to_vec());
             template.render_with(&messages, self.add_generation_prompt, self.kwargs)
         };
-        let text = rendered.map_err(|error| match error {
+        rendered.map_err(|error| match error {
             ChatTemplateError::Raised(why) => ApiError::bad_param("messages", why),
             other => ApiError::internal(other.to_string()),
-        })?;
-        state.tokenizer()?.encode(&text, false).map_err(|e| {
-            ApiError::bad_param(
-                "messages",
-                format!("the conversation could not be tokenized: {e}"),
-            )
         })
     }
 }
