@@ -426,4 +426,16 @@ mod tests {
         assert_eq!(split.calls.len(), 1);
         assert_eq!(split.calls[0].name, "f");
     }
+
+    #[test]
+    fn the_flag_takes_vllm_s_parser_names() {
+        for (name, kind) in [
+            ("hermes", ToolCallParserKind::Hermes),
+            ("llama3_json", ToolCallParserKind::Llama3Json),
+            ("auto", ToolCallParserKind::Auto),
+        ] {
+            assert_eq!(ToolCallParserKind::from_str(name, false), Ok(kind));
+        }
+        assert_eq!(ToolCallParserKind::default(), ToolCallParserKind::Auto);
+    }
 }
