@@ -1,6 +1,6 @@
 //! A request body as sent to `/v1/completions` or `/v1/chat/completions` (the first byte picks
 //! which) through every check the route makes before queueing: JSON depth, parsing, field
-//! policy, prompt shapes, request limits, tokenizing (and the chat template), then
+//! policy, prompt shapes, tools, request limits, tokenizing (and the chat template), then
 //! `RequestPlan::new`. Bad input must come back as a 4xx `ApiError`, never a panic; a plan that
 //! is accepted must be one the engine accepts too.
 #![no_main]
@@ -8,7 +8,6 @@
 use libfuzzer_sys::fuzz_target;
 use tokenmill_fuzz::{engine_limits, text_side};
 use tokenmill_server::api_error::ApiError;
-use tokenmill_server::chat_template::ChatTemplateError;
 use tokenmill_server::field_policy::check_fields;
 use tokenmill_server::generation_request::{
     chat_messages, prompt_inputs, GenerationRequest, PromptInput,
@@ -16,6 +15,9 @@ use tokenmill_server::generation_request::{
 use tokenmill_server::json_body::parse_json;
 use tokenmill_server::request_limits::RequestLimits;
 use tokenmill_server::request_plan::{Endpoint, RequestPlan};
+use tokenmill_server::routes::chat_completions::{plan_tool_calls, ChatPrompt};
+use tokenmill_server::tool_call_parser::ToolCallParserKind;
+use tokenmill_server::tool_request::ToolRequest;
 
 fuzz_target!(|data: &[u8]| {
     let Some((&which, body)) = data.split_first() else {
@@ -59,6 +61,7 @@ fn plan(endpoint: Endpoint, bytes: &[u8]) -> Result<RequestPlan, ApiError> {
             .encode(text_in, add_special)
             .map_err(|e| ApiError::bad_param(param, e.to_string()))
     };
+    let mut tools = None;
     let prompts = match endpoint {
         Endpoint::Completions => {
             let inputs = prompt_inputs(body.prompt.as_ref())?;
@@ -73,21 +76,22 @@ fn plan(endpoint: Endpoint, bytes: &[u8]) -> Result<RequestPlan, ApiError> {
         }
         Endpoint::Chat => {
             let messages = chat_messages(body.messages.as_deref())?;
+            tools = ToolRequest::from_request(&body)?;
             limits.check(&body, 1)?;
             let kwargs = body.chat_template_kwargs.clone().unwrap_or_default();
-            let rendered = text
-                .chat_template
-                .render_with(
-                    &messages,
-                    body.add_generation_prompt.unwrap_or(true),
-                    &kwargs,
-                )
-                .map_err(|error| match error {
-                    ChatTemplateError::Raised(why) => ApiError::bad_param("messages", why),
-                    other => ApiError::internal(other.to_string()),
-                })?;
+            let prompt = ChatPrompt {
+                messages: &messages,
+                add_generation_prompt: body.add_generation_prompt.unwrap_or(true),
+                kwargs: &kwargs,
+                tools: tools.as_ref(),
+            };
+            let rendered = prompt.render(&text.chat_template)?;
             vec![tokenize(&rendered, false, "messages")?]
         }
     };
-    RequestPlan::new(&body, endpoint, prompts, &engine_limits(), &limits)
+    let mut plan = RequestPlan::new(&body, endpoint, prompts, &engine_limits(), &limits)?;
+    if let Some(tools) = &tools {
+        plan_tool_calls(&mut plan, tools, ToolCallParserKind::Auto)?;
+    }
+    Ok(plan)
 }

@@ -25,6 +25,7 @@ use crate::model_loader::{self, LoadedModel};
 use crate::reasoning_parser::ReasoningParserKind;
 use crate::request_limits::RequestLimits;
 use crate::routes;
+use crate::tool_call_parser::ToolCallParserKind;
 
 /// How long stopping the async runtime waits for blocking tasks still running.
 const RUNTIME_EXIT_WAIT: Duration = Duration::from_millis(500);
@@ -58,6 +59,11 @@ pub struct ServeArgs {
     /// flag of the same name does.
     #[arg(long, value_enum)]
     pub reasoning_parser: Option<ReasoningParserKind>,
+    /// How tool calls are read from chat replies to requests with `tools`: `hermes`
+    /// (`<tool_call>{json}</tool_call>` blocks), `llama3_json` (a reply that is a bare JSON
+    /// call), or `auto` (both).
+    #[arg(long, value_enum, default_value_t = ToolCallParserKind::Auto)]
+    pub tool_call_parser: ToolCallParserKind,
     #[command(flatten)]
     pub request_limits: RequestLimits,
 }
@@ -71,6 +77,7 @@ pub struct ServerOptions {
     pub header_read_timeout: Duration,
     pub request_limits: RequestLimits,
     pub reasoning_parser: Option<ReasoningParserKind>,
+    pub tool_call_parser: ToolCallParserKind,
 }
 
 impl Default for ServerOptions {
@@ -82,6 +89,7 @@ impl Default for ServerOptions {
             header_read_timeout: Duration::from_secs(10),
             request_limits: RequestLimits::default(),
             reasoning_parser: None,
+            tool_call_parser: ToolCallParserKind::Auto,
         }
     }
 }
@@ -95,6 +103,7 @@ impl ServeArgs {
             header_read_timeout: Duration::from_secs(self.header_read_timeout),
             request_limits: self.request_limits.clone(),
             reasoning_parser: self.reasoning_parser,
+            tool_call_parser: self.tool_call_parser,
         }
     }
 }
@@ -114,6 +123,7 @@ pub fn app_state(model: LoadedModel, options: &ServerOptions) -> Arc<AppState> {
         root: model.name,
         api_key: options.api_key.clone(),
         reasoning_parser: options.reasoning_parser,
+        tool_call_parser: options.tool_call_parser,
         limits: options.request_limits.clone(),
         created: SystemTime::now()
             .duration_since(UNIX_EPOCH)

@@ -15,6 +15,7 @@ use crate::reasoning_parser::ReasoningParserKind;
 use crate::request_limits::RequestLimits;
 use crate::structured_output::StructuredOutput;
 use crate::tokenizer::Tokenizer;
+use crate::tool_call_parser::ToolCallParserKind;
 
 pub struct AppState {
     pub handle: EngineHandle,
@@ -27,6 +28,8 @@ pub struct AppState {
     pub api_key: Option<String>,
     /// `--reasoning-parser`: chat replies split reasoning into `reasoning_content`.
     pub reasoning_parser: Option<ReasoningParserKind>,
+    /// `--tool-call-parser`: how calls are read from replies to requests with tools.
+    pub tool_call_parser: ToolCallParserKind,
     /// How much work one request may ask for.
     pub limits: RequestLimits,
     pub metrics: Arc<Metrics>,

@@ -11,11 +11,19 @@ const TEMPLATE_NAME: &str = "chat_template";
 /// Marks errors that the template raised on purpose, so they can be told apart from template bugs.
 const RAISED_PREFIX: &str = "raise_exception: ";
 
-/// One turn of a conversation.
+/// One turn of a conversation. The tool fields are left out of the template's view when
+/// absent, so templates testing `message.tool_calls is defined` see what Hugging Face gives them.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChatMessage {
     pub role: String,
     pub content: String,
+    /// An assistant turn's calls, each `{"id", "type": "function", "function": {"name",
+    /// "arguments"}}` with `arguments` as a JSON object (Hugging Face templates apply `tojson`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<serde_json::Value>>,
+    /// A `tool` turn: the call it answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
 }
 
 impl ChatMessage {
@@ -23,6 +31,8 @@ impl ChatMessage {
         Self {
             role: role.into(),
             content: content.into(),
+            tool_calls: None,
+            tool_call_id: None,
         }
     }
 }
@@ -44,6 +54,8 @@ pub struct ChatTemplate {
     env: Environment<'static>,
     bos_token: String,
     eos_token: String,
+    /// The source reads a `tools` variable; one that does not would drop the tools unseen.
+    renders_tools: bool,
 }
 
 impl std::fmt::Debug for ChatTemplate {
@@ -62,14 +74,23 @@ impl ChatTemplate {
         bos_token: impl Into<String>,
         eos_token: impl Into<String>,
     ) -> Result<Self> {
+        let source = source.into();
+        let renders_tools = source.contains("tools");
         let mut env = hf_compatible_environment();
-        env.add_template_owned(TEMPLATE_NAME, source.into())
+        env.add_template_owned(TEMPLATE_NAME, source)
             .map_err(|e| ChatTemplateError::Syntax(describe(&e)))?;
         Ok(Self {
             env,
             bos_token: bos_token.into(),
             eos_token: eos_token.into(),
+            renders_tools,
         })
+    }
+
+    /// Whether the template shows the model `tools` (and so, presumably, knows how to render
+    /// `tool_calls` and `tool` turns); if not, the server describes them in text itself.
+    pub fn renders_tools(&self) -> bool {
+        self.renders_tools
     }
 
     /// Compiles `source`, taking the BOS/EOS texts from the tokenizer (empty when it has none).
@@ -97,6 +118,18 @@ impl ChatTemplate {
         add_generation_prompt: bool,
         kwargs: &serde_json::Map<String, serde_json::Value>,
     ) -> Result<String> {
+        self.render_with_tools(messages, add_generation_prompt, kwargs, None)
+    }
+
+    /// [`render_with`](Self::render_with) with the request's tools, given to the template as
+    /// `tools` (a list of OpenAI tool objects, `none` without tools), as Hugging Face does.
+    pub fn render_with_tools(
+        &self,
+        messages: &[ChatMessage],
+        add_generation_prompt: bool,
+        kwargs: &serde_json::Map<String, serde_json::Value>,
+        tools: Option<&[serde_json::Value]>,
+    ) -> Result<String> {
         let template = self
             .env
             .get_template(TEMPLATE_NAME)
@@ -106,6 +139,7 @@ impl ChatTemplate {
             add_generation_prompt => add_generation_prompt,
             bos_token => &self.bos_token,
             eos_token => &self.eos_token,
+            tools => tools,
         };
         // The last map holding a key wins, so the server's variables stay the server's.
         let variables = merge_maps([Value::from_serialize(kwargs), own]);

@@ -16,6 +16,7 @@ use crate::detokenizer::IncrementalDetokenizer;
 use crate::metrics::{FinishedRequest, Metrics};
 use crate::reasoning_parser::{ReasoningParser, ReasoningParserKind};
 use crate::tokenizer::Tokenizer;
+use crate::tool_call_parser::{ToolCall, ToolCallParser};
 
 /// How many prompt tokens the detokenizer sees as context, so the first generated word
 /// decodes with the spacing it has after the prompt.
@@ -28,10 +29,12 @@ pub struct ChoiceDelta {
     pub text: String,
     /// Reasoning split off the text by the server's `--reasoning-parser` (chat only).
     pub reasoning: String,
+    /// Tool calls completed in this delta (chat requests with tools).
+    pub tool_calls: Vec<ToolCall>,
     pub tokens: Vec<SampledToken>,
     /// Scores of prompt tokens from the second on, when the request asked for them.
     pub prompt_logprobs: Vec<SampledToken>,
-    /// `stop`, `length` or `abort`, on the last delta only.
+    /// `stop`, `tool_calls`, `length` or `abort`, on the last delta only.
     pub finish_reason: Option<&'static str>,
 }
 
@@ -53,6 +56,8 @@ pub struct ChoiceSetup {
     pub skip_special_tokens: bool,
     /// How reasoning is marked in this choice's text, when it is to be split off.
     pub reasoning: Option<ReasoningParserKind>,
+    /// Splits tool calls from the content, when the request offered tools.
+    pub tool_calls: Option<ToolCallParser>,
     /// Becomes `true` when the server ends every open reply (shutdown).
     pub closing: watch::Receiver<bool>,
 }
@@ -63,6 +68,7 @@ pub struct ChoiceRun {
     events: UnboundedReceiver<RequestEvent>,
     decoder: TextDecoder,
     reasoning: Option<ReasoningParser>,
+    tool_calls: Option<ToolCallParser>,
     metrics: Arc<Metrics>,
     prompt_tokens: usize,
     completion_tokens: usize,
@@ -86,6 +92,7 @@ impl ChoiceRun {
             events,
             decoder,
             reasoning: setup.reasoning.map(ReasoningParser::new),
+            tool_calls: setup.tool_calls,
             metrics: setup.metrics,
             prompt_tokens: setup.prompt.len(),
             completion_tokens: 0,
@@ -103,8 +110,33 @@ impl ChoiceRun {
     }
 
     /// Waits until there is text to show or the choice ends; `None` after the end. With a
-    /// reasoning parser, the text is split into reasoning and content.
+    /// reasoning parser, the text is split into reasoning and content; with a tool-call
+    /// parser, calls are split from the content. Text a parser holds back does not count as
+    /// something to show: its tokens ride along with the next delta that shows something.
     pub async fn next_delta(&mut self) -> Option<ChoiceDelta> {
+        let mut waiting: Option<ChoiceDelta> = None;
+        loop {
+            let mut delta = self.next_split_delta().await?;
+            if let Some(earlier) = waiting.take() {
+                let mut tokens = earlier.tokens;
+                tokens.append(&mut delta.tokens);
+                delta.tokens = tokens;
+                let mut scored = earlier.prompt_logprobs;
+                scored.append(&mut delta.prompt_logprobs);
+                delta.prompt_logprobs = scored;
+            }
+            let shows = !delta.text.is_empty()
+                || !delta.reasoning.is_empty()
+                || !delta.tool_calls.is_empty()
+                || delta.finish_reason.is_some();
+            if shows {
+                return Some(delta);
+            }
+            waiting = Some(delta);
+        }
+    }
+
+    async fn next_split_delta(&mut self) -> Option<ChoiceDelta> {
         let mut delta = self.next_text_delta().await?;
         if let Some(parser) = &mut self.reasoning {
             let mut split = parser.push(&delta.text);
@@ -115,6 +147,21 @@ impl ChoiceRun {
             }
             delta.text = split.content;
             delta.reasoning = split.reasoning;
+        }
+        if let Some(parser) = &mut self.tool_calls {
+            let mut split = parser.push(&delta.text);
+            if delta.finish_reason.is_some() {
+                let rest = parser.finish();
+                split.content.push_str(&rest.content);
+                split.calls.extend(rest.calls);
+            }
+            delta.text = split.content;
+            delta.tool_calls = split.calls;
+            // OpenAI's reason for a reply that ended to let its calls run; a reply cut by
+            // `max_tokens` still says `length`.
+            if delta.finish_reason == Some("stop") && parser.calls() > 0 {
+                delta.finish_reason = Some("tool_calls");
+            }
         }
         Some(delta)
     }

@@ -1,7 +1,7 @@
 //! `FieldPolicy`: what the server does with each field of a generation request that it does not
 //! implement — accept it because it cannot change the output, or refuse it by name.
 //!
-//! A field an agent relies on (`tools`) that is accepted and dropped makes it
+//! A field an agent relies on (`functions`) that is accepted and dropped makes it
 //! believe it holds a contract it does not: every such field is refused with a 400 naming it,
 //! and so is any field this server has never heard of. `docs/api.md` lists the same fields; a
 //! test holds the two together.
@@ -26,25 +26,16 @@ pub enum FieldPolicy {
 }
 
 /// Fields OpenAI clients send that change nothing here: bookkeeping for the caller's own records
-/// (`user`, `metadata`, `store`), a latency tier, and a tool-call setting without tools.
-pub const NO_EFFECT_FIELDS: [&str; 5] = [
-    "user",
-    "metadata",
-    "store",
-    "service_tier",
-    "parallel_tool_calls",
-];
+/// (`user`, `metadata`, `store`) and a latency tier.
+pub const NO_EFFECT_FIELDS: [&str; 4] = ["user", "metadata", "store", "service_tier"];
 
-const TOOLS: &str = "tool calling is not supported yet";
+/// OpenAI's pre-`tools` spelling of function calling: refused rather than translated, since
+/// clients that still send it are expected to read `function_call` back, a shape not produced.
+const LEGACY_FUNCTIONS: &str =
+    "`functions` and `function_call` are deprecated; use `tools` and `tool_choice`";
 
 fn never(_: &Value) -> bool {
     false
-}
-fn is_empty_list(value: &Value) -> bool {
-    value.as_array().is_some_and(Vec::is_empty)
-}
-fn is_none_choice(value: &Value) -> bool {
-    value == "none"
 }
 fn is_one(value: &Value) -> bool {
     value.as_u64() == Some(1)
@@ -54,11 +45,9 @@ fn is_text_modality(value: &Value) -> bool {
 }
 
 /// Fields known from OpenAI's or vLLM's API that this server refuses, with the reason a user sees.
-pub const REFUSED_FIELDS: [(&str, FieldPolicy); 10] = [
-    ("tools", refused(TOOLS, is_empty_list)),
-    ("tool_choice", refused(TOOLS, is_none_choice)),
-    ("functions", refused(TOOLS, never)),
-    ("function_call", refused(TOOLS, never)),
+pub const REFUSED_FIELDS: [(&str, FieldPolicy); 8] = [
+    ("functions", refused(LEGACY_FUNCTIONS, never)),
+    ("function_call", refused(LEGACY_FUNCTIONS, never)),
     (
         "best_of",
         refused("`best_of` above 1 is not supported; use `n`", is_one),
@@ -140,6 +129,9 @@ fn check_endpoint_fields(body: &GenerationRequest, endpoint: Endpoint) -> Result
         ),
         ("top_logprobs", body.top_logprobs.is_some()),
         ("chat_template_kwargs", body.chat_template_kwargs.is_some()),
+        ("tools", body.tools.is_some()),
+        ("tool_choice", body.tool_choice.is_some()),
+        ("parallel_tool_calls", body.parallel_tool_calls.is_some()),
     ];
     let (foreign, home) = match endpoint {
         Endpoint::Completions => (chat_only.as_slice(), "/v1/chat/completions"),
@@ -166,8 +158,8 @@ mod tests {
     #[test]
     fn unsupported_and_unknown_fields_are_refused_by_name() {
         for (field, value) in [
-            ("tools", json!([{"type": "function"}])),
-            ("tool_choice", json!("required")),
+            ("functions", json!([{"name": "f"}])),
+            ("function_call", json!("auto")),
             ("cache_prompt", json!(true)),
             ("best_of", json!(3)),
         ] {
@@ -183,8 +175,7 @@ mod tests {
     fn harmless_fields_and_off_values_are_accepted() {
         let body = json!({
             "messages": [], "user": "u", "store": false, "metadata": {"a": "b"},
-            "tools": [], "tool_choice": "none",
-            "best_of": 1, "functions": null, "parallel_tool_calls": true,
+            "best_of": 1, "functions": null, "service_tier": "auto",
         });
         check(body, Endpoint::Chat).unwrap();
     }
@@ -195,6 +186,8 @@ mod tests {
         assert_eq!(error.param.as_deref(), Some("prompt"));
         let error = check(json!({"top_logprobs": 2}), Endpoint::Completions).unwrap_err();
         assert_eq!(error.param.as_deref(), Some("top_logprobs"));
+        let error = check(json!({"tools": []}), Endpoint::Completions).unwrap_err();
+        assert_eq!(error.param.as_deref(), Some("tools"));
     }
 
     #[test]

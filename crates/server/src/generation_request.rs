@@ -62,6 +62,12 @@ pub struct GenerationRequest {
     pub guided_regex: Option<Value>,
     pub guided_choice: Option<Value>,
     pub guided_grammar: Option<Value>,
+    /// Chat: functions the model may call, checked by `ToolRequest`.
+    pub tools: Option<Value>,
+    /// Chat: `none`, `auto`, `required` or one named function.
+    pub tool_choice: Option<Value>,
+    /// Chat: whether one reply may hold several tool calls (default true).
+    pub parallel_tool_calls: Option<bool>,
     /// Every field not named above, for `field_policy::check_fields` to accept or refuse.
     #[serde(flatten)]
     pub other: BTreeMap<String, Value>,
@@ -73,13 +79,17 @@ pub struct StreamOptions {
     pub include_usage: Option<bool>,
 }
 
-/// Unknown message fields (`tool_calls`, `name`) are refused: the template would never see them.
+/// Unknown message fields (`name`) are refused: the template would never see them.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct MessageIn {
     pub role: String,
     #[serde(default)]
     pub content: Value,
+    /// An assistant turn's tool calls (its `content` may then be null).
+    pub tool_calls: Option<Vec<Value>>,
+    /// A `tool` turn: the id of the call it answers.
+    pub tool_call_id: Option<String>,
 }
 
 /// What a completion request's `prompt` holds, before tokenization.
@@ -176,9 +186,65 @@ pub fn chat_messages(messages: Option<&[MessageIn]>) -> Result<Vec<ChatMessage>,
             })?;
             let content = message_text(&message.content)
                 .map_err(|why| ApiError::bad_param(format!("messages[{i}].content"), why))?;
-            Ok(ChatMessage::new(role, content))
+            let mut turn = ChatMessage::new(role, content);
+            if let Some(calls) = &message.tool_calls {
+                let param = format!("messages[{i}].tool_calls");
+                if role != "assistant" {
+                    return Err(ApiError::bad_param(
+                        param,
+                        "only assistant messages carry `tool_calls`",
+                    ));
+                }
+                let calls = calls
+                    .iter()
+                    .enumerate()
+                    .map(|(j, call)| {
+                        template_tool_call(call)
+                            .map_err(|why| ApiError::bad_param(format!("{param}[{j}]"), why))
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                turn.tool_calls = Some(calls);
+            }
+            if let Some(id) = &message.tool_call_id {
+                if role != "tool" {
+                    return Err(ApiError::bad_param(
+                        format!("messages[{i}].tool_call_id"),
+                        "only tool messages carry `tool_call_id`",
+                    ));
+                }
+                turn.tool_call_id = Some(id.clone());
+            }
+            Ok(turn)
         })
         .collect()
+}
+
+/// A call as Hugging Face templates read it: `arguments` as a JSON object, not the JSON text
+/// OpenAI sends, since templates write it with `tojson` (text would come out quoted twice).
+/// Arguments that are not valid JSON stay text: the conversation is the caller's record.
+fn template_tool_call(call: &Value) -> Result<Value, String> {
+    let function = call
+        .get("function")
+        .and_then(Value::as_object)
+        .ok_or("a tool call needs a `function` object")?;
+    let name = function
+        .get("name")
+        .and_then(Value::as_str)
+        .ok_or("a tool call's function needs a string `name`")?;
+    let arguments = match function.get("arguments") {
+        None | Some(Value::Null) => Value::Object(Default::default()),
+        Some(Value::String(text)) => {
+            serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.clone()))
+        }
+        Some(object @ Value::Object(_)) => object.clone(),
+        Some(_) => return Err("`arguments` must be a JSON string".to_owned()),
+    };
+    let id = call.get("id").and_then(Value::as_str).unwrap_or_default();
+    Ok(serde_json::json!({
+        "id": id,
+        "type": "function",
+        "function": {"name": name, "arguments": arguments},
+    }))
 }
 
 fn message_text(content: &Value) -> Result<String, String> {
@@ -271,6 +337,39 @@ mod tests {
             Some("messages[0].role")
         );
         assert!(chat_messages(Some(&[])).is_err());
+    }
+
+    #[test]
+    fn assistant_tool_calls_reach_the_template_with_arguments_as_objects() {
+        let messages: Vec<MessageIn> = serde_json::from_value(json!([
+            {"role": "assistant", "content": null, "tool_calls": [
+                {"id": "call_1", "type": "function",
+                 "function": {"name": "f", "arguments": "{\"a\": 1}"}}
+            ]},
+            {"role": "tool", "tool_call_id": "call_1", "content": "3"},
+        ]))
+        .unwrap();
+        let turns = chat_messages(Some(&messages)).unwrap();
+        let calls = turns[0].tool_calls.as_ref().unwrap();
+        assert_eq!(calls[0]["function"]["arguments"], json!({"a": 1}));
+        assert_eq!(turns[0].content, "");
+        assert_eq!(turns[1].tool_call_id.as_deref(), Some("call_1"));
+    }
+
+    #[test]
+    fn tool_fields_on_the_wrong_role_are_refused_by_field() {
+        let misplaced: Vec<MessageIn> = serde_json::from_value(json!([
+            {"role": "user", "content": "x", "tool_calls": []}
+        ]))
+        .unwrap();
+        let error = chat_messages(Some(&misplaced)).unwrap_err();
+        assert_eq!(error.param.as_deref(), Some("messages[0].tool_calls"));
+        let nameless: Vec<MessageIn> = serde_json::from_value(json!([
+            {"role": "assistant", "tool_calls": [{"function": {}}]}
+        ]))
+        .unwrap();
+        let error = chat_messages(Some(&nameless)).unwrap_err();
+        assert_eq!(error.param.as_deref(), Some("messages[0].tool_calls[0]"));
     }
 
     #[test]

@@ -23,3 +23,7 @@ pub mod reply_builder;
 pub mod request_limits;
 pub mod request_plan;
 pub mod routes;
+pub mod tool_call_parser;
+pub mod tool_grammar;
+pub mod tool_prompt;
+pub mod tool_request;

@@ -11,6 +11,7 @@ use tokenmill_engine::sampler::SampledToken;
 use crate::choice_run::ChoiceDelta;
 use crate::request_plan::Endpoint;
 use crate::tokenizer::Tokenizer;
+use crate::tool_call_parser::ToolCall;
 
 /// JSON has no -inf; a token the model ruled out gets this instead (as vLLM does).
 const LOWEST_LOGPROB: f32 = -9999.0;
@@ -20,6 +21,7 @@ const LOWEST_LOGPROB: f32 = -9999.0;
 pub struct ChoiceTotal {
     pub text: String,
     pub reasoning: String,
+    pub tool_calls: Vec<ToolCall>,
     pub tokens: Vec<SampledToken>,
     pub prompt_logprobs: Vec<SampledToken>,
     pub finish_reason: Option<&'static str>,
@@ -29,6 +31,7 @@ impl ChoiceTotal {
     pub fn absorb(&mut self, delta: ChoiceDelta) {
         self.text.push_str(&delta.text);
         self.reasoning.push_str(&delta.reasoning);
+        self.tool_calls.extend(delta.tool_calls);
         self.prompt_logprobs.extend(delta.prompt_logprobs);
         self.tokens.extend(delta.tokens);
         self.finish_reason = delta.finish_reason.or(self.finish_reason);
@@ -146,6 +149,13 @@ impl ReplyBuilder {
 
     fn full_chat(&self, index: usize, c: &ChoiceTotal) -> Value {
         let mut message = json!({"role": "assistant", "content": c.text});
+        if !c.tool_calls.is_empty() {
+            message["tool_calls"] = c.tool_calls.iter().map(whole_call).collect();
+            // OpenAI's shape: a reply of calls alone has `content: null`.
+            if c.text.is_empty() {
+                message["content"] = Value::Null;
+            }
+        }
         if self.reasoning {
             // vLLM's shape: `null` when the reply held no reasoning.
             message["reasoning_content"] =
@@ -225,6 +235,72 @@ impl ReplyBuilder {
             Value::Object(map)
         });
         Value::Array(std::iter::once(Value::Null).chain(positions).collect())
+    }
+
+    /// The stream chunks of one delta: the text (and reasoning) chunk, then per completed
+    /// tool call two chunks as OpenAI streams them: one opening the call (`index`, `id`,
+    /// `type`, the name, empty `arguments`), one carrying its arguments. The role rides on
+    /// the first chunk, logprobs too, and the finish reason on the last.
+    pub fn chunks(
+        &self,
+        index: usize,
+        delta: &ChoiceDelta,
+        first: bool,
+        text_offset: usize,
+    ) -> Vec<Value> {
+        if delta.tool_calls.is_empty() {
+            return vec![self.chunk(index, delta, first, text_offset)];
+        }
+        let mut deltas = Vec::new();
+        if !delta.text.is_empty() || !delta.reasoning.is_empty() {
+            let mut message = Map::new();
+            if !delta.reasoning.is_empty() {
+                message.insert("reasoning_content".into(), delta.reasoning.clone().into());
+            }
+            if !delta.text.is_empty() {
+                message.insert("content".into(), delta.text.clone().into());
+            }
+            deltas.push(message);
+        }
+        for call in &delta.tool_calls {
+            let opening = json!([{
+                "index": call.index,
+                "id": call.id,
+                "type": "function",
+                "function": {"name": call.name, "arguments": ""},
+            }]);
+            let arguments = json!([{
+                "index": call.index,
+                "function": {"arguments": call.arguments},
+            }]);
+            for tool_calls in [opening, arguments] {
+                let mut message = Map::new();
+                message.insert("tool_calls".into(), tool_calls);
+                deltas.push(message);
+            }
+        }
+        if first {
+            deltas[0].insert("role".into(), "assistant".into());
+        }
+        let last = deltas.len() - 1;
+        deltas
+            .into_iter()
+            .enumerate()
+            .map(|(i, message)| {
+                let logprobs = if i == 0 {
+                    self.logprobs_json(&delta.tokens, text_offset)
+                } else {
+                    self.logprobs_json(&[], text_offset)
+                };
+                let finish_reason = if i == last { delta.finish_reason } else { None };
+                self.envelope(vec![json!({
+                    "index": index,
+                    "delta": message,
+                    "logprobs": logprobs,
+                    "finish_reason": finish_reason,
+                })])
+            })
+            .collect()
     }
 
     /// One stream chunk for one choice. `first` adds the chat role; `text_offset` is how much
@@ -364,6 +440,15 @@ impl ReplyBuilder {
     }
 }
 
+/// A call as `message.tool_calls` holds it.
+fn whole_call(call: &ToolCall) -> Value {
+    json!({
+        "id": call.id,
+        "type": "function",
+        "function": {"name": call.name, "arguments": call.arguments},
+    })
+}
+
 fn finite(logprob: f32) -> f32 {
     if logprob.is_finite() {
         logprob
@@ -442,5 +527,64 @@ mod tests {
         assert_eq!(logprobs["token_logprobs"][0], LOWEST_LOGPROB as f64);
         assert_eq!(logprobs["tokens"][1], "8");
         assert_eq!(logprobs["text_offset"], json!([0, 1]));
+    }
+
+    fn weather_call() -> ToolCall {
+        ToolCall {
+            index: 0,
+            id: "call_1".into(),
+            name: "get_weather".into(),
+            arguments: r#"{"city":"Paris"}"#.into(),
+        }
+    }
+
+    #[test]
+    fn a_streamed_call_opens_with_its_name_then_carries_its_arguments() {
+        let reply = ReplyBuilder::new(Endpoint::Chat, "m".into(), None, None);
+        let delta = ChoiceDelta {
+            text: "Sure. ".into(),
+            tool_calls: vec![weather_call()],
+            finish_reason: Some("tool_calls"),
+            ..Default::default()
+        };
+        let chunks = reply.chunks(0, &delta, true, 0);
+        let deltas: Vec<&Value> = chunks.iter().map(|c| &c["choices"][0]["delta"]).collect();
+        assert_eq!(chunks.len(), 3);
+        assert_eq!(
+            *deltas[0],
+            json!({"role": "assistant", "content": "Sure. "})
+        );
+        assert_eq!(
+            deltas[1]["tool_calls"],
+            json!([{"index": 0, "id": "call_1", "type": "function",
+                    "function": {"name": "get_weather", "arguments": ""}}])
+        );
+        assert_eq!(
+            deltas[2]["tool_calls"],
+            json!([{"index": 0, "function": {"arguments": r#"{"city":"Paris"}"#}}])
+        );
+        let reasons: Vec<&Value> = chunks
+            .iter()
+            .map(|c| &c["choices"][0]["finish_reason"])
+            .collect();
+        assert_eq!(reasons, [&Value::Null, &Value::Null, &json!("tool_calls")]);
+    }
+
+    #[test]
+    fn a_reply_of_calls_alone_has_null_content() {
+        let reply = ReplyBuilder::new(Endpoint::Chat, "m".into(), None, None);
+        let choice = ChoiceTotal {
+            tool_calls: vec![weather_call()],
+            finish_reason: Some("tool_calls"),
+            ..Default::default()
+        };
+        let body = reply.full(&[choice], Usage::default());
+        let message = &body["choices"][0]["message"];
+        assert_eq!(message["content"], Value::Null);
+        assert_eq!(message["tool_calls"][0]["function"]["name"], "get_weather");
+        assert_eq!(message["tool_calls"][0]["id"], "call_1");
+        let plain = reply.full(&[ChoiceTotal::default()], Usage::default());
+        assert_eq!(plain["choices"][0]["message"]["content"], "");
+        assert!(plain["choices"][0]["message"].get("tool_calls").is_none());
     }
 }

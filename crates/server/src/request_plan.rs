@@ -14,6 +14,7 @@ use crate::generation_request::{stop_strings, GenerationRequest};
 use crate::reply_builder::EchoedPrompt;
 use crate::request_limits::RequestLimits;
 use crate::structured_output::StructuredOutput;
+use crate::tool_call_parser::ToolCallParserKind;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Endpoint {
@@ -46,6 +47,10 @@ pub struct RequestPlan {
     pub include_usage: bool,
     /// The output constraint, compiled when the requests are queued (it is slow to compile).
     pub structured: Option<StructuredOutput>,
+    /// Chat with tools: how tool calls are split from the reply (set by the chat route).
+    pub tool_call_parser: Option<ToolCallParserKind>,
+    /// More than one tool call per reply may be kept (`parallel_tool_calls`).
+    pub parallel_tool_calls: bool,
 }
 
 impl RequestPlan {
@@ -128,6 +133,8 @@ impl RequestPlan {
                 .and_then(|o| o.include_usage)
                 .unwrap_or(false),
             structured,
+            tool_call_parser: None,
+            parallel_tool_calls: true,
         })
     }
 }

@@ -160,3 +160,45 @@ fn chat_template_kwargs_reach_the_template_but_never_replace_the_servers_variabl
     );
     assert_eq!(template.render(&[user("hi")], true).unwrap(), "1True");
 }
+
+/// A small template in the style of Qwen's: it lists `tools`, writes each assistant call
+/// with `tojson` and answers tool turns in `<tool_response>`.
+const TOOLS_TEMPLATE: &str = r#"{% if tools %}TOOLS:{% for tool in tools %} {{ tool.function.name }}{% endfor %}
+{% endif %}{% for message in messages %}{{ message.role }}: {% if message.tool_calls is defined %}{% for call in message.tool_calls %}CALL {{ call.function.name }} {{ call.function.arguments | tojson }}{% endfor %}{% elif message.role == 'tool' %}RESULT[{{ message.tool_call_id }}] {{ message.content }}{% else %}{{ message.content }}{% endif %}
+{% endfor %}"#;
+
+#[test]
+fn a_template_that_reads_tools_gets_them_and_the_tool_turns_as_they_are() {
+    let template = ChatTemplate::new(TOOLS_TEMPLATE, "", "").unwrap();
+    assert!(template.renders_tools());
+    let mut call = ChatMessage::new("assistant", "");
+    call.tool_calls = Some(vec![serde_json::json!({
+        "id": "call_1", "type": "function",
+        "function": {"name": "get_weather", "arguments": {"city": "Paris"}},
+    })]);
+    let mut result = ChatMessage::new("tool", "sunny");
+    result.tool_call_id = Some("call_1".into());
+    let tools = [serde_json::json!({"type": "function", "function": {"name": "get_weather"}})];
+    let rendered = template
+        .render_with_tools(
+            &[user("Weather?"), call, result],
+            false,
+            &serde_json::Map::new(),
+            Some(&tools),
+        )
+        .unwrap();
+    assert_eq!(
+        rendered,
+        // `trim_blocks` (Hugging Face's setting) eats the newline after each block tag.
+        "TOOLS: get_weatheruser: Weather?assistant: CALL get_weather {\"city\":\"Paris\"}\
+         tool: RESULT[call_1] sunny"
+    );
+    let without = template.render(&[user("Hi")], false).unwrap();
+    assert_eq!(without, "user: Hi");
+}
+
+#[test]
+fn smollm2_template_does_not_read_tools() {
+    let (_, template) = real_template();
+    assert!(!template.renders_tools());
+}

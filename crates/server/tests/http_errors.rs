@@ -123,13 +123,18 @@ async fn unknown_and_unsupported_fields_are_refused_by_name() {
         ),
         (
             "/v1/chat/completions",
-            chat(json!({"tools": [{"type": "function", "function": {"name": "f"}}]})),
-            "tools",
+            chat(json!({"tools": [{"type": "function", "function": {"name": "f g"}}]})),
+            "tools[0].function.name",
         ),
         (
             "/v1/chat/completions",
             chat(json!({"tool_choice": "required"})),
             "tool_choice",
+        ),
+        (
+            "/v1/chat/completions",
+            chat(json!({"function_call": "auto"})),
+            "function_call",
         ),
         (
             "/v1/chat/completions",

@@ -4,6 +4,7 @@ Usage: python openai_sdk.py BASE_URL MODEL
 Exits 3 if `openai` cannot be imported, 1 on a failed check, 0 when every check passes.
 """
 
+import json
 import sys
 
 try:
@@ -59,6 +60,44 @@ def main():
         check(False, "an unknown model was accepted")
     except openai.NotFoundError:
         pass
+
+    weather = {
+        "type": "object",
+        "properties": {
+            "city": {"type": "string", "maxLength": 20},
+            "unit": {"enum": ["celsius", "fahrenheit"]},
+        },
+        "required": ["city", "unit"],
+        "additionalProperties": False,
+    }
+    tools = [
+        {"type": "function", "function": {"name": "get_weather", "parameters": weather}},
+        {"type": "function", "function": {"name": "get_time", "parameters": {
+            "type": "object", "properties": {"timezone": {"type": "string"}},
+            "required": ["timezone"], "additionalProperties": False}}},
+    ]
+    called = client.chat.completions.create(
+        model=model,
+        messages=[{"role": "user", "content": "What is the weather in Paris?"}],
+        tools=tools,
+        tool_choice="required",
+        parallel_tool_calls=False,
+        max_tokens=60,
+        temperature=0,
+    )
+    message = called.choices[0].message
+    check(called.choices[0].finish_reason == "tool_calls", f"tool call reply: {called}")
+    check(message.tool_calls and len(message.tool_calls) == 1, f"tool_calls: {message}")
+    call = message.tool_calls[0]
+    check(call.id.startswith("call_") and call.type == "function", f"tool call: {call}")
+    arguments = json.loads(call.function.arguments)
+    check(call.function.name in ("get_weather", "get_time"), f"called {call.function.name}")
+    schema = weather if call.function.name == "get_weather" else tools[1]["function"]["parameters"]
+    check(set(arguments) == set(schema["required"]), f"arguments {arguments}")
+    check(all(isinstance(v, str) for v in arguments.values()), f"arguments {arguments}")
+    if call.function.name == "get_weather":
+        check(arguments["unit"] in ("celsius", "fahrenheit"), f"arguments {arguments}")
+        check(len(arguments["city"]) <= 20, f"arguments {arguments}")
 
     print("".join(pieces))
     print(completion.choices[0].text)

@@ -1,4 +1,5 @@
-//! The official `openai` Python package talks to the server: a streamed chat and a completion.
+//! The official `openai` Python package talks to the server: a streamed chat, a completion, and
+//! a forced tool call read through `message.tool_calls[0].function.arguments`.
 //!
 //! Runs `tests/openai_sdk.py` with the Python in `TOKENMILL_PYTHON` (default `python3`), which
 //! must have `openai` installed; `.ci/run` sets that variable up.
@@ -10,7 +11,7 @@ use std::process::Command;
 use common::*;
 
 #[test]
-fn the_openai_python_client_streams_a_chat_and_gets_a_completion() {
+fn the_openai_python_client_streams_a_chat_gets_a_completion_and_a_tool_call() {
     let python = std::env::var("TOKENMILL_PYTHON").unwrap_or_else(|_| "python3".into());
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/openai_sdk.py");
     let base = server().base_url();

@@ -8,13 +8,17 @@ use serde_json::{Map, Value};
 
 use crate::api_error::ApiError;
 use crate::app_state::AppState;
-use crate::chat_template::{ChatMessage, ChatTemplateError};
+use crate::chat_template::{ChatMessage, ChatTemplate, ChatTemplateError};
 use crate::field_policy::check_fields;
 use crate::generation_request::{chat_messages, GenerationRequest};
 use crate::json_body::JsonBody;
 use crate::request_plan::{Endpoint, RequestPlan};
 use crate::routes::generation::generate;
 use crate::routes::off_runtime;
+use crate::tool_call_parser::ToolCallParserKind;
+use crate::tool_grammar::ToolGrammar;
+use crate::tool_prompt::{template_tools, ToolPrompt};
+use crate::tool_request::ToolRequest;
 
 pub async fn chat_completions(
     State(state): State<Arc<AppState>>,
@@ -23,22 +27,108 @@ pub async fn chat_completions(
     state.check_model(body.model.as_deref())?;
     check_fields(&body, Endpoint::Chat)?;
     let messages = chat_messages(body.messages.as_deref())?;
+    let tools = ToolRequest::from_request(&body)?;
     state.limits.check(&body, 1)?;
     let rendering = state.clone();
     let add_generation_prompt = body.add_generation_prompt.unwrap_or(true);
     let kwargs = body.chat_template_kwargs.clone().unwrap_or_default();
+    let offered = tools.clone();
     let prompt = off_runtime(move || {
-        chat_prompt_ids_with(&rendering, &messages, add_generation_prompt, &kwargs)
+        let prompt = ChatPrompt {
+            messages: &messages,
+            add_generation_prompt,
+            kwargs: &kwargs,
+            tools: offered.as_ref(),
+        };
+        prompt.token_ids(&rendering)
     })
     .await?;
-    let plan = RequestPlan::new(
+    let mut plan = RequestPlan::new(
         &body,
         Endpoint::Chat,
         vec![prompt],
         state.handle.limits(),
         &state.limits,
     )?;
+    if let Some(tools) = &tools {
+        plan_tool_calls(&mut plan, tools, state.tool_call_parser)?;
+    }
     generate(state, plan, Endpoint::Chat).await
+}
+
+/// How the reply's calls are read: a forced choice is held to the Hermes grammar (so read as
+/// Hermes), `auto` is read with the server's `--tool-call-parser`.
+pub fn plan_tool_calls(
+    plan: &mut RequestPlan,
+    tools: &ToolRequest,
+    server_parser: ToolCallParserKind,
+) -> Result<(), ApiError> {
+    plan.parallel_tool_calls = tools.parallel;
+    match ToolGrammar::constraint(tools) {
+        Some(grammar) => {
+            if let Some(other) = &plan.structured {
+                return Err(ApiError::bad_param(
+                    "tool_choice",
+                    format!(
+                        "`tool_choice` forces a tool call, which `{}` would contradict; send one",
+                        other.param
+                    ),
+                ));
+            }
+            plan.structured = Some(grammar);
+            plan.tool_call_parser = Some(ToolCallParserKind::Hermes);
+        }
+        None => plan.tool_call_parser = Some(server_parser),
+    }
+    Ok(())
+}
+
+/// Everything a chat prompt is rendered from.
+pub struct ChatPrompt<'a> {
+    pub messages: &'a [ChatMessage],
+    pub add_generation_prompt: bool,
+    pub kwargs: &'a Map<String, Value>,
+    /// The tools the model is offered (`None` also under `tool_choice: "none"`).
+    pub tools: Option<&'a ToolRequest>,
+}
+
+impl ChatPrompt<'_> {
+    /// Renders and tokenizes. The template already wrote any BOS it wants, so the tokenizer
+    /// adds no special tokens of its own.
+    pub fn token_ids(&self, state: &AppState) -> Result<Vec<u32>, ApiError> {
+        let template = state.chat_template.as_ref().ok_or_else(|| {
+            ApiError::bad_request("this model has no chat template; use /v1/completions")
+        })?;
+        let text = self.render(template)?;
+        state.tokenizer()?.encode(&text, false).map_err(|e| {
+            ApiError::bad_param(
+                "messages",
+                format!("the conversation could not be tokenized: {e}"),
+            )
+        })
+    }
+
+    /// The prompt text. A template that reads `tools` gets them and the tool turns as they
+    /// are; for any other, `ToolPrompt` writes them into the messages as text.
+    pub fn render(&self, template: &ChatTemplate) -> Result<String, ApiError> {
+        let offered = self.tools.map(|t| t.tools.as_slice()).unwrap_or_default();
+        let rendered = if template.renders_tools() {
+            let tools = (!offered.is_empty()).then(|| template_tools(offered));
+            template.render_with_tools(
+                self.messages,
+                self.add_generation_prompt,
+                self.kwargs,
+                tools.as_deref(),
+            )
+        } else {
+            let messages = ToolPrompt::new(offered).apply(self.messages.to_vec());
+            template.render_with(&messages, self.add_generation_prompt, self.kwargs)
+        };
+        rendered.map_err(|error| match error {
+            ChatTemplateError::Raised(why) => ApiError::bad_param("messages", why),
+            other => ApiError::internal(other.to_string()),
+        })
+    }
 }
 
 /// Renders the conversation and tokenizes it. The template already wrote any BOS it wants,
@@ -48,29 +138,11 @@ pub fn chat_prompt_ids(
     messages: &[ChatMessage],
     add_generation_prompt: bool,
 ) -> Result<Vec<u32>, ApiError> {
-    chat_prompt_ids_with(state, messages, add_generation_prompt, &Map::new())
-}
-
-/// [`chat_prompt_ids`] with the request's `chat_template_kwargs`.
-pub fn chat_prompt_ids_with(
-    state: &AppState,
-    messages: &[ChatMessage],
-    add_generation_prompt: bool,
-    kwargs: &Map<String, Value>,
-) -> Result<Vec<u32>, ApiError> {
-    let template = state.chat_template.as_ref().ok_or_else(|| {
-        ApiError::bad_request("this model has no chat template; use /v1/completions")
-    })?;
-    let text = template
-        .render_with(messages, add_generation_prompt, kwargs)
-        .map_err(|error| match error {
-            ChatTemplateError::Raised(why) => ApiError::bad_param("messages", why),
-            other => ApiError::internal(other.to_string()),
-        })?;
-    state.tokenizer()?.encode(&text, false).map_err(|e| {
-        ApiError::bad_param(
-            "messages",
-            format!("the conversation could not be tokenized: {e}"),
-        )
-    })
+    ChatPrompt {
+        messages,
+        add_generation_prompt,
+        kwargs: &Map::new(),
+        tools: None,
+    }
+    .token_ids(state)
 }

@@ -16,6 +16,7 @@ use crate::choice_run::{ChoiceDelta, ChoiceRun, ChoiceSetup};
 use crate::reply_builder::{ChoiceTotal, PromptReport, ReplyBuilder, Usage};
 use crate::request_plan::{Endpoint, RequestPlan};
 use crate::routes::off_runtime;
+use crate::tool_call_parser::ToolCallParser;
 
 /// The finish reason of a choice whose engine step failed; never shown as a finish reason.
 const ENGINE_FAILED: &str = "error";
@@ -85,6 +86,9 @@ async fn start_runs(
                     Endpoint::Chat => state.reasoning_parser,
                     Endpoint::Completions => None,
                 },
+                tool_calls: plan
+                    .tool_call_parser
+                    .map(|kind| ToolCallParser::new(kind, plan.parallel_tool_calls)),
                 closing: state.closing.subscribe(),
             };
             ChoiceRun::new(setup, stream.id, stream.events)
@@ -164,40 +168,50 @@ fn stream_reply(
         include_usage,
         phase: Phase::Choices,
     };
-    Sse::new(stream::unfold(state, next_event).map(Ok))
+    Sse::new(
+        stream::unfold(state, next_events)
+            .flat_map(stream::iter)
+            .map(Ok),
+    )
 }
 
-async fn next_event(mut s: StreamState) -> Option<(Event, StreamState)> {
-    let data = match s.phase {
+/// The events of the next step of the stream: one per chunk (a delta that completes tool
+/// calls takes several chunks, as OpenAI streams them).
+async fn next_events(mut s: StreamState) -> Option<(Vec<Event>, StreamState)> {
+    let data: Vec<String> = match s.phase {
         Phase::Choices => match s.merged.next().await {
             // The stream ends with an error object, then `[DONE]`, as vLLM ends it.
             Some((_, delta)) if delta.finish_reason == Some(ENGINE_FAILED) => {
                 s.phase = Phase::UsageSent;
-                ApiError::engine_failed().body().to_string()
+                vec![ApiError::engine_failed().body().to_string()]
             }
             Some((index, delta)) => {
                 s.usage.completion_tokens += delta.tokens.len();
                 let offset = s.streamed[index];
-                let chunk = s
+                let chunks = s
                     .reply
-                    .chunk(index, &delta, offset.is_none(), offset.unwrap_or(0));
+                    .chunks(index, &delta, offset.is_none(), offset.unwrap_or(0));
                 s.streamed[index] = Some(offset.unwrap_or(0) + delta.text.len());
-                chunk.to_string()
+                chunks.iter().map(ToString::to_string).collect()
             }
             None if s.include_usage => {
                 s.phase = Phase::UsageSent;
-                s.reply.usage_chunk(s.usage).to_string()
+                vec![s.reply.usage_chunk(s.usage).to_string()]
             }
             None => {
                 s.phase = Phase::Closed;
-                "[DONE]".to_owned()
+                vec!["[DONE]".to_owned()]
             }
         },
         Phase::UsageSent => {
             s.phase = Phase::Closed;
-            "[DONE]".to_owned()
+            vec!["[DONE]".to_owned()]
         }
         Phase::Closed => return None,
     };
-    Some((Event::default().data(data), s))
+    let events = data
+        .into_iter()
+        .map(|data| Event::default().data(data))
+        .collect();
+    Some((events, s))
 }
