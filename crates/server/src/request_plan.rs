@@ -51,6 +51,8 @@ pub struct RequestPlan {
     pub tool_call_parser: Option<ToolCallParserKind>,
     /// More than one tool call per reply may be kept (`parallel_tool_calls`).
     pub parallel_tool_calls: bool,
+    /// A forced tool choice: the reply holds calls only, never content.
+    pub tool_calls_only: bool,
 }
 
 impl RequestPlan {
@@ -135,6 +137,7 @@ impl RequestPlan {
             structured,
             tool_call_parser: None,
             parallel_tool_calls: true,
+            tool_calls_only: false,
         })
     }
 }

@@ -71,6 +71,9 @@ pub struct ToolCallParser {
     /// if a call follows (or nothing does), and a reply that is still here may be bare JSON.
     at_boundary: bool,
     calls: usize,
+    /// A forced tool choice: the grammar allowed nothing but calls, so any other text is the
+    /// grammar's layout or a call cut off by `max_tokens`, never content.
+    calls_only: bool,
 }
 
 impl ToolCallParser {
@@ -82,7 +85,21 @@ impl ToolCallParser {
             held: String::new(),
             at_boundary: true,
             calls: 0,
+            calls_only: false,
         }
+    }
+
+    /// A parser for a reply held to calls (`tool_choice` `required` or a named function).
+    pub fn calls_only(mut self) -> Self {
+        self.calls_only = true;
+        self
+    }
+
+    fn without_text(&self, mut split: ToolSplit) -> ToolSplit {
+        if self.calls_only {
+            split.content.clear();
+        }
+        split
     }
 
     /// Calls found so far (the reply's `finish_reason` is `tool_calls` when there are any).
@@ -94,11 +111,16 @@ impl ToolCallParser {
         self.held.push_str(text);
         let mut split = ToolSplit::default();
         self.advance(&mut split);
-        split
+        self.without_text(split)
     }
 
     /// Whatever is still held at the end of the reply.
     pub fn finish(&mut self) -> ToolSplit {
+        let split = self.finish_held();
+        self.without_text(split)
+    }
+
+    fn finish_held(&mut self) -> ToolSplit {
         let mut split = ToolSplit::default();
         match self.phase {
             Phase::Text => {
@@ -131,7 +153,7 @@ impl ToolCallParser {
                         self.at_boundary = false;
                         self.held = held;
                         self.advance(&mut split);
-                        let rest = self.finish();
+                        let rest = self.finish_held();
                         split.content.push_str(&rest.content);
                         split.calls.extend(rest.calls);
                     }
@@ -380,6 +402,24 @@ mod tests {
         );
         assert_eq!(calls, [call("a", r#"{"k":true}"#)]);
         assert_eq!(content, "");
+    }
+
+    #[test]
+    fn a_forced_reply_cut_off_inside_its_next_call_keeps_its_calls_and_no_content() {
+        let cut = "<tool_call>\n{\"name\": \"a\", \"arguments\": {}}\n</tool_call>\n<tool_call";
+        for forced in [false, true] {
+            let mut parser = ToolCallParser::new(ToolCallParserKind::Hermes, true);
+            if forced {
+                parser = parser.calls_only();
+            }
+            let mut split = parser.push(cut);
+            let end = parser.finish();
+            split.content.push_str(&end.content);
+            split.calls.extend(end.calls);
+            assert_eq!(split.calls.len(), 1);
+            // Unforced, the fragment may be the model's own text, so it is kept.
+            assert_eq!(split.content, if forced { "" } else { "\n<tool_call" });
+        }
     }
 
     #[test]

@@ -55,7 +55,7 @@ fn call_schema(name: &str, parameters: &Value) -> Value {
         "type": "object",
         "properties": {
             "name": {"const": name},
-            "arguments": parameters,
+            "arguments": closed(parameters),
         },
         "required": ["name", "arguments"],
         "additionalProperties": false,
@@ -65,6 +65,22 @@ fn call_schema(name: &str, parameters: &Value) -> Value {
             "whitespace_flexible": false,
         },
     })
+}
+
+/// The parameters with keys beyond the declared ones forbidden, unless the tool says
+/// otherwise: JSON Schema allows any extra key by default, and under a forced choice a small
+/// model then invents keys until `max_tokens` cuts the call off (SmolLM2 did, on a one-key
+/// weather tool). A function has no use for arguments it does not declare.
+fn closed(parameters: &Value) -> Value {
+    let mut parameters = parameters.clone();
+    if let Some(object) = parameters.as_object_mut() {
+        let is_object = object.get("type").and_then(Value::as_str) == Some("object")
+            || object.contains_key("properties");
+        if is_object && !object.contains_key("additionalProperties") {
+            object.insert("additionalProperties".into(), Value::Bool(false));
+        }
+    }
+    parameters
 }
 
 #[cfg(test)]
@@ -92,6 +108,25 @@ mod tests {
         assert!(lark.contains(r#""const":"second""#), "{lark}");
         assert!(lark.contains(r#"("\n" tool_call)*"#), "{lark}");
         assert!(ToolGrammar::constraint(&request(ToolChoice::Auto, true)).is_none());
+    }
+
+    #[test]
+    fn undeclared_argument_keys_are_forbidden_unless_the_tool_allows_them() {
+        let open = json!({"type": "object", "properties": {"x": {}}, "additionalProperties": true});
+        let bare = json!({"type": "object", "properties": {"x": {}}});
+        assert_eq!(closed(&bare)["additionalProperties"], json!(false));
+        assert_eq!(closed(&open)["additionalProperties"], json!(true));
+        assert_eq!(
+            closed(&json!({"type": "string"})),
+            json!({"type": "string"})
+        );
+        let lark = ToolGrammar::lark(&request(ToolChoice::Required, false));
+        // Both tools' call objects and both argument objects.
+        assert_eq!(
+            lark.matches(r#""additionalProperties":false"#).count(),
+            4,
+            "{lark}"
+        );
     }
 
     #[test]

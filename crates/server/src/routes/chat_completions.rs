@@ -77,6 +77,7 @@ pub fn plan_tool_calls(
             }
             plan.structured = Some(grammar);
             plan.tool_call_parser = Some(ToolCallParserKind::Hermes);
+            plan.tool_calls_only = true;
         }
         None => plan.tool_call_parser = Some(server_parser),
     }

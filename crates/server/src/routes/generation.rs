@@ -86,9 +86,14 @@ async fn start_runs(
                     Endpoint::Chat => state.reasoning_parser,
                     Endpoint::Completions => None,
                 },
-                tool_calls: plan
-                    .tool_call_parser
-                    .map(|kind| ToolCallParser::new(kind, plan.parallel_tool_calls)),
+                tool_calls: plan.tool_call_parser.map(|kind| {
+                    let parser = ToolCallParser::new(kind, plan.parallel_tool_calls);
+                    if plan.tool_calls_only {
+                        parser.calls_only()
+                    } else {
+                        parser
+                    }
+                }),
                 closing: state.closing.subscribe(),
             };
             ChoiceRun::new(setup, stream.id, stream.events)
