@@ -34,6 +34,8 @@ CHAT = [
     '{"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}], "logprobs": true, "top_logprobs": 3, "max_completion_tokens": 5}',
     '{"messages": [{"role": "developer", "content": null}, {"role": "assistant", "content": "x"}, {"role": "tool", "content": "y"}], "add_generation_prompt": false, "chat_template_kwargs": {"enable_thinking": false}}',
     '{"messages": [{"role": "user", "content": "Hi"}], "stream": true, "n": 3, "stop": "!", "response_format": {"type": "text"}, "tools": []}',
+    '{"messages": [{"role": "user", "content": "Weather?"}], "tools": [{"type": "function", "function": {"name": "get_weather", "description": "d", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}], "tool_choice": "required", "parallel_tool_calls": false}',
+    '{"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{\\"a\\": 1}"}}]}, {"role": "tool", "tool_call_id": "call_1", "content": "42"}], "tools": [{"type": "function", "function": {"name": "f"}}, {"type": "function", "function": {"name": "g", "parameters": {"type": "object"}}}], "tool_choice": {"type": "function", "function": {"name": "g"}}, "stream": true}',
 ]
 TEXTS = [
     "Hello, world! How are you today?",
