@@ -102,8 +102,9 @@ impl ReasoningParser {
     }
 }
 
-/// Byte length of the longest end of `text` that is a proper beginning of `tag`.
-fn partial_tag_len(text: &str, tag: &str) -> usize {
+/// Byte length of the longest end of `text` that is a proper beginning of `tag`: what a
+/// parser of tagged output (this one, `ToolCallParser`) must hold back until the next piece.
+pub(crate) fn partial_tag_len(text: &str, tag: &str) -> usize {
     (1..tag.len())
         .rev()
         .find(|&n| text.is_char_boundary(text.len().saturating_sub(n)) && text.ends_with(&tag[..n]))

@@ -15,6 +15,8 @@ use std::hash::BuildHasher;
 use clap::ValueEnum;
 use serde_json::Value;
 
+use crate::reasoning_parser::partial_tag_len;
+
 /// `--tool-call-parser`: how the model writes its calls.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
 pub enum ToolCallParserKind {
@@ -274,14 +276,6 @@ fn call_id() -> String {
     let high = RandomState::new().hash_one(0u8);
     let low = RandomState::new().hash_one(1u8);
     format!("call_{:016x}{:08x}", high, low as u32)
-}
-
-/// Byte length of the longest end of `text` that is a proper beginning of `tag`.
-fn partial_tag_len(text: &str, tag: &str) -> usize {
-    (1..tag.len())
-        .rev()
-        .find(|&n| text.is_char_boundary(text.len().saturating_sub(n)) && text.ends_with(&tag[..n]))
-        .unwrap_or(0)
 }
 
 #[cfg(test)]

@@ -103,13 +103,7 @@ async fn wrong_types_name_the_parameter() {
 
 #[tokio::test]
 async fn unknown_and_unsupported_fields_are_refused_by_name() {
-    let chat = |extra: Value| {
-        let mut body = json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2});
-        body.as_object_mut()
-            .unwrap()
-            .extend(extra.as_object().unwrap().clone());
-        body
-    };
+    let chat = common::chat_body;
     let cases = [
         (
             "/v1/completions",

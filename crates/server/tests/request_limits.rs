@@ -21,13 +21,7 @@ async fn refused(path: &str, body: Value, param: Option<&str>, flag: &str) {
 
 #[tokio::test]
 async fn each_request_limit_is_a_400_naming_the_limit() {
-    let chat = |extra: Value| {
-        let mut body = json!({"messages": [{"role": "user", "content": "a"}], "max_tokens": 1});
-        body.as_object_mut()
-            .unwrap()
-            .extend(extra.as_object().unwrap().clone());
-        body
-    };
+    let chat = common::chat_body;
     let prompts: Vec<&str> = vec!["a"; 257];
     refused(
         "/v1/completions",

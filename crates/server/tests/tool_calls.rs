@@ -321,13 +321,7 @@ async fn tool_choice_none_shows_no_tools_and_parses_no_calls() {
 
 #[tokio::test]
 async fn bad_tools_and_tool_choices_are_400s_naming_the_field() {
-    let chat = |extra: Value| {
-        let mut body = json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2});
-        body.as_object_mut()
-            .unwrap()
-            .extend(extra.as_object().unwrap().clone());
-        body
-    };
+    let chat = common::chat_body;
     let unresolvable = json!([{"type": "function", "function": {
         "name": "f", "parameters": {"type": "object", "properties": {"a": {"$ref": "#/nowhere"}}},
     }}]);

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use clap::Parser;
 use reqwest::StatusCode;
-use serde_json::Value;
+use serde_json::{json, Value};
 use tokenmill_engine::{Engine, EngineArgs, Request, SamplingParams};
 use tokenmill_server::api_server::{spawn_server, ServerHandle, ServerOptions};
 use tokenmill_server::chat_template::{ChatMessage, ChatTemplate};
@@ -229,4 +229,15 @@ pub fn greedy(max_tokens: usize) -> SamplingParams {
 pub fn metric(exposition: &str, series: &str) -> f64 {
     tokenmill_server::metrics::sample_value(exposition, series)
         .unwrap_or_else(|| panic!("/metrics has no {series}"))
+}
+
+/// A one-message chat request with `extra`'s fields added (or replacing the defaults).
+pub fn chat_body(extra: Value) -> Value {
+    let mut body = json!({"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2});
+    let fields = extra
+        .as_object()
+        .expect("extra fields are an object")
+        .clone();
+    body.as_object_mut().unwrap().extend(fields);
+    body
 }
