@@ -95,17 +95,22 @@ fn spaced_json(value: &Value) -> String {
 /// serde_json's compact formatter with a space after each `,` and `:`.
 struct SpacedFormatter;
 
+/// `", "` before every item but the first, of an array or an object.
+fn separator<W: ?Sized + std::io::Write>(writer: &mut W, first: bool) -> std::io::Result<()> {
+    if first {
+        Ok(())
+    } else {
+        writer.write_all(b", ")
+    }
+}
+
 impl serde_json::ser::Formatter for SpacedFormatter {
     fn begin_array_value<W: ?Sized + std::io::Write>(
         &mut self,
         writer: &mut W,
         first: bool,
     ) -> std::io::Result<()> {
-        if first {
-            Ok(())
-        } else {
-            writer.write_all(b", ")
-        }
+        separator(writer, first)
     }
 
     fn begin_object_key<W: ?Sized + std::io::Write>(
@@ -113,11 +118,7 @@ impl serde_json::ser::Formatter for SpacedFormatter {
         writer: &mut W,
         first: bool,
     ) -> std::io::Result<()> {
-        if first {
-            Ok(())
-        } else {
-            writer.write_all(b", ")
-        }
+        separator(writer, first)
     }
 
     fn begin_object_value<W: ?Sized + std::io::Write>(
