@@ -796,7 +796,7 @@ fn tiles(
     groups: Range<usize>,
     x: &[XRow; MR],
     mr: usize,
-    emit: &mut dyn FnMut(usize, &Tile),
+    emit: &mut impl FnMut(usize, &Tile),
 ) {
     let format = m.format;
     match kernel {
@@ -912,7 +912,7 @@ mod x86 {
         groups: Range<usize>,
         x: &[XRow; MR],
         mr: usize,
-        emit: &mut dyn FnMut(usize, &Tile),
+        emit: &mut impl FnMut(usize, &Tile),
     ) {
         macro_rules! by_rows {
             ($path:ident) => {
@@ -1244,7 +1244,7 @@ mod x86 {
                     m: &QuantMatrix,
                     groups: Range<usize>,
                     x: &[XRow; MR],
-                    emit: &mut dyn FnMut(usize, &Tile),
+                    emit: &mut impl FnMut(usize, &Tile),
                 ) {
                     let (format, blocks) = (m.format, m.cols / BLOCK);
                     check_rows::<R>(x, blocks, format);
