@@ -12,7 +12,7 @@ use tokenizers::models::bpe::{Vocab, BPE};
 use tokenizers::normalizers::{Prepend, Replace, Sequence as NormalizerSequence};
 
 use crate::tokenizer::{
-    as_array, optional_bool, optional_u32, wrong_type, Result, TokenizerError, TOKEN_TYPE_BYTE,
+    optional_bool, optional_u32, typed_array, Result, TokenizerError, TOKEN_TYPE_BYTE,
     TOKEN_TYPE_NORMAL, TOKEN_TYPE_UNKNOWN,
 };
 
@@ -169,16 +169,9 @@ fn build_error(e: impl std::fmt::Display) -> TokenizerError {
 }
 
 fn float_array(metadata: &HashMap<String, Value>, key: &'static str) -> Result<Vec<f32>> {
-    let items = as_array(
-        metadata.get(key).ok_or(TokenizerError::MissingKey(key))?,
-        key,
-    )?;
-    items
-        .iter()
-        .map(|item| match item {
-            Value::F32(v) => Ok(*v),
-            Value::F64(v) => Ok(*v as f32),
-            other => Err(wrong_type(key, "an array of floats", other)),
-        })
-        .collect()
+    typed_array(metadata, key, "an array of floats", |item| match item {
+        Value::F32(v) => Some(*v),
+        Value::F64(v) => Some(*v as f32),
+        _ => None,
+    })
 }

@@ -428,7 +428,7 @@ fn type_name(value: &Value) -> String {
     format!("{:?}", value.value_type())
 }
 
-pub(crate) fn as_array<'a>(value: &'a Value, key: &str) -> Result<&'a [Value]> {
+fn as_array<'a>(value: &'a Value, key: &str) -> Result<&'a [Value]> {
     match value {
         Value::Array(items) => Ok(items),
         other => Err(wrong_type(key, "an array", other)),
@@ -449,7 +449,7 @@ fn as_integer(value: &Value, key: &str) -> Result<i64> {
     })
 }
 
-pub(crate) fn wrong_type(key: &str, expected: &'static str, found: &Value) -> TokenizerError {
+fn wrong_type(key: &str, expected: &'static str, found: &Value) -> TokenizerError {
     TokenizerError::WrongType {
         key: key.to_owned(),
         expected,
@@ -491,15 +491,25 @@ fn string_array<'a>(
     metadata: &'a HashMap<String, Value>,
     key: &'static str,
 ) -> Result<Vec<&'a str>> {
+    typed_array(metadata, key, "an array of strings", |item| match item {
+        Value::String(s) => Some(s.as_str()),
+        _ => None,
+    })
+}
+
+/// The array at `key`, each item read by `item` (`None`: not `expected`).
+pub(crate) fn typed_array<'a, T>(
+    metadata: &'a HashMap<String, Value>,
+    key: &'static str,
+    expected: &'static str,
+    item: impl Fn(&'a Value) -> Option<T>,
+) -> Result<Vec<T>> {
     let items = as_array(
         metadata.get(key).ok_or(TokenizerError::MissingKey(key))?,
         key,
     )?;
     items
         .iter()
-        .map(|item| match item {
-            Value::String(s) => Ok(s.as_str()),
-            other => Err(wrong_type(key, "an array of strings", other)),
-        })
+        .map(|v| item(v).ok_or_else(|| wrong_type(key, expected, v)))
         .collect()
 }
