@@ -5,36 +5,19 @@
 use candle_core::{Device, Tensor};
 use rayon::prelude::*;
 use std::time::Instant;
+use tokenmill_engine::read_bandwidth::ReadBandwidth;
 
-fn read_bandwidth(buf: &[f32], threads: usize) -> f64 {
+/// GB/s of `probe` read by a pool of `threads` threads, best of five.
+fn read_bandwidth(probe: &ReadBandwidth, threads: usize) -> f64 {
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(threads)
         .build()
         .unwrap();
-    let mut best = 0.0f64;
-    for _ in 0..5 {
-        let t = Instant::now();
-        let s: f32 = pool.install(|| {
-            buf.par_chunks(1 << 16)
-                .map(|c| {
-                    let mut acc = [0.0f32; 16];
-                    for x in c.chunks_exact(16) {
-                        for i in 0..16 {
-                            acc[i] += x[i];
-                        }
-                    }
-                    acc.iter().sum::<f32>()
-                })
-                .sum()
-        });
-        std::hint::black_box(s);
-        best = best.max((buf.len() * 4) as f64 / t.elapsed().as_secs_f64() / 1e9);
-    }
-    best
+    pool.install(|| probe.measure(5)) / 1e9
 }
 
 fn main() -> candle_core::Result<()> {
-    let buf = vec![1.0f32; 256 << 20]; // 1 GiB
+    let buf = ReadBandwidth::new(1 << 30);
     let all = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1);

@@ -449,8 +449,9 @@ impl Engine {
         } else {
             self.score_prompts(&scoring, logits)
         };
-        // One constrained row leaves a compute thread idle in the forward pass, so its next
-        // mask is computed then; several are masked in parallel here, as the step's rows are.
+        // A lone constrained row (at most one per two compute threads) leaves a compute
+        // thread idle in the forward pass, so its next mask is computed then; more rows are
+        // masked in parallel here, as the step's rows are (one mask thread would queue them).
         let constrained = sampling
             .iter()
             .filter(|(_, id)| {

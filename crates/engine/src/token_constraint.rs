@@ -158,13 +158,10 @@ impl CellState {
                 filled,
             });
         });
-        match worker.submit(job) {
-            Ok(()) => self.ahead = Some(rx),
-            Err(job) => {
-                job();
-                self.ahead = Some(rx);
-            }
+        if let Err(job) = worker.submit(job) {
+            job();
         }
+        self.ahead = Some(rx);
     }
 }
 
