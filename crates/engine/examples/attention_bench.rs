@@ -47,6 +47,11 @@ fn main() {
         Case {
             seqs: 1,
             rows: 1,
+            context: 256,
+        },
+        Case {
+            seqs: 1,
+            rows: 1,
             context: 1024,
         },
         Case {
