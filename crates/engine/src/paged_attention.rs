@@ -555,6 +555,7 @@ fn fold_chunk(
 /// Lanes past `valid` hold exact zeros, so they add nothing.
 #[inline(always)]
 fn lane_sum(p: &[f32; CHUNK]) -> f32 {
+    const { assert!(CHUNK == 16, "the tree below is written for sixteen lanes") };
     let mut h = [0.0f32; CHUNK / 2];
     for (i, x) in h.iter_mut().enumerate() {
         *x = p[i] + p[i + CHUNK / 2];
