@@ -11,7 +11,7 @@
 use candle_core::quantized::{GgmlDType, QStorage, QTensor};
 use candle_core::{Device, Tensor};
 use tokenmill_engine::cpu_kernel::CpuKernel;
-use tokenmill_engine::models::quant_matrix::{QuantMatrix, WeightFormat};
+use tokenmill_engine::models::quant_matrix::{QuantMatrix, QuantizedActivations, WeightFormat};
 
 const FORMATS: [(WeightFormat, GgmlDType); 3] = [
     (WeightFormat::Q4_0, GgmlDType::Q4_0),
@@ -500,4 +500,60 @@ fn outputs_split_inside_a_weight_group_get_the_same_bits_as_one_output() {
         assert_eq!(bits(&row[3..9]), bits(&b[r * 6..(r + 1) * 6]), "row {r}");
         assert_eq!(bits(&row[9..]), bits(&c[r * 5..(r + 1) * 5]), "row {r}");
     }
+}
+
+/// A nonlinear combination, so a tile paired with the wrong partner, row or column shows.
+fn combine(a: &[f32], b: &[f32], out: &mut [f32]) {
+    for ((o, &a), &b) in out.iter_mut().zip(a).zip(b) {
+        *o = a * b - a;
+    }
+}
+
+#[test]
+fn paired_matrices_give_the_bits_of_both_matmuls_combined_afterwards() {
+    let cases: Vec<_> = FORMATS
+        .iter()
+        .map(|&f| (f, [(4, 64), (12, 320), (200, 576)]))
+        .chain(
+            K_FORMATS
+                .iter()
+                .map(|&f| (f, [(4, 256), (12, 512), (200, 1536)])),
+        )
+        .collect();
+    for ((format, dtype), shapes) in cases {
+        for (s, (n, k)) in shapes.into_iter().enumerate() {
+            let a = packed(format, dtype, 70 + s as u64, n, k);
+            let b = packed(format, dtype, 80 + s as u64, n, k);
+            let paired = QuantMatrix::interleave_pairs(&a, &b).expect("same shape and format");
+            assert_eq!((paired.rows(), paired.cols()), (2 * n, k));
+            assert_eq!(paired.weight_bytes(), a.weight_bytes() + b.weight_bytes());
+            for m in [1, 3, 4, 5, 17] {
+                let x = Rng((s * 10 + m) as u64).vec(m * k, 1.5);
+                // Each part alone on the portable path, combined afterwards.
+                let (ya, yb) = (
+                    matmul(&a, &x, m, CpuKernel::Portable),
+                    matmul(&b, &x, m, CpuKernel::Portable),
+                );
+                let mut want = vec![0f32; m * n];
+                combine(&ya, &yb, &mut want);
+                // Paired, on this process's path, combined as the tiles are stored.
+                let mut got = vec![f32::NAN; m * n];
+                let mut act = QuantizedActivations::default();
+                paired.matmul_pairs_into(&x, m, &mut got, &mut act, combine);
+                assert_eq!(bits(&got), bits(&want), "{format:?} n={n} k={k} m={m}");
+            }
+        }
+    }
+}
+
+#[test]
+fn only_matrices_of_one_shape_and_format_in_whole_groups_pair() {
+    let a = packed(WeightFormat::Q4_0, GgmlDType::Q4_0, 1, 8, 64);
+    let wider = packed(WeightFormat::Q4_0, GgmlDType::Q4_0, 2, 8, 96);
+    let other = packed(WeightFormat::Q8_0, GgmlDType::Q8_0, 3, 8, 64);
+    let ragged = packed(WeightFormat::Q4_0, GgmlDType::Q4_0, 4, 6, 64);
+    assert!(QuantMatrix::interleave_pairs(&a, &a).is_some());
+    assert!(QuantMatrix::interleave_pairs(&a, &wider).is_none());
+    assert!(QuantMatrix::interleave_pairs(&a, &other).is_none());
+    assert!(QuantMatrix::interleave_pairs(&ragged, &ragged).is_none());
 }

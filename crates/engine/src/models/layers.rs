@@ -428,18 +428,97 @@ impl Rope {
     }
 }
 
+/// An MLP's gate and up projections with SwiGLU: `act = silu(x · Gᵀ) · (x · Uᵀ)`.
+pub struct GateUp {
+    weight: GateUpWeight,
+    /// Columns of `act` (the intermediate size).
+    width: usize,
+}
+
+enum GateUpWeight {
+    /// Gate and up groups alternating in one matrix (one native format, whole groups):
+    /// SwiGLU runs as each pair of tiles is stored, so gate and up never reach memory.
+    Paired(QuantMatrix),
+    /// Anything else: one stacked matmul into gate and up, then SwiGLU over them.
+    Stacked(Linear),
+}
+
+impl GateUp {
+    pub fn new(gate: QTensor, up: QTensor, mode: WeightMode) -> Result<Self> {
+        let width = gate.shape().dims2()?.0;
+        if mode == WeightMode::Quantized {
+            let (g, u) = (
+                native(std::slice::from_ref(&gate))?,
+                native(std::slice::from_ref(&up))?,
+            );
+            if let Some(paired) = g
+                .zip(u)
+                .and_then(|(g, u)| QuantMatrix::interleave_pairs(&g, &u))
+            {
+                return Ok(Self {
+                    weight: GateUpWeight::Paired(paired),
+                    width,
+                });
+            }
+        }
+        Ok(Self {
+            weight: GateUpWeight::Stacked(Linear::stacked(&[gate, up], mode)?),
+            width,
+        })
+    }
+
+    /// Bytes one pass over both projections reads.
+    pub fn weight_bytes(&self) -> usize {
+        match &self.weight {
+            GateUpWeight::Paired(q) => q.weight_bytes(),
+            GateUpWeight::Stacked(l) => l.weight_bytes(),
+        }
+    }
+
+    /// `x`: `[rows, in]` → `out`: `[rows, width]`. `gate` and `up` (`[rows, width]` each)
+    /// are scratch for the stacked layout; the paired one does not touch them.
+    pub fn forward_into(
+        &self,
+        x: &[f32],
+        rows: usize,
+        [gate, up]: [&mut [f32]; 2],
+        out: &mut [f32],
+        act: &mut QuantizedActivations,
+    ) -> Result<()> {
+        match &self.weight {
+            GateUpWeight::Paired(q) if rows > 0 => {
+                let wide = CpuKernel::active() != CpuKernel::Portable;
+                q.matmul_pairs_into(x, rows, out, act, |g, u, o| swiglu_slice(g, u, o, wide));
+            }
+            GateUpWeight::Paired(_) => {}
+            GateUpWeight::Stacked(l) => {
+                l.forward_split_into(x, rows, &mut [&mut *gate, &mut *up], act)?;
+                swiglu_into(gate, up, out, self.width);
+            }
+        }
+        Ok(())
+    }
+}
+
 /// `out = silu(gate) · up`, the SwiGLU activation, for `[rows, width]` matrices.
 pub fn swiglu_into(gate: &[f32], up: &[f32], out: &mut [f32], width: usize) {
     let wide = CpuKernel::active() != CpuKernel::Portable;
     for_each_row(out, width, |r, row| {
         let (g, u) = (&gate[r * width..][..width], &up[r * width..][..width]);
-        #[cfg(target_arch = "x86_64")]
-        if wide {
-            // SAFETY: every kernel but the portable one implies AVX2 (`CpuKernel`).
-            return unsafe { swiglu_row_avx2(g, u, row) };
-        }
-        swiglu_row(g, u, row);
+        swiglu_slice(g, u, row, wide);
     });
+}
+
+/// [`swiglu_row`] in 256-bit vectors when `wide` (any kernel but the portable one).
+#[inline(always)]
+fn swiglu_slice(gate: &[f32], up: &[f32], out: &mut [f32], wide: bool) {
+    #[cfg(target_arch = "x86_64")]
+    if wide {
+        // SAFETY: every kernel but the portable one implies AVX2 (`CpuKernel`).
+        return unsafe { swiglu_row_avx2(gate, up, out) };
+    }
+    let _ = wide;
+    swiglu_row(gate, up, out);
 }
 
 #[inline(always)]
@@ -540,6 +619,83 @@ impl Embedding {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `[n, k]` weights quantized by candle into `dtype`.
+    fn qtensor(n: usize, k: usize, seed: u32, dtype: GgmlDType) -> QTensor {
+        let w: Vec<f32> = (0..n * k)
+            .map(|i| ((i as u32).wrapping_mul(2_654_435_761) ^ seed) as f32 / u32::MAX as f32 - 0.5)
+            .collect();
+        let t = Tensor::from_vec(w, (n, k), &Device::Cpu).unwrap();
+        QTensor::quantize(&t, dtype).unwrap()
+    }
+
+    #[test]
+    fn gate_up_paired_gives_the_bits_of_a_stacked_matmul_then_swiglu() {
+        let (n, k) = (64, 96);
+        for dtype in [GgmlDType::Q4_0, GgmlDType::Q4_1, GgmlDType::Q8_0] {
+            let gate_up = GateUp::new(
+                qtensor(n, k, 1, dtype),
+                qtensor(n, k, 2, dtype),
+                WeightMode::Quantized,
+            )
+            .unwrap();
+            assert!(
+                matches!(gate_up.weight, GateUpWeight::Paired(_)),
+                "{dtype:?}"
+            );
+            let stacked = Linear::stacked(
+                &[qtensor(n, k, 1, dtype), qtensor(n, k, 2, dtype)],
+                WeightMode::Quantized,
+            )
+            .unwrap();
+            for m in [1, 5, 16] {
+                let x: Vec<f32> = (0..m * k)
+                    .map(|i| ((i * 37) % 101) as f32 / 25.0 - 2.0)
+                    .collect();
+                let mut act = QuantizedActivations::default();
+                let (mut g, mut u, mut want) =
+                    (vec![0.0; m * n], vec![0.0; m * n], vec![0.0; m * n]);
+                stacked
+                    .forward_split_into(&x, m, &mut [&mut g[..], &mut u[..]], &mut act)
+                    .unwrap();
+                swiglu_into(&g, &u, &mut want, n);
+                let mut got = vec![f32::NAN; m * n];
+                // The paired layout never touches the gate/up scratch.
+                let (mut sg, mut su) = (Vec::new(), Vec::new());
+                gate_up
+                    .forward_into(&x, m, [&mut sg[..], &mut su[..]], &mut got, &mut act)
+                    .unwrap();
+                let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+                assert_eq!(bits(&got), bits(&want), "{dtype:?} m={m}");
+            }
+        }
+    }
+
+    #[test]
+    fn gate_up_whose_rows_are_not_whole_groups_stays_stacked_and_equal() {
+        let (n, k) = (6, 64);
+        let gate_up = GateUp::new(
+            qtensor(n, k, 3, GgmlDType::Q4_0),
+            qtensor(n, k, 4, GgmlDType::Q4_0),
+            WeightMode::Quantized,
+        )
+        .unwrap();
+        assert!(matches!(gate_up.weight, GateUpWeight::Stacked(_)));
+        let x: Vec<f32> = (0..2 * k).map(|i| (i % 7) as f32 - 3.0).collect();
+        let (mut g, mut u, mut out) = (vec![0.0; 2 * n], vec![0.0; 2 * n], vec![f32::NAN; 2 * n]);
+        gate_up
+            .forward_into(
+                &x,
+                2,
+                [&mut g[..], &mut u[..]],
+                &mut out,
+                &mut QuantizedActivations::default(),
+            )
+            .unwrap();
+        let mut want = vec![0.0; 2 * n];
+        swiglu_into(&g, &u, &mut want, n);
+        assert_eq!(out, want);
+    }
 
     #[test]
     #[cfg(target_arch = "x86_64")]

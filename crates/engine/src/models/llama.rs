@@ -6,7 +6,7 @@
 //! Tensor names follow GGUF (`blk.N.attn_q.weight`); other formats are mapped at load.
 
 use super::forward_scratch::{ForwardScratch, ScratchShape};
-use super::layers::{swiglu_into, Embedding, Linear, RmsNorm, Rope, WeightMode};
+use super::layers::{Embedding, GateUp, Linear, RmsNorm, Rope, WeightMode};
 use super::moe_router::ExpertChoice;
 use super::sparse_moe_block::SparseMoeBlock;
 use crate::checkpoint::Checkpoint;
@@ -47,7 +47,7 @@ struct Block {
 enum FeedForward {
     Dense {
         /// Gate and up projections stacked: `[2*intermediate, hidden]`.
-        gate_up: Linear,
+        gate_up: GateUp,
         down: Linear,
     },
     Sparse(SparseMoeBlock),
@@ -110,11 +110,9 @@ impl Llama {
                 FeedForward::Sparse(SparseMoeBlock::load(ckpt, i, &c, mode)?)
             } else {
                 FeedForward::Dense {
-                    gate_up: Linear::stacked(
-                        &[
-                            weight("ffn_gate", [c.intermediate_size, h])?,
-                            weight("ffn_up", [c.intermediate_size, h])?,
-                        ],
+                    gate_up: GateUp::new(
+                        weight("ffn_gate", [c.intermediate_size, h])?,
+                        weight("ffn_up", [c.intermediate_size, h])?,
                         mode,
                     )?,
                     down: Linear::new(weight("ffn_down", [h, c.intermediate_size])?, mode)?,
@@ -333,13 +331,13 @@ impl Llama {
         b.ffn_norm.forward_into(&s.x, &mut s.normed);
         match &b.ffn {
             FeedForward::Dense { gate_up, down } => {
-                gate_up.forward_split_into(
+                gate_up.forward_into(
                     &s.normed,
                     t,
-                    &mut [&mut s.gate[..], &mut s.up[..]],
+                    [&mut s.gate[..], &mut s.up[..]],
+                    &mut s.act,
                     &mut s.quantized,
                 )?;
-                swiglu_into(&s.gate, &s.up, &mut s.act, self.config.intermediate_size);
                 down.forward_add_into(&s.act, t, &mut s.x, &mut s.quantized)
             }
             FeedForward::Sparse(moe) => {

@@ -213,6 +213,35 @@ impl QuantMatrix {
         Some(m)
     }
 
+    /// Two matrices of one shape and format as one whose weight groups alternate, `a`'s
+    /// group `i` then `b`'s: a tile of `a` and the same columns' tile of `b` come out one
+    /// after the other, so [`matmul_pairs_into`](Self::matmul_pairs_into) can combine them
+    /// as they are stored (SwiGLU's gate and up). `None` when shapes or formats differ or
+    /// the rows are not whole groups.
+    pub fn interleave_pairs(a: &QuantMatrix, b: &QuantMatrix) -> Option<QuantMatrix> {
+        let same = a.format == b.format && a.rows == b.rows && a.cols == b.cols;
+        if !same || a.rows == 0 || !a.rows.is_multiple_of(NR) {
+            return None;
+        }
+        let groups = a.rows / NR;
+        fn alternate<T: Copy>(a: &[T], b: &[T], groups: usize) -> Vec<T> {
+            let per = a.len() / groups;
+            a.chunks_exact(per.max(1))
+                .zip(b.chunks_exact(per.max(1)))
+                .flat_map(|(x, y)| x.iter().chain(y).copied())
+                .collect()
+        }
+        Some(QuantMatrix {
+            format: a.format,
+            rows: 2 * a.rows,
+            cols: a.cols,
+            quants: alternate(&a.quants, &b.quants, groups),
+            scales: alternate(&a.scales, &b.scales, groups),
+            mins: alternate(&a.mins, &b.mins, groups),
+            sub: alternate(&a.sub, &b.sub, groups),
+        })
+    }
+
     fn zeroed(format: WeightFormat, n: usize, k: usize) -> Self {
         let slots = n.div_ceil(NR) * NR * (k / BLOCK);
         if format.is_k_quant() {
@@ -357,6 +386,34 @@ impl QuantMatrix {
         self.run(x, m, &out, CpuKernel::active(), act);
     }
 
+    /// On a matrix from [`interleave_pairs`](Self::interleave_pairs): `out[m, n / 2]` holds
+    /// `combine(a, b)` of `a`'s and `b`'s results, element by element, computed per tile as
+    /// the tiles are stored (up to [`MR`] rows of four columns, row-major, per call), so
+    /// `a`'s and `b`'s results never reach memory. Each tile is the one `a`'s
+    /// (or `b`'s) own matmul computes, so this equals combining their outputs afterwards.
+    ///
+    /// # Panics
+    /// If `x` is not `[m, k]` or `out` not `[m, n / 2]`.
+    pub fn matmul_pairs_into(
+        &self,
+        x: &[f32],
+        m: usize,
+        out: &mut [f32],
+        act: &mut QuantizedActivations,
+        combine: impl Fn(&[f32], &[f32], &mut [f32]) + Sync,
+    ) {
+        assert!(self.rows.is_multiple_of(2 * NR), "not a matrix of pairs");
+        assert_eq!(out.len(), m * self.rows / 2, "the output is not [m, n / 2]");
+        let sink = PairWriter {
+            out: out.as_mut_ptr(),
+            width: self.rows / 2,
+            m,
+            combine,
+            _out: PhantomData,
+        };
+        self.run(x, m, &sink, CpuKernel::active(), act);
+    }
+
     /// [`matmul_into`](Self::matmul_into) on a chosen path, so tests and benchmarks can
     /// compare every path this CPU runs.
     ///
@@ -375,7 +432,7 @@ impl QuantMatrix {
         &self,
         x: &[f32],
         m: usize,
-        out: &OutputWriter<'_>,
+        out: &impl TileSink,
         kernel: CpuKernel,
         act: &mut QuantizedActivations,
     ) {
@@ -394,7 +451,7 @@ impl QuantMatrix {
         let n = self.rows;
         act.quantize(x, m, self.cols, self.format, kernel);
         let act = &*act;
-        let task_cols = self.task_cols(m);
+        let task_cols = self.task_cols(m, out.groups_per_step());
         let run = |t: usize| {
             let cols = t * task_cols..((t + 1) * task_cols).min(n);
             // SAFETY: task `t` alone writes columns `cols`; tasks partition `0..n`.
@@ -408,9 +465,9 @@ impl QuantMatrix {
         }
     }
 
-    /// Output columns per parallel task: a multiple of [`NR`], small enough that the
-    /// threads get several tasks each (balance) and a task's weights fit in L2.
-    fn task_cols(&self, m: usize) -> usize {
+    /// Output columns per parallel task: a multiple of `step` groups, small enough that
+    /// the threads get several tasks each (balance) and a task's weights fit in L2.
+    fn task_cols(&self, m: usize, step: usize) -> usize {
         let threads = rayon::current_num_threads().max(1);
         let groups = self.rows.div_ceil(NR);
         let per_balance = groups.div_ceil(threads * 4);
@@ -423,7 +480,7 @@ impl QuantMatrix {
         } else {
             per_balance.max(2)
         };
-        want.min(per_cache).max(1) * NR
+        want.min(per_cache).max(1).next_multiple_of(step) * NR
     }
 
     /// The blocks of weight group `g`.
@@ -454,19 +511,15 @@ impl QuantMatrix {
         &self,
         act: &QuantizedActivations,
         cols: Range<usize>,
-        out: &OutputWriter<'_>,
+        out: &impl TileSink,
         kernel: CpuKernel,
     ) {
         for i0 in (0..act.m).step_by(MR) {
             let mr = (act.m - i0).min(MR);
             // Rows past `mr` repeat the last one; the kernels ignore them.
             let x: [XRow; MR] = std::array::from_fn(|i| act.row(i0 + i.min(mr - 1)));
-            let mut emit = |g: usize, tile: &Tile| {
-                let c = g * NR;
-                let width = (cols.end - c).min(NR);
-                // SAFETY: these columns belong to this task (caller's contract).
-                unsafe { out.write_tile(i0, c, &tile[..mr], width) };
-            };
+            // SAFETY: these columns belong to this task (caller's contract).
+            let mut emit = unsafe { out.emitter(i0, mr, cols.end) };
             let groups = cols.start / NR..cols.end.div_ceil(NR);
             tiles(self, kernel, groups, &x, mr, &mut emit);
         }
@@ -654,6 +707,82 @@ fn quantize_row(src: &[f32], dst: &mut [i8], scales: &mut [f32], kernel: CpuKern
                 #[cfg(not(target_arch = "x86_64"))]
                 _ => quantize_block(src, dst),
             };
+        }
+    }
+}
+
+/// Where a matmul's tiles go as parallel tasks finish them, each task owning whole groups
+/// `cols` of the result.
+trait TileSink: Sync {
+    /// Weight groups a task's range is a multiple of (a pair sink needs both halves).
+    fn groups_per_step(&self) -> usize;
+
+    /// The writer of activation rows `i0..i0 + mr`'s tiles in one task's columns (ending
+    /// at `cols_end`), handed every group of them in ascending order.
+    ///
+    /// # Safety
+    /// No other thread may access those rows' elements of the task's columns meanwhile.
+    unsafe fn emitter(&self, i0: usize, mr: usize, cols_end: usize) -> impl FnMut(usize, &Tile);
+}
+
+impl TileSink for OutputWriter<'_> {
+    fn groups_per_step(&self) -> usize {
+        1
+    }
+
+    unsafe fn emitter(&self, i0: usize, mr: usize, cols_end: usize) -> impl FnMut(usize, &Tile) {
+        move |g, tile| {
+            let c = g * NR;
+            let width = (cols_end - c).min(NR);
+            // SAFETY: the columns are the task's (the caller's contract).
+            unsafe { self.write_tile(i0, c, &tile[..mr], width) };
+        }
+    }
+}
+
+/// The `[m, n / 2]` output of [`QuantMatrix::matmul_pairs_into`]: each even group's tile is
+/// held until the next (odd) group's, and the two are combined into four columns.
+struct PairWriter<'a, F> {
+    out: *mut f32,
+    width: usize,
+    m: usize,
+    combine: F,
+    _out: PhantomData<&'a mut [f32]>,
+}
+
+// SAFETY: tasks write disjoint columns (`emitter`'s contract).
+unsafe impl<F: Sync> Sync for PairWriter<'_, F> {}
+
+impl<F> TileSink for PairWriter<'_, F>
+where
+    F: Fn(&[f32], &[f32], &mut [f32]) + Sync,
+{
+    fn groups_per_step(&self) -> usize {
+        2
+    }
+
+    unsafe fn emitter(&self, i0: usize, mr: usize, _: usize) -> impl FnMut(usize, &Tile) {
+        assert!(i0 + mr <= self.m);
+        let mut first = [[0f32; NR]; MR];
+        move |g, tile| {
+            if g.is_multiple_of(2) {
+                first = *tile;
+                return;
+            }
+            // One call per tile pair, so `combine` runs over whole vectors.
+            let mut out = [[0f32; NR]; MR];
+            let len = mr * NR;
+            (self.combine)(
+                &first.as_flattened()[..len],
+                &tile.as_flattened()[..len],
+                &mut out.as_flattened_mut()[..len],
+            );
+            let col = (g / 2) * NR;
+            for (i, row) in out.iter().take(mr).enumerate() {
+                // SAFETY: `col + NR <= width` (`n` is whole pairs of groups) and
+                // `i0 + i < m`; exclusive by the caller's contract.
+                unsafe { *(self.out.add((i0 + i) * self.width + col) as *mut [f32; NR]) = *row };
+            }
         }
     }
 }

@@ -7,7 +7,7 @@
 //! exact, ARCHITECTURE.md), and a token's expert outputs are summed by rank in its top-k,
 //! never by the order experts ran in.
 
-use super::layers::{swiglu_into, Linear, WeightMode};
+use super::layers::{GateUp, Linear, WeightMode};
 use super::moe_router::{ExpertChoice, MoeRouter, RouterShape};
 use super::quant_matrix::QuantizedActivations;
 use crate::checkpoint::Checkpoint;
@@ -26,8 +26,8 @@ pub struct SparseMoeBlock {
 
 /// One expert's SwiGLU FFN.
 struct Expert {
-    /// Gate and up projections stacked: `[2*intermediate, hidden]`.
-    gate_up: Linear,
+    /// Gate and up projections (`[intermediate, hidden]` each) with SwiGLU.
+    gate_up: GateUp,
     /// `[hidden, intermediate]`.
     down: Linear,
 }
@@ -123,7 +123,7 @@ impl SparseMoeBlock {
             .zip(down)
             .map(|((g, u), d)| {
                 Ok(Expert {
-                    gate_up: Linear::stacked(&[g, u], mode)?,
+                    gate_up: GateUp::new(g, u, mode)?,
                     down: Linear::new(d, mode)?,
                 })
             })
@@ -181,16 +181,10 @@ impl SparseMoeBlock {
                 dst.copy_from_slice(&normed[token * h..(token + 1) * h]);
             }
             let width = n * self.intermediate;
-            let (gate, up) = (&mut s.gate[..width], &mut s.up[..width]);
+            let halves = [&mut s.gate[..width], &mut s.up[..width]];
             expert
                 .gate_up
-                .forward_split_into(gathered, n, &mut [gate, up], act)?;
-            swiglu_into(
-                &s.gate[..width],
-                &s.up[..width],
-                &mut s.act[..width],
-                self.intermediate,
-            );
+                .forward_into(gathered, n, halves, &mut s.act[..width], act)?;
             let out = &mut s.expert_out[..n * h];
             expert.down.forward_into(&s.act[..width], n, out, act)?;
             for (src, &a) in out.chunks_exact(h).zip(assigned) {
