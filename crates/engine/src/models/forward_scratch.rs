@@ -44,6 +44,9 @@ pub struct ScratchShape {
     pub q_width: usize,
     pub kv_width: usize,
     pub intermediate: usize,
+    /// Width of the gate and up buffers: the intermediate size when some layer's gate/up
+    /// is a stacked matmul, 0 when every one is paired (SwiGLU in its epilogue).
+    pub gate_up: usize,
     pub layers: usize,
     /// The experts' widths, for a sparse model.
     pub moe: Option<MoeShape>,
@@ -58,6 +61,7 @@ impl ForwardScratch {
             q_width,
             kv_width,
             intermediate,
+            gate_up,
             layers,
             moe,
         } = shape;
@@ -68,8 +72,8 @@ impl ForwardScratch {
             (&mut self.k, kv_width),
             (&mut self.v, kv_width),
             (&mut self.attn, q_width),
-            (&mut self.gate, intermediate),
-            (&mut self.up, intermediate),
+            (&mut self.gate, gate_up),
+            (&mut self.up, gate_up),
             (&mut self.act, intermediate),
         ] {
             buf.resize(tokens * width, 0.0);

@@ -467,6 +467,11 @@ impl GateUp {
         })
     }
 
+    /// SwiGLU runs in the matmul's epilogue (no gate/up scratch needed).
+    pub fn is_paired(&self) -> bool {
+        matches!(self.weight, GateUpWeight::Paired(_))
+    }
+
     /// Bytes one pass over both projections reads.
     pub fn weight_bytes(&self) -> usize {
         match &self.weight {

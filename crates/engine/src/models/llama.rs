@@ -259,12 +259,17 @@ impl Llama {
             .blocks
             .iter()
             .any(|b| matches!(b.ffn, FeedForward::Dense { .. }));
+        let any_stacked = self.blocks.iter().any(|b| match &b.ffn {
+            FeedForward::Dense { gate_up, .. } => !gate_up.is_paired(),
+            FeedForward::Sparse(_) => false,
+        });
         ScratchShape {
             hidden: c.hidden_size,
             q_width: c.num_heads * c.head_dim,
             kv_width: c.num_kv_heads * c.head_dim,
             // A model whose every layer is sparse needs no dense MLP activations.
             intermediate: if any_dense { c.intermediate_size } else { 0 },
+            gate_up: if any_stacked { c.intermediate_size } else { 0 },
             layers: self.blocks.len(),
             moe,
         }
