@@ -258,16 +258,20 @@ impl Isa {
 /// Reads `dst.len()` consecutive cache elements at an element offset, widened to f32: a run of
 /// positions of one key element, or one head's value row.
 trait Rows: Sync {
+    /// This copy of the kernel runs under AVX2 + FMA (`run_avx2`), so the chunk fold may
+    /// use its explicit vector form (same operations, same order).
+    const AVX2: bool;
     fn key(&self, start: usize, dst: &mut [f32]);
     fn value(&self, start: usize, dst: &mut [f32]);
 }
 
-struct F32Rows<'a> {
+struct F32Rows<'a, const AVX2: bool> {
     keys: &'a [f32],
     values: &'a [f32],
 }
 
-impl Rows for F32Rows<'_> {
+impl<const AVX2: bool> Rows for F32Rows<'_, AVX2> {
+    const AVX2: bool = AVX2;
     #[inline(always)]
     fn key(&self, start: usize, dst: &mut [f32]) {
         dst.copy_from_slice(&self.keys[start..start + dst.len()]);
@@ -285,6 +289,7 @@ struct F16Rows<'a, const F16C: bool> {
 }
 
 impl<const F16C: bool> Rows for F16Rows<'_, F16C> {
+    const AVX2: bool = F16C;
     #[inline(always)]
     fn key(&self, start: usize, dst: &mut [f32]) {
         widen_f16::<F16C>(&self.keys[start..start + dst.len()], dst);
@@ -328,12 +333,13 @@ unsafe fn widen_f16_f16c(src: &[u16], dst: &mut [f32]) {
 }
 
 /// bf16 bits: the top half of an f32, so widening is a shift.
-struct Bf16Rows<'a> {
+struct Bf16Rows<'a, const AVX2: bool> {
     keys: &'a [u16],
     values: &'a [u16],
 }
 
-impl Rows for Bf16Rows<'_> {
+impl<const AVX2: bool> Rows for Bf16Rows<'_, AVX2> {
+    const AVX2: bool = AVX2;
     #[inline(always)]
     fn key(&self, start: usize, dst: &mut [f32]) {
         widen_bf16(&self.keys[start..start + dst.len()], dst);
@@ -363,17 +369,21 @@ trait Job {
 /// AVX2 and FMA (the f32 cache's attention called `fmaf` per element, ~60% of a prefill).
 fn dispatch<J: Job>(isa: Isa, kv: &KvLayer, job: J) {
     SCRATCH.with_borrow_mut(|scratch| match (&kv.keys, &kv.values) {
-        (KvSlab::F32(keys), KvSlab::F32(values)) => {
-            with_isa(isa, job, &F32Rows { keys, values }, scratch)
-        }
+        (KvSlab::F32(keys), KvSlab::F32(values)) => match isa {
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => with_isa(isa, job, &F32Rows::<true> { keys, values }, scratch),
+            Isa::Portable => with_isa(isa, job, &F32Rows::<false> { keys, values }, scratch),
+        },
         (KvSlab::F16(keys), KvSlab::F16(values)) => match isa {
             #[cfg(target_arch = "x86_64")]
             Isa::Avx2 => with_isa(isa, job, &F16Rows::<true> { keys, values }, scratch),
             Isa::Portable => with_isa(isa, job, &F16Rows::<false> { keys, values }, scratch),
         },
-        (KvSlab::Bf16(keys), KvSlab::Bf16(values)) => {
-            with_isa(isa, job, &Bf16Rows { keys, values }, scratch)
-        }
+        (KvSlab::Bf16(keys), KvSlab::Bf16(values)) => match isa {
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 => with_isa(isa, job, &Bf16Rows::<true> { keys, values }, scratch),
+            Isa::Portable => with_isa(isa, job, &Bf16Rows::<false> { keys, values }, scratch),
+        },
         _ => unreachable!("keys and values share one dtype"),
     })
 }
@@ -466,14 +476,20 @@ impl<R: Rows> Span<'_, R> {
                 }
                 let valid = (pos - start + 1).min(CHUNK);
                 for i in r * g..(r + 1) * g {
-                    fold_chunk(
-                        &queries[i * d..(i + 1) * d],
-                        bufs,
-                        valid,
-                        &mut state.max[i],
-                        &mut state.sum[i],
-                        &mut state.acc[i * d..(i + 1) * d],
-                    );
+                    let pair = PairState {
+                        max: &mut state.max[i],
+                        sum: &mut state.sum[i],
+                        acc: &mut state.acc[i * d..(i + 1) * d],
+                    };
+                    #[cfg(target_arch = "x86_64")]
+                    if R::AVX2 && d.is_multiple_of(ACC_LANES) {
+                        // SAFETY: `AVX2` rows are only built when the CPU has AVX2 and FMA.
+                        unsafe {
+                            avx2::fold_chunk(&queries[i * d..(i + 1) * d], bufs, valid, pair)
+                        };
+                        continue;
+                    }
+                    fold_chunk(&queries[i * d..(i + 1) * d], bufs, valid, pair);
                 }
             }
             start += CHUNK;
@@ -519,6 +535,13 @@ impl<R: Rows> Span<'_, R> {
     }
 }
 
+/// One (row, head)'s online-softmax state.
+struct PairState<'a> {
+    max: &'a mut f32,
+    sum: &'a mut f32,
+    acc: &'a mut [f32],
+}
+
 struct ChunkBufs<'a> {
     keys_t: &'a mut [f32],
     values: &'a mut [f32],
@@ -527,14 +550,8 @@ struct ChunkBufs<'a> {
 /// Folds one chunk into one (row, head): scores for the first `valid` positions, a new
 /// running max, rescaled sum and accumulator, then the weighted values.
 #[inline(always)]
-fn fold_chunk(
-    q: &[f32],
-    bufs: &ChunkBufs,
-    valid: usize,
-    max: &mut f32,
-    sum: &mut f32,
-    acc: &mut [f32],
-) {
+fn fold_chunk(q: &[f32], bufs: &ChunkBufs, valid: usize, state: PairState) {
+    let PairState { max, sum, acc } = state;
     let s = chunk_scores(q, bufs.keys_t);
     let chunk_max = s[..valid].iter().copied().fold(f32::NEG_INFINITY, f32::max);
     let new_max = max.max(chunk_max);
@@ -564,13 +581,15 @@ fn lane_sum(p: &[f32; CHUNK]) -> f32 {
     (q[0] + q[2]) + (q[1] + q[3])
 }
 
+/// Accumulator lanes kept in registers across a chunk's positions.
+const ACC_LANES: usize = 64;
+
 /// `acc = acc * alpha + Σ_j p_j v_j`, j in order. `ACC_LANES` of `acc` stay in registers
 /// across the positions (independent FMA chains), the tail takes the same steps one by one.
 /// 64 lanes are eight AVX2 chains, enough to cover the FMA latency (32 left the loop
 /// latency-bound: 3–10% slower attention); the lanes do not change any element's order.
 #[inline(always)]
 fn accumulate(acc: &mut [f32], alpha: f32, p: &[f32], values: &[f32]) {
-    const ACC_LANES: usize = 64;
     let d = acc.len();
     let mut c = 0;
     while c + ACC_LANES <= d {
@@ -650,6 +669,17 @@ fn normalise(sum: f32, acc: &[f32], out: &mut [f32]) {
     }
 }
 
+/// Taylor coefficients of 2^f on |f| ≤ 1/2, lowest degree first.
+const EXP2_C: [f32; 7] = [
+    1.0,
+    std::f32::consts::LN_2,
+    0.240_226_5,
+    0.055_504_11,
+    0.009_618_129,
+    0.001_333_355_8,
+    0.000_154_035_3,
+];
+
 /// 2^x for x ≤ 0 in plain f32 arithmetic, so it vectorises and gives the same bits on
 /// every path: x = n + f with n an integer and |f| ≤ 1/2; 2^f from its degree-6 Taylor
 /// polynomial (relative error below 3e-7), 2^n put straight into the exponent bits.
@@ -658,15 +688,7 @@ fn normalise(sum: f32, acc: &[f32], out: &mut [f32]) {
 pub fn exp2(x: f32) -> f32 {
     // Adding 1.5 * 2^23 rounds to an integer in the low mantissa bits.
     const ROUND: f32 = 12_582_912.0;
-    const C: [f32; 7] = [
-        1.0,
-        std::f32::consts::LN_2,
-        0.240_226_5,
-        0.055_504_11,
-        0.009_618_129,
-        0.001_333_355_8,
-        0.000_154_035_3,
-    ];
+    const C: [f32; 7] = EXP2_C;
     let xc = x.max(-126.0);
     let t = xc + ROUND;
     let n = t - ROUND;
@@ -681,6 +703,123 @@ pub fn exp2(x: f32) -> f32 {
         0.0
     } else {
         p * scale
+    }
+}
+
+/// [`fold_chunk`] written in AVX2 intrinsics: the same float operations in the same order
+/// per lane (so the same bits), but the chunk's scores and weights stay in registers and
+/// the max is a vector tree (the max of numbers does not depend on the order; a NaN score
+/// makes the row NaN either way). The portable fold kept them in arrays the compiler
+/// stored and reloaded lane by lane.
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use super::{exp2, ChunkBufs, PairState, ACC_LANES, CHUNK};
+    use std::arch::x86_64::*;
+
+    const _: () = assert!(CHUNK == 16, "two 8-lane registers per chunk");
+
+    /// # Safety
+    /// The CPU must have AVX2 and FMA; `q.len()` and `acc.len()` are the head dim, a
+    /// multiple of [`ACC_LANES`]; `bufs` holds `[d, CHUNK]` keys and `[CHUNK, d]` values.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn fold_chunk(q: &[f32], bufs: &ChunkBufs, valid: usize, state: PairState) {
+        let PairState { max, sum, acc } = state;
+        let d = q.len();
+        assert!(d.is_multiple_of(ACC_LANES) && acc.len() == d);
+        assert!(bufs.keys_t.len() >= d * CHUNK && bufs.values.len() >= CHUNK * d && valid <= CHUNK);
+        // SAFETY: the asserts above bound every load and store below.
+        unsafe {
+            // Scores: four partial sums over the head dim (dims ≡ u mod 4), as `chunk_scores`.
+            let kt = bufs.keys_t.as_ptr();
+            let mut part = [[_mm256_setzero_ps(); 2]; 4];
+            for quad in 0..d / 4 {
+                for (u, p) in part.iter_mut().enumerate() {
+                    let e = 4 * quad + u;
+                    let qe = _mm256_set1_ps(*q.get_unchecked(e));
+                    p[0] = _mm256_fmadd_ps(qe, _mm256_loadu_ps(kt.add(e * CHUNK)), p[0]);
+                    p[1] = _mm256_fmadd_ps(qe, _mm256_loadu_ps(kt.add(e * CHUNK + 8)), p[1]);
+                }
+            }
+            let s: [__m256; 2] = std::array::from_fn(|h| {
+                _mm256_add_ps(
+                    _mm256_add_ps(part[0][h], part[1][h]),
+                    _mm256_add_ps(part[2][h], part[3][h]),
+                )
+            });
+            // Lanes at or past `valid` out of the max, and weight zero.
+            let lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+            let live: [__m256; 2] = std::array::from_fn(|h| {
+                let n = _mm256_set1_epi32(valid as i32 - 8 * h as i32);
+                _mm256_castsi256_ps(_mm256_cmpgt_epi32(n, lane))
+            });
+            let ninf = _mm256_set1_ps(f32::NEG_INFINITY);
+            let m = _mm256_max_ps(
+                _mm256_blendv_ps(ninf, s[0], live[0]),
+                _mm256_blendv_ps(ninf, s[1], live[1]),
+            );
+            let m = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps::<1>(m));
+            let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+            let m = _mm_max_ss(m, _mm_shuffle_ps::<1>(m, m));
+            let new_max = max.max(_mm_cvtss_f32(m));
+            let alpha = exp2(*max - new_max);
+            let nm = _mm256_set1_ps(new_max);
+            let p: [__m256; 2] =
+                std::array::from_fn(|h| _mm256_and_ps(exp2_v(_mm256_sub_ps(s[h], nm)), live[h]));
+            // The weights' sum in `lane_sum`'s tree: halves, quarters, then pairs.
+            let h = _mm256_add_ps(p[0], p[1]);
+            let qs = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps::<1>(h));
+            let r = _mm_add_ps(qs, _mm_movehl_ps(qs, qs));
+            let total = _mm_cvtss_f32(_mm_add_ss(r, _mm_shuffle_ps::<1>(r, r)));
+            *sum = sum.mul_add(alpha, total);
+            *max = new_max;
+            // acc = acc · alpha + Σ_j p_j v_j, j in order, 64 lanes at a time in registers.
+            let mut w = [0.0f32; CHUNK];
+            _mm256_storeu_ps(w.as_mut_ptr(), p[0]);
+            _mm256_storeu_ps(w.as_mut_ptr().add(8), p[1]);
+            let (va, al) = (bufs.values.as_ptr(), _mm256_set1_ps(alpha));
+            for c in (0..d).step_by(ACC_LANES) {
+                let out = acc.as_mut_ptr().add(c);
+                let mut a: [__m256; 8] =
+                    std::array::from_fn(|i| _mm256_mul_ps(_mm256_loadu_ps(out.add(8 * i)), al));
+                for (j, &wj) in w.iter().enumerate().take(valid) {
+                    let (wb, row) = (_mm256_set1_ps(wj), va.add(j * d + c));
+                    for (i, x) in a.iter_mut().enumerate() {
+                        *x = _mm256_fmadd_ps(wb, _mm256_loadu_ps(row.add(8 * i)), *x);
+                    }
+                }
+                for (i, x) in a.iter().enumerate() {
+                    _mm256_storeu_ps(out.add(8 * i), *x);
+                }
+            }
+        }
+    }
+
+    /// [`exp2`] on eight lanes, step for step.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    fn exp2_v(x: __m256) -> __m256 {
+        const ROUND: f32 = 12_582_912.0;
+        let c = super::EXP2_C;
+        let lo = _mm256_set1_ps(-126.0);
+        // `f32::max(x, -126)`: a NaN `x` gives −126, as `maxps` with −126 second does.
+        let xc = _mm256_max_ps(x, lo);
+        let round = _mm256_set1_ps(ROUND);
+        let t = _mm256_add_ps(xc, round);
+        let n = _mm256_sub_ps(t, round);
+        let f = _mm256_sub_ps(xc, n);
+        let mut p = _mm256_set1_ps(c[6]);
+        for &k in c[..6].iter().rev() {
+            p = _mm256_fmadd_ps(p, f, _mm256_set1_ps(k));
+        }
+        let ni = _mm256_sub_epi32(
+            _mm256_castps_si256(t),
+            _mm256_set1_epi32(ROUND.to_bits() as i32),
+        );
+        let scale = _mm256_slli_epi32::<23>(_mm256_add_epi32(ni, _mm256_set1_epi32(127)));
+        let v = _mm256_mul_ps(p, _mm256_castsi256_ps(scale));
+        // x < −126 gives exactly 0.
+        _mm256_andnot_ps(_mm256_cmp_ps::<_CMP_LT_OQ>(x, lo), v)
     }
 }
 
