@@ -212,7 +212,8 @@ fn assert_rows_independent_of_the_batch(
     for &(format, dtype) in formats {
         let q = packed(format, dtype, seed, n, k);
         let mut rng = Rng(seed + 1);
-        for m in [3, 4, 5, 17, 64] {
+        // 128 rows of 512 or more reach the parallel activation quantization.
+        for m in [3, 4, 5, 17, 64, 128] {
             let x: Vec<f32> = (0..m)
                 .flat_map(|r| rng.vec(k, 10f32.powi(r as i32 % 5 - 2)))
                 .collect();

@@ -621,49 +621,73 @@ impl QuantizedActivations {
         self.m = m;
         self.k = k;
         self.quants.resize(m * k, 0);
+        self.chunks.resize(m * k, 0);
         self.scales.resize(m * blocks, 0.0);
-        let one =
-            |((src, dst), d): ((&[f32], &mut [i8]), &mut [f32])| quantize_row(src, dst, d, kernel);
-        if m * k >= MIN_PARALLEL_QUANTIZE {
+        // Q4_0 and Q6K subtract their offset per half block; Q4_1, Q4K and Q5K add a
+        // minimum term per block; Q8_0 needs neither.
+        let (offsets, sums) = match format {
+            WeightFormat::Q8_0 => (0, 0),
+            WeightFormat::Q4_0 | WeightFormat::Q6K => (m * blocks, 0),
+            WeightFormat::Q4_1 | WeightFormat::Q4K | WeightFormat::Q5K => (0, m * blocks),
+        };
+        self.offsets.resize(offsets, [0; 2]);
+        self.sums.resize(sums, 0.0);
+        let row = |((src, dst), (d, chunks)): RowBufs| {
+            quantize_row(src, dst, d, kernel);
+            arrange_chunks(dst, chunks);
+        };
+        // Every per-row step runs on the pool when the batch is large enough to pay for it.
+        let parallel = m * k >= MIN_PARALLEL_QUANTIZE;
+        if parallel {
             x.par_chunks_exact(k)
                 .zip(self.quants.par_chunks_exact_mut(k))
-                .zip(self.scales.par_chunks_exact_mut(blocks))
+                .zip(
+                    self.scales
+                        .par_chunks_exact_mut(blocks)
+                        .zip(self.chunks.par_chunks_exact_mut(k)),
+                )
                 .with_min_len((MIN_PARALLEL_QUANTIZE / (4 * k)).max(1))
-                .for_each(one);
+                .for_each(row);
         } else {
             x.chunks_exact(k)
                 .zip(self.quants.chunks_exact_mut(k))
-                .zip(self.scales.chunks_exact_mut(blocks))
-                .for_each(one);
+                .zip(
+                    self.scales
+                        .chunks_exact_mut(blocks)
+                        .zip(self.chunks.chunks_exact_mut(k)),
+                )
+                .for_each(row);
         }
-        let (offsets, sums) = (&mut self.offsets, &mut self.sums);
-        offsets.clear();
-        sums.clear();
-        self.chunks.clear();
-        let h = BLOCK / 2;
-        for b in self.quants.chunks_exact(BLOCK) {
-            for c in 0..4 {
-                self.chunks.extend_from_slice(&b[4 * c..4 * c + 4]);
-                self.chunks.extend_from_slice(&b[h + 4 * c..h + 4 * c + 4]);
-            }
-        }
-        match format {
-            WeightFormat::Q8_0 => {}
-            WeightFormat::Q4_0 => offsets.extend(self.quants.chunks_exact(BLOCK).map(|b| {
-                let (lo, hi) = b.split_at(BLOCK / 2);
-                [8 * sum_i8(lo), 8 * sum_i8(hi)]
-            })),
-            // Q6K's offset of 32, per 16-element half (each has its own scale).
-            WeightFormat::Q6K => offsets.extend(self.quants.chunks_exact(BLOCK).map(|b| {
-                let (lo, hi) = b.split_at(BLOCK / 2);
-                [32 * sum_i8(lo), 32 * sum_i8(hi)]
-            })),
-            WeightFormat::Q4_1 | WeightFormat::Q4K | WeightFormat::Q5K => sums.extend(
-                self.quants
-                    .chunks_exact(BLOCK)
-                    .zip(&self.scales)
-                    .map(|(b, d)| d * sum_i8(b) as f32),
-            ),
+        let (quants, scales) = (&self.quants, &self.scales);
+        let offset = |(o, b): (&mut [i32; 2], &[i8])| {
+            let (lo, hi) = b.split_at(BLOCK / 2);
+            let unit = if format == WeightFormat::Q6K { 32 } else { 8 };
+            *o = [unit * sum_i8(lo), unit * sum_i8(hi)];
+        };
+        let sum = |((o, b), d): ((&mut f32, &[i8]), &f32)| *o = d * sum_i8(b) as f32;
+        if parallel {
+            let min = (MIN_PARALLEL_QUANTIZE / BLOCK / 4).max(1);
+            self.offsets
+                .par_iter_mut()
+                .zip(quants.par_chunks_exact(BLOCK))
+                .with_min_len(min)
+                .for_each(offset);
+            self.sums
+                .par_iter_mut()
+                .zip(quants.par_chunks_exact(BLOCK))
+                .zip(scales.par_iter())
+                .with_min_len(min)
+                .for_each(sum);
+        } else {
+            self.offsets
+                .iter_mut()
+                .zip(quants.chunks_exact(BLOCK))
+                .for_each(offset);
+            self.sums
+                .iter_mut()
+                .zip(quants.chunks_exact(BLOCK))
+                .zip(scales)
+                .for_each(sum);
         }
     }
 
@@ -675,6 +699,24 @@ impl QuantizedActivations {
             scales: &self.scales[r * b..(r + 1) * b],
             offsets: part(&self.offsets, r * b..(r + 1) * b),
             sums: part(&self.sums, r * b..(r + 1) * b),
+        }
+    }
+}
+
+/// One activation row's source, quants, block scales and chunk copy.
+type RowBufs<'a> = ((&'a [f32], &'a mut [i8]), (&'a mut [f32], &'a mut [i8]));
+
+/// Each block's four chunks of eight (chunk `c`: quants `4c..4c+4` then `16+4c..16+4c+4`,
+/// as [`q4_at`] groups the weights), so a kernel broadcasts a chunk with one load.
+fn arrange_chunks(quants: &[i8], chunks: &mut [i8]) {
+    let h = BLOCK / 2;
+    for (b, out) in quants
+        .chunks_exact(BLOCK)
+        .zip(chunks.chunks_exact_mut(BLOCK))
+    {
+        for c in 0..4 {
+            out[8 * c..8 * c + 4].copy_from_slice(&b[4 * c..4 * c + 4]);
+            out[8 * c + 4..8 * c + 8].copy_from_slice(&b[h + 4 * c..h + 4 * c + 4]);
         }
     }
 }
