@@ -510,15 +510,16 @@ fn combine(a: &[f32], b: &[f32], out: &mut [f32]) {
     }
 }
 
+/// The widest shapes give each task more pairs than one combined run holds.
 #[test]
 fn paired_matrices_give_the_bits_of_both_matmuls_combined_afterwards() {
     let cases: Vec<_> = FORMATS
         .iter()
-        .map(|&f| (f, [(4, 64), (12, 320), (200, 576)]))
+        .map(|&f| (f, [(4, 64), (12, 320), (200, 576), (1024, 64)]))
         .chain(
             K_FORMATS
                 .iter()
-                .map(|&f| (f, [(4, 256), (12, 512), (200, 1536)])),
+                .map(|&f| (f, [(4, 256), (12, 512), (200, 1536), (1024, 256)])),
         )
         .collect();
     for ((format, dtype), shapes) in cases {

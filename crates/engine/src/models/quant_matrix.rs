@@ -387,8 +387,8 @@ impl QuantMatrix {
     }
 
     /// On a matrix from [`interleave_pairs`](Self::interleave_pairs): `out[m, n / 2]` holds
-    /// `combine(a, b)` of `a`'s and `b`'s results, element by element, computed per tile as
-    /// the tiles are stored (up to [`MR`] rows of four columns, row-major, per call), so
+    /// `combine(a, b)` of `a`'s and `b`'s results, element by element, computed as the
+    /// tiles are stored (`combine` gets one row's run of up to 64 columns per call), so
     /// `a`'s and `b`'s results never reach memory. Each tile is the one `a`'s
     /// (or `b`'s) own matmul computes, so this equals combining their outputs afterwards.
     ///
@@ -782,8 +782,8 @@ impl TileSink for OutputWriter<'_> {
     }
 }
 
-/// The `[m, n / 2]` output of [`QuantMatrix::matmul_pairs_into`]: each even group's tile is
-/// held until the next (odd) group's, and the two are combined into four columns.
+/// The `[m, n / 2]` output of [`QuantMatrix::matmul_pairs_into`]: even groups' tiles (`a`)
+/// and odd groups' (`b`) are gathered side by side, then combined a run of columns at a time.
 struct PairWriter<'a, F> {
     out: *mut f32,
     width: usize,
@@ -803,31 +803,47 @@ where
         2
     }
 
-    unsafe fn emitter(&self, i0: usize, mr: usize, _: usize) -> impl FnMut(usize, &Tile) {
+    unsafe fn emitter(&self, i0: usize, mr: usize, cols_end: usize) -> impl FnMut(usize, &Tile) {
         assert!(i0 + mr <= self.m);
-        let mut first = [[0f32; NR]; MR];
+        // The task's last group (an `b` group: tasks hold whole pairs).
+        let last = cols_end.div_ceil(NR) - 1;
+        let (mut a, mut b) = ([[0f32; PAIR_RUN]; MR], [[0f32; PAIR_RUN]; MR]);
+        let (mut col, mut filled) = (0, 0);
         move |g, tile| {
+            // Gather a run of pairs, then combine each row's run in one call, so `combine`
+            // runs over whole vectors even for one activation row.
+            let half = if g.is_multiple_of(2) { &mut a } else { &mut b };
+            for (dst, src) in half.iter_mut().zip(tile).take(mr) {
+                dst[filled..filled + NR].copy_from_slice(src);
+            }
             if g.is_multiple_of(2) {
-                first = *tile;
+                if filled == 0 {
+                    col = (g / 2) * NR;
+                }
                 return;
             }
-            // One call per tile pair, so `combine` runs over whole vectors.
-            let mut out = [[0f32; NR]; MR];
-            let len = mr * NR;
-            (self.combine)(
-                &first.as_flattened()[..len],
-                &tile.as_flattened()[..len],
-                &mut out.as_flattened_mut()[..len],
-            );
-            let col = (g / 2) * NR;
-            for (i, row) in out.iter().take(mr).enumerate() {
-                // SAFETY: `col + NR <= width` (`n` is whole pairs of groups) and
-                // `i0 + i < m`; exclusive by the caller's contract.
-                unsafe { *(self.out.add((i0 + i) * self.width + col) as *mut [f32; NR]) = *row };
+            filled += NR;
+            if filled < PAIR_RUN && g < last {
+                return;
             }
+            for (i, (a, b)) in a.iter().zip(&b).take(mr).enumerate() {
+                // SAFETY: columns `col..col + filled` are this task's pairs, inside the
+                // `[m, width]` output, and `i0 + i < m`; exclusive by the caller's contract.
+                let dst = unsafe {
+                    std::slice::from_raw_parts_mut(
+                        self.out.add((i0 + i) * self.width + col),
+                        filled,
+                    )
+                };
+                (self.combine)(&a[..filled], &b[..filled], dst);
+            }
+            filled = 0;
         }
     }
 }
+
+/// Output columns of pairs gathered before they are combined: eight 8-lane vectors a row.
+const PAIR_RUN: usize = 64;
 
 /// Most matrices one matmul writes side by side (Q, K and V).
 const MAX_OUTPUTS: usize = 4;
