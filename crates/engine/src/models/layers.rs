@@ -491,11 +491,10 @@ impl GateUp {
         act: &mut QuantizedActivations,
     ) -> Result<()> {
         match &self.weight {
-            GateUpWeight::Paired(q) if rows > 0 => {
+            GateUpWeight::Paired(q) => {
                 let wide = CpuKernel::active() != CpuKernel::Portable;
                 q.matmul_pairs_into(x, rows, out, act, |g, u, o| swiglu_slice(g, u, o, wide));
             }
-            GateUpWeight::Paired(_) => {}
             GateUpWeight::Stacked(l) => {
                 l.forward_split_into(x, rows, &mut [&mut *gate, &mut *up], act)?;
                 swiglu_into(gate, up, out, self.width);

@@ -805,7 +805,7 @@ where
 
     unsafe fn emitter(&self, i0: usize, mr: usize, cols_end: usize) -> impl FnMut(usize, &Tile) {
         assert!(i0 + mr <= self.m);
-        // The task's last group (an `b` group: tasks hold whole pairs).
+        // The task's last group (a `b` group: tasks hold whole pairs).
         let last = cols_end.div_ceil(NR) - 1;
         let (mut a, mut b) = ([[0f32; PAIR_RUN]; MR], [[0f32; PAIR_RUN]; MR]);
         let (mut col, mut filled) = (0, 0);
