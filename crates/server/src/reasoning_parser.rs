@@ -64,18 +64,10 @@ impl ReasoningParser {
                     }
                 }
                 Phase::Reasoning => {
-                    if let Some(at) = self.held.find(CLOSE) {
-                        split.reasoning.push_str(&self.held[..at]);
-                        self.held.drain(..at + CLOSE.len());
-                        self.phase = Phase::Content;
-                    } else {
-                        let keep = partial_tag_len(&self.held, CLOSE);
-                        let rest = self.held.split_off(self.held.len() - keep);
-                        split
-                            .reasoning
-                            .push_str(&std::mem::replace(&mut self.held, rest));
+                    if !release_until_tag(&mut self.held, CLOSE, &mut split.reasoning) {
                         return split;
                     }
+                    self.phase = Phase::Content;
                 }
                 Phase::Content => {
                     split.content.push_str(&std::mem::take(&mut self.held));
@@ -102,9 +94,24 @@ impl ReasoningParser {
     }
 }
 
-/// Byte length of the longest end of `text` that is a proper beginning of `tag`: what a
-/// parser of tagged output (this one, `ToolCallParser`) must hold back until the next piece.
-pub(crate) fn partial_tag_len(text: &str, tag: &str) -> usize {
+/// The step both parsers of tagged output (this one, `ToolCallParser`) take on held text:
+/// moves `held` up to the first `tag` into `out` and drops the tag (`true`), or, with no
+/// `tag` in it, moves all but an end that may begin one, held back until the next piece
+/// (`false`).
+pub(crate) fn release_until_tag(held: &mut String, tag: &str, out: &mut String) -> bool {
+    if let Some(at) = held.find(tag) {
+        out.push_str(&held[..at]);
+        held.drain(..at + tag.len());
+        return true;
+    }
+    let keep = partial_tag_len(held, tag);
+    let rest = held.split_off(held.len() - keep);
+    out.push_str(&std::mem::replace(held, rest));
+    false
+}
+
+/// Byte length of the longest end of `text` that is a proper beginning of `tag`.
+fn partial_tag_len(text: &str, tag: &str) -> usize {
     (1..tag.len())
         .rev()
         .find(|&n| text.is_char_boundary(text.len().saturating_sub(n)) && text.ends_with(&tag[..n]))

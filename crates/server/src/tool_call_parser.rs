@@ -15,7 +15,7 @@ use std::hash::BuildHasher;
 use clap::ValueEnum;
 use serde_json::Value;
 
-use crate::reasoning_parser::partial_tag_len;
+use crate::reasoning_parser::release_until_tag;
 
 /// `--tool-call-parser`: how the model writes its calls.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
@@ -193,18 +193,10 @@ impl ToolCallParser {
                         split.content.push_str(&std::mem::take(&mut self.held));
                         return;
                     }
-                    if let Some(at) = self.held.find(OPEN) {
-                        split.content.push_str(&self.held[..at]);
-                        self.held.drain(..at + OPEN.len());
-                        self.phase = Phase::InTag;
-                    } else {
-                        let keep = partial_tag_len(&self.held, OPEN);
-                        let rest = self.held.split_off(self.held.len() - keep);
-                        split
-                            .content
-                            .push_str(&std::mem::replace(&mut self.held, rest));
+                    if !release_until_tag(&mut self.held, OPEN, &mut split.content) {
                         return;
                     }
+                    self.phase = Phase::InTag;
                 }
                 Phase::InTag => {
                     let Some(at) = self.held.find(CLOSE) else {
