@@ -431,8 +431,6 @@ impl Rope {
 /// An MLP's gate and up projections with SwiGLU: `act = silu(x · Gᵀ) · (x · Uᵀ)`.
 pub struct GateUp {
     weight: GateUpWeight,
-    /// Columns of `act` (the intermediate size).
-    width: usize,
 }
 
 enum GateUpWeight {
@@ -445,7 +443,6 @@ enum GateUpWeight {
 
 impl GateUp {
     pub fn new(gate: QTensor, up: QTensor, mode: WeightMode) -> Result<Self> {
-        let width = gate.shape().dims2()?.0;
         if mode == WeightMode::Quantized {
             let (g, u) = (
                 native(std::slice::from_ref(&gate))?,
@@ -457,13 +454,11 @@ impl GateUp {
             {
                 return Ok(Self {
                     weight: GateUpWeight::Paired(paired),
-                    width,
                 });
             }
         }
         Ok(Self {
             weight: GateUpWeight::Stacked(Linear::stacked(&[gate, up], mode)?),
-            width,
         })
     }
 
@@ -480,8 +475,9 @@ impl GateUp {
         }
     }
 
-    /// `x`: `[rows, in]` → `out`: `[rows, width]`. `gate` and `up` (`[rows, width]` each)
-    /// are scratch for the stacked layout; the paired one does not touch them.
+    /// `x`: `[rows, in]` → `out`: `[rows, width]` (the intermediate size). `gate` and `up`
+    /// (`[rows, width]` each) are scratch for the stacked layout; the paired one does not
+    /// touch them.
     pub fn forward_into(
         &self,
         x: &[f32],
@@ -497,7 +493,7 @@ impl GateUp {
             }
             GateUpWeight::Stacked(l) => {
                 l.forward_split_into(x, rows, &mut [&mut *gate, &mut *up], act)?;
-                swiglu_into(gate, up, out, self.width);
+                swiglu_into(gate, up, out, l.out_features() / 2);
             }
         }
         Ok(())
