@@ -1542,6 +1542,13 @@ mod x86 {
                     let nib = _mm256_set1_epi8(0x0F);
                     let pairs = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3);
                     let mut acc = [_mm256_setzero_ps(); R];
+                    let mut mn = [_mm_setzero_ps(); R];
+                    // Q4_1's minimum term is its own chain of fmas. With few rows the main
+                    // loop has registers to spare and that chain alone would be latency
+                    // bound, so it runs inside the main loop; with more rows it gets a
+                    // second pass over the (cached) minimums, so the main loop keeps its
+                    // registers. Either way each element sees the same sequence.
+                    let inline_min = MIN && R <= 2;
                     for b in 0..blocks {
                         // SAFETY: `check_rows` and `check_group` keep every load in bounds.
                         unsafe {
@@ -1573,12 +1580,18 @@ mod x86 {
                                 );
                                 acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(halves), s, acc[r]);
                             }
+                            if inline_min {
+                                let mw = _mm_cvtph_ps(_mm_loadl_epi64(
+                                    w.mins.as_ptr().add(b * NR) as *const __m128i
+                                ));
+                                for r in 0..R {
+                                    let sum = _mm_set1_ps(*x[r].sums.get_unchecked(b));
+                                    mn[r] = _mm_fmadd_ps(mw, sum, mn[r]);
+                                }
+                            }
                         }
                     }
-                    // Q4_1's minimum term is its own chain, so it runs as a second pass
-                    // over the (cached) minimums: the main loop keeps its registers.
-                    let mut mn = [_mm_setzero_ps(); R];
-                    if MIN {
+                    if MIN && !inline_min {
                         for b in 0..blocks {
                             // SAFETY: `check_rows` and `check_group` keep every load in bounds.
                             unsafe {
