@@ -7,6 +7,7 @@
 //! quants are regrouped within a group's block (see [`q4_at`], [`q8_at`]) so that one
 //! 32-byte vector holds the same eight elements of each of the four rows. The
 //! f16 scales (and Q4_1 minimums) stay f16: decode reads the file's bytes, not more.
+//! Every buffer lives in [`HugeBuf`] chunks (huge pages), as decode streams them all each step.
 //!
 //! Activations are quantized per row to int8 blocks of 32 (scale = amax/127, round half away
 //! from zero, as ggml's Q8_0/Q8_1). Each block's dot product is an exact integer, split
@@ -31,6 +32,7 @@
 
 mod k_quants;
 
+use super::huge_buf::HugeBuf;
 use crate::cpu_kernel::CpuKernel;
 use half::f16;
 use rayon::prelude::*;
@@ -126,16 +128,16 @@ pub struct QuantMatrix {
     cols: usize,
     /// `[group][block][row in group][quant_bytes]`; rows past `rows` are zero. K-quants:
     /// per `[group][block]` the rows' nibbles, then their high bits (see `k_quants`).
-    quants: Vec<u8>,
+    quants: HugeBuf<u8>,
     /// f16 bits, `[group][block][row in group]`; K-quants: `d` per super-block,
     /// `[group][super-block][row in group]`.
-    scales: Vec<u16>,
+    scales: HugeBuf<u16>,
     /// Q4_1's f16 minimums, or Q4K/Q5K's `dmin`, laid out like `scales`; else empty.
-    mins: Vec<u16>,
+    mins: HugeBuf<u16>,
     /// K-quants' sub-block scales, `[group][block][2][row in group]`: Q4K/Q5K's 6-bit
     /// `sc` then `m`; Q6K's int8 scales of the block's first then second 16 elements.
     /// Empty for other formats.
-    sub: Vec<u8>,
+    sub: HugeBuf<u8>,
 }
 
 impl QuantMatrix {
@@ -235,46 +237,30 @@ impl QuantMatrix {
             format: a.format,
             rows: 2 * a.rows,
             cols: a.cols,
-            quants: alternate(&a.quants, &b.quants, groups),
-            scales: alternate(&a.scales, &b.scales, groups),
-            mins: alternate(&a.mins, &b.mins, groups),
-            sub: alternate(&a.sub, &b.sub, groups),
+            quants: alternate(&a.quants, &b.quants, groups).into(),
+            scales: alternate(&a.scales, &b.scales, groups).into(),
+            mins: alternate(&a.mins, &b.mins, groups).into(),
+            sub: alternate(&a.sub, &b.sub, groups).into(),
         })
     }
 
     fn zeroed(format: WeightFormat, n: usize, k: usize) -> Self {
         let slots = n.div_ceil(NR) * NR * (k / BLOCK);
-        if format.is_k_quant() {
-            let supers = n.div_ceil(NR) * NR * (k / SUPER);
-            return Self {
-                format,
-                rows: n,
-                cols: k,
-                quants: vec![0; slots * format.quant_bytes()],
-                scales: vec![0; supers],
-                mins: vec![
-                    0;
-                    if format == WeightFormat::Q6K {
-                        0
-                    } else {
-                        supers
-                    }
-                ],
-                sub: vec![0; 2 * slots],
-            };
-        }
+        let supers = n.div_ceil(NR) * NR * (k / SUPER);
+        let (scales, mins, sub) = match format {
+            WeightFormat::Q4_0 | WeightFormat::Q8_0 => (slots, 0, 0),
+            WeightFormat::Q4_1 => (slots, slots, 0),
+            WeightFormat::Q4K | WeightFormat::Q5K => (supers, supers, 2 * slots),
+            WeightFormat::Q6K => (supers, 0, 2 * slots),
+        };
         Self {
             format,
             rows: n,
             cols: k,
-            quants: vec![0; slots * format.quant_bytes()],
-            scales: vec![0; slots],
-            mins: if format == WeightFormat::Q4_1 {
-                vec![0; slots]
-            } else {
-                Vec::new()
-            },
-            sub: Vec::new(),
+            quants: HugeBuf::zeroed(slots * format.quant_bytes()),
+            scales: HugeBuf::zeroed(scales),
+            mins: HugeBuf::zeroed(mins),
+            sub: HugeBuf::zeroed(sub),
         }
     }
 
