@@ -9,6 +9,7 @@
 //! computed together, never how one is computed. The AVX2 build is the same code compiled
 //! with FMA, so it gives the portable build's bits.
 
+use super::huge_buf::HugeBuf;
 use crate::cpu_kernel::CpuKernel;
 use rayon::prelude::*;
 
@@ -22,8 +23,8 @@ const LANES: usize = 8;
 const ROW_BLOCK: usize = 64;
 
 pub struct DenseMatrix {
-    /// `[n, k]`, row major.
-    w: Vec<f32>,
+    /// `[n, k]`, row major, on huge pages as the quantized weights are.
+    w: HugeBuf<f32>,
     n: usize,
     k: usize,
 }
@@ -31,7 +32,11 @@ pub struct DenseMatrix {
 impl DenseMatrix {
     pub fn new(w: Vec<f32>, n: usize, k: usize) -> Self {
         assert_eq!(w.len(), n * k, "a dense matrix holds n × k weights");
-        Self { w, n, k }
+        Self {
+            w: w.into(),
+            n,
+            k,
+        }
     }
 
     pub fn rows(&self) -> usize {
