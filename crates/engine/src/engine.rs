@@ -9,7 +9,7 @@ use crate::cpu_kernel::CpuKernel;
 use crate::error::{EngineError, Result};
 use crate::kv_cache::KvCacheDtype;
 use crate::model_runner::{Logits, ModelRunner};
-use crate::models::{Llama, WeightMode};
+use crate::models::{huge_buf, Llama, WeightMode};
 use crate::moe_expert_stats::MoeExpertStats;
 use crate::request::{FinishReason, Request, RequestEvent, RequestTimings, SeqId};
 use crate::sampler::{SampledToken, Sampler, SamplingContext};
@@ -169,6 +169,10 @@ impl Engine {
         let model = Llama::load(ckpt, config.weight_mode, plan.max_model_len)?;
         // Fixes the CPU kernel path now, so its log line comes with the other startup lines.
         CpuKernel::active();
+        tracing::info!(
+            "weights: on huge pages where the system allows ({})",
+            huge_buf::transparent_huge_pages()
+        );
         tracing::info!(
             "KV cache: {:?}, {} blocks of {} tokens ({} tokens)",
             config.kv_cache_dtype.resolve(),

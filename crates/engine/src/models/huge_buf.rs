@@ -114,6 +114,19 @@ fn advise_huge_pages(ptr: *mut u8, bytes: usize) {
     let _ = (ptr, bytes);
 }
 
+/// The system's transparent huge page mode, for the startup log: the weights get huge
+/// pages under `always` and `madvise`, not under `never`.
+pub fn transparent_huge_pages() -> String {
+    std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/enabled")
+        .ok()
+        .and_then(|modes| {
+            let start = modes.find('[')? + 1;
+            let end = start + modes[start..].find(']')?;
+            Some(format!("THP mode: {}", &modes[start..end]))
+        })
+        .unwrap_or_else(|| "THP mode: unknown".into())
+}
+
 /// The chunk small buffers are being carved from, and how much of it is taken.
 struct Pool {
     current: Option<Arc<Chunk>>,
