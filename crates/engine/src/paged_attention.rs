@@ -263,6 +263,11 @@ trait Rows: Sync {
     const AVX2: bool;
     fn key(&self, start: usize, dst: &mut [f32]);
     fn value(&self, start: usize, dst: &mut [f32]);
+    /// The f16 cache's keys and values, where F16C may fold them without a widened copy.
+    #[inline(always)]
+    fn f16c_slabs(&self) -> Option<(&[u16], &[u16])> {
+        None
+    }
 }
 
 struct F32Rows<'a, const AVX2: bool> {
@@ -297,6 +302,10 @@ impl<const F16C: bool> Rows for F16Rows<'_, F16C> {
     #[inline(always)]
     fn value(&self, start: usize, dst: &mut [f32]) {
         widen_f16::<F16C>(&self.values[start..start + dst.len()], dst);
+    }
+    #[inline(always)]
+    fn f16c_slabs(&self) -> Option<(&[u16], &[u16])> {
+        F16C.then_some((self.keys, self.values))
     }
 }
 
@@ -469,6 +478,10 @@ impl<R: Rows> Span<'_, R> {
         let mut start = span.start;
         while start < end {
             let n = CHUNK.min(end - start);
+            if self.fold_direct(start, queries, state) {
+                start += CHUNK;
+                continue;
+            }
             self.load_chunk(start, n, bufs);
             for (r, &pos) in self.positions.iter().enumerate() {
                 if pos < start {
@@ -494,6 +507,42 @@ impl<R: Rows> Span<'_, R> {
             }
             start += CHUNK;
         }
+    }
+
+    /// A lone row's chunk folded straight from an f16 cache when the chunk lies inside one
+    /// block (AVX2 + F16C only); `false` leaves the chunk to the widened copy. With one row
+    /// the copy is used by only the group's few heads, so writing and re-reading it cost
+    /// more than widening on the fly (decode attention is most of its time otherwise).
+    #[inline(always)]
+    fn fold_direct(&self, start: usize, queries: &[f32], state: &mut State) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        if let (Some((keys, values)), [pos]) = (self.rows.f16c_slabs(), self.positions) {
+            let AttentionShape {
+                head_dim: d,
+                block_size: bs,
+                num_kv_heads,
+                ..
+            } = self.shape;
+            if !bs.is_multiple_of(CHUNK) || !d.is_multiple_of(32) {
+                return false;
+            }
+            let width = num_kv_heads * d;
+            let (block, offset) = (self.table[start / bs].index(), start % bs);
+            let chunk = avx2::F16Chunk {
+                keys,
+                first_key: (block * width + self.kv_head * d) * bs + offset,
+                key_stride: bs,
+                values,
+                first_value: (block * bs + offset) * width + self.kv_head * d,
+                value_stride: width,
+            };
+            let valid = (pos - start + 1).min(CHUNK);
+            // SAFETY: `f16c_slabs` is only `Some` where the CPU has AVX2, FMA and F16C.
+            unsafe { avx2::fold_heads_f16(queries, &chunk, d, valid, state) };
+            return true;
+        }
+        let _ = (start, queries, state);
+        false
     }
 
     /// Keys (transposed) and values of positions `start..start + n`, widened to f32. The
@@ -747,36 +796,8 @@ mod avx2 {
                     _mm256_add_ps(part[2][h], part[3][h]),
                 )
             });
-            // Lanes at or past `valid` out of the max, and weight zero.
-            let lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-            let live: [__m256; 2] = std::array::from_fn(|h| {
-                let n = _mm256_set1_epi32(valid as i32 - 8 * h as i32);
-                _mm256_castsi256_ps(_mm256_cmpgt_epi32(n, lane))
-            });
-            let ninf = _mm256_set1_ps(f32::NEG_INFINITY);
-            let m = _mm256_max_ps(
-                _mm256_blendv_ps(ninf, s[0], live[0]),
-                _mm256_blendv_ps(ninf, s[1], live[1]),
-            );
-            let m = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps::<1>(m));
-            let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-            let m = _mm_max_ss(m, _mm_shuffle_ps::<1>(m, m));
-            let new_max = max.max(_mm_cvtss_f32(m));
-            let alpha = exp2(*max - new_max);
-            let nm = _mm256_set1_ps(new_max);
-            let p: [__m256; 2] =
-                std::array::from_fn(|h| _mm256_and_ps(exp2_v(_mm256_sub_ps(s[h], nm)), live[h]));
-            // The weights' sum in `lane_sum`'s tree: halves, quarters, then pairs.
-            let h = _mm256_add_ps(p[0], p[1]);
-            let qs = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps::<1>(h));
-            let r = _mm_add_ps(qs, _mm_movehl_ps(qs, qs));
-            let total = _mm_cvtss_f32(_mm_add_ss(r, _mm_shuffle_ps::<1>(r, r)));
-            *sum = sum.mul_add(alpha, total);
-            *max = new_max;
             // acc = acc · alpha + Σ_j p_j v_j, j in order, 64 lanes at a time in registers.
-            let mut w = [0.0f32; CHUNK];
-            _mm256_storeu_ps(w.as_mut_ptr(), p[0]);
-            _mm256_storeu_ps(w.as_mut_ptr().add(8), p[1]);
+            let (alpha, w) = softmax_step(s, valid, max, sum);
             let (va, al) = (bufs.values.as_ptr(), _mm256_set1_ps(alpha));
             for c in (0..d).step_by(ACC_LANES) {
                 let out = acc.as_mut_ptr().add(c);
@@ -790,6 +811,187 @@ mod avx2 {
                 }
                 for (i, x) in a.iter().enumerate() {
                     _mm256_storeu_ps(out.add(8 * i), *x);
+                }
+            }
+        }
+    }
+
+    /// One chunk's online-softmax update of one (row, head) from its scores `s`: masks the
+    /// lanes at or past `valid`, raises the running max, rescales the sum; returns the
+    /// accumulator's rescale factor and the chunk's weights (zero past `valid`).
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    fn softmax_step(
+        s: [__m256; 2],
+        valid: usize,
+        max: &mut f32,
+        sum: &mut f32,
+    ) -> (f32, [f32; CHUNK]) {
+        // Lanes at or past `valid` out of the max, and weight zero.
+        let lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+        let live: [__m256; 2] = std::array::from_fn(|h| {
+            let n = _mm256_set1_epi32(valid as i32 - 8 * h as i32);
+            _mm256_castsi256_ps(_mm256_cmpgt_epi32(n, lane))
+        });
+        let ninf = _mm256_set1_ps(f32::NEG_INFINITY);
+        let m = _mm256_max_ps(
+            _mm256_blendv_ps(ninf, s[0], live[0]),
+            _mm256_blendv_ps(ninf, s[1], live[1]),
+        );
+        let m = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps::<1>(m));
+        let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+        let m = _mm_max_ss(m, _mm_shuffle_ps::<1>(m, m));
+        let new_max = max.max(_mm_cvtss_f32(m));
+        let alpha = exp2(*max - new_max);
+        let nm = _mm256_set1_ps(new_max);
+        let p: [__m256; 2] =
+            std::array::from_fn(|h| _mm256_and_ps(exp2_v(_mm256_sub_ps(s[h], nm)), live[h]));
+        // The weights' sum in `lane_sum`'s tree: halves, quarters, then pairs.
+        let h = _mm256_add_ps(p[0], p[1]);
+        let qs = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps::<1>(h));
+        let r = _mm_add_ps(qs, _mm_movehl_ps(qs, qs));
+        let total = _mm_cvtss_f32(_mm_add_ss(r, _mm_shuffle_ps::<1>(r, r)));
+        *sum = sum.mul_add(alpha, total);
+        *max = new_max;
+        let mut w = [0.0f32; CHUNK];
+        // SAFETY: `w` holds two 8-lane stores.
+        unsafe {
+            _mm256_storeu_ps(w.as_mut_ptr(), p[0]);
+            _mm256_storeu_ps(w.as_mut_ptr().add(8), p[1]);
+        }
+        (alpha, w)
+    }
+
+    /// Where one chunk of one KV head sits in an f16 cache: key element `e` of the chunk's
+    /// `CHUNK` positions at `keys[first_key + e * key_stride..][..CHUNK]`, position `j`'s
+    /// values at `values[first_value + j * value_stride..][..head_dim]`.
+    pub(super) struct F16Chunk<'a> {
+        pub keys: &'a [u16],
+        pub first_key: usize,
+        pub key_stride: usize,
+        pub values: &'a [u16],
+        pub first_value: usize,
+        pub value_stride: usize,
+    }
+
+    /// Folds one chunk, read straight from an f16 cache, into every query head of one
+    /// decode row's GQA group (`state` holds exactly those heads). Per head it performs
+    /// [`fold_chunk`]'s operations in its order (f16→f32 is exact), so the same bits; but
+    /// no widened copy of the chunk is stored and read back, and each key and value vector
+    /// is widened once for up to three heads at a time.
+    ///
+    /// # Safety
+    /// The CPU must have AVX2, FMA and F16C; the head dim `d` is a multiple of 32.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn fold_heads_f16(
+        queries: &[f32],
+        chunk: &F16Chunk,
+        d: usize,
+        valid: usize,
+        state: &mut super::State,
+    ) {
+        let g = queries.len() / d;
+        assert!(d.is_multiple_of(32) && queries.len() == g * d && (1..=CHUNK).contains(&valid));
+        assert!(state.max.len() >= g && state.sum.len() >= g && state.acc.len() >= g * d);
+        assert!(chunk.keys.len() >= chunk.first_key + (d - 1) * chunk.key_stride + CHUNK);
+        assert!(chunk.values.len() >= chunk.first_value + (valid - 1) * chunk.value_stride + d);
+        let mut h = 0;
+        while h < g {
+            // Three heads fill the registers; two twos beat a three and a one.
+            let take = match g - h {
+                1 => 1,
+                2 | 4 => 2,
+                _ => 3,
+            };
+            let heads = HeadsF16 {
+                q: &queries[h * d..(h + take) * d],
+                max: &mut state.max[h..h + take],
+                sum: &mut state.sum[h..h + take],
+                acc: &mut state.acc[h * d..(h + take) * d],
+            };
+            // SAFETY: the asserts above bound every read of `chunk`; `heads` is `take` heads.
+            unsafe {
+                match take {
+                    1 => heads.fold::<1>(chunk, d, valid),
+                    2 => heads.fold::<2>(chunk, d, valid),
+                    _ => heads.fold::<3>(chunk, d, valid),
+                }
+            }
+            h += take;
+        }
+    }
+
+    /// `G` query heads' slices of the fold state.
+    struct HeadsF16<'a> {
+        q: &'a [f32],
+        max: &'a mut [f32],
+        sum: &'a mut [f32],
+        acc: &'a mut [f32],
+    }
+
+    impl HeadsF16<'_> {
+        /// # Safety
+        /// As [`fold_heads_f16`], whose asserts bound the chunk; `self` holds `G` heads.
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c")]
+        unsafe fn fold<const G: usize>(self, c: &F16Chunk, d: usize, valid: usize) {
+            assert!(self.q.len() == G * d && self.acc.len() == G * d && self.max.len() == G);
+            // SAFETY: the caller bounds `c`'s reads; the assert above bounds `q` and `acc`.
+            unsafe {
+                // Scores, eight positions at a time: per head four partial sums over the
+                // head dim (dims ≡ u mod 4), as `chunk_scores`.
+                let (kp, q) = (c.keys.as_ptr().add(c.first_key), self.q.as_ptr());
+                let mut s = [[_mm256_setzero_ps(); 2]; G];
+                for half in 0..2 {
+                    let mut part = [[_mm256_setzero_ps(); 4]; G];
+                    for quad in 0..d / 4 {
+                        for u in 0..4 {
+                            let e = 4 * quad + u;
+                            let at = kp.add(e * c.key_stride + 8 * half) as *const __m128i;
+                            let k = _mm256_cvtph_ps(_mm_loadu_si128(at));
+                            for (h, p) in part.iter_mut().enumerate() {
+                                let qe = _mm256_set1_ps(*q.add(h * d + e));
+                                p[u] = _mm256_fmadd_ps(qe, k, p[u]);
+                            }
+                        }
+                    }
+                    for (h, p) in part.iter().enumerate() {
+                        s[h][half] =
+                            _mm256_add_ps(_mm256_add_ps(p[0], p[1]), _mm256_add_ps(p[2], p[3]));
+                    }
+                }
+                let mut alpha = [0.0f32; G];
+                let mut w = [[0.0f32; CHUNK]; G];
+                for h in 0..G {
+                    (alpha[h], w[h]) =
+                        softmax_step(s[h], valid, &mut self.max[h], &mut self.sum[h]);
+                }
+                // acc = acc · alpha + Σ_j p_j v_j per head, j in order, 32 lanes at a time.
+                let (vp, acc) = (c.values.as_ptr().add(c.first_value), self.acc.as_mut_ptr());
+                for base in (0..d).step_by(32) {
+                    let mut a: [[__m256; 4]; G] = std::array::from_fn(|h| {
+                        let al = _mm256_set1_ps(alpha[h]);
+                        std::array::from_fn(|i| {
+                            _mm256_mul_ps(_mm256_loadu_ps(acc.add(h * d + base + 8 * i)), al)
+                        })
+                    });
+                    for j in 0..valid {
+                        let row = vp.add(j * c.value_stride + base);
+                        let wb: [__m256; G] = std::array::from_fn(|h| _mm256_set1_ps(w[h][j]));
+                        for i in 0..4 {
+                            let v =
+                                _mm256_cvtph_ps(_mm_loadu_si128(row.add(8 * i) as *const __m128i));
+                            for h in 0..G {
+                                a[h][i] = _mm256_fmadd_ps(wb[h], v, a[h][i]);
+                            }
+                        }
+                    }
+                    for (h, ah) in a.iter().enumerate() {
+                        for (i, x) in ah.iter().enumerate() {
+                            _mm256_storeu_ps(acc.add(h * d + base + 8 * i), *x);
+                        }
+                    }
                 }
             }
         }

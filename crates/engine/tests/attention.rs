@@ -359,3 +359,71 @@ fn half_caches_store_what_half_rounds_to_nearest_even() {
         "the tie case is a tie"
     );
 }
+
+#[test]
+fn a_lone_decode_row_folded_straight_from_the_f16_cache_gives_the_tile_and_portable_bits() {
+    // Head sizes that are multiples of 32 and blocks of whole chunks take the AVX2 build's
+    // direct f16 fold for lone rows (where the CPU has F16C); every group size from one to
+    // seven covers its one-, two- and three-head register tiles.
+    let mut rng = StdRng::seed_from_u64(14);
+    for round in 0..21 {
+        let num_kv_heads = 1 + round % 3;
+        let shape = AttentionShape {
+            num_kv_heads,
+            num_heads: num_kv_heads * (1 + round % 7),
+            head_dim: [32, 64, 128][round % 3],
+            block_size: [16, 32, 64][(round / 3) % 3],
+        };
+        // Decode rows at short, partition-crossing and long contexts, and a prefill chunk
+        // whose rows, cut one by one, become lone rows too.
+        let seqs = vec![
+            SeqSpec {
+                start: rng.random_range(0..40),
+                rows: 1,
+            },
+            SeqSpec {
+                start: rng.random_range(PARTITION - 20..PARTITION + 20),
+                rows: 1,
+            },
+            SeqSpec {
+                start: rng.random_range(2 * PARTITION..3 * PARTITION),
+                rows: 1,
+            },
+            SeqSpec {
+                start: rng.random_range(0..PARTITION),
+                rows: 37,
+            },
+        ];
+        let case = Case::new(shape, seqs, KvCacheDtype::F16, &mut rng);
+        let w = case.q_width();
+        let qs: Vec<Vec<f32>> = case
+            .seqs
+            .iter()
+            .map(|s| random(&mut rng, (s.start + s.rows) * w))
+            .collect();
+        let run = |cut: usize, portable: bool| {
+            let batch = case.batch(cut);
+            let mut q = Vec::new();
+            for r in 0..batch.num_tokens() {
+                let (s, p) = (seq_of(&case, &batch, r), batch.positions[r]);
+                q.extend_from_slice(&qs[s][p * w..(p + 1) * w]);
+            }
+            let mut out = vec![f32::NAN; q.len()];
+            if portable {
+                paged_attention_portable_into(&q, case.kv.layer(0), &batch, shape, &mut out);
+            } else {
+                paged_attention_into(&q, case.kv.layer(0), &batch, shape, &mut out);
+            }
+            by_position(&case, &batch, &out)
+        };
+        let lone = run(1, false);
+        assert!(
+            lone == run(1, true),
+            "round {round} ({shape:?}): lone rows differ from portable"
+        );
+        assert!(
+            lone == run(usize::MAX, false),
+            "round {round} ({shape:?}): lone rows differ from tiles"
+        );
+    }
+}

@@ -32,11 +32,7 @@ pub struct DenseMatrix {
 impl DenseMatrix {
     pub fn new(w: Vec<f32>, n: usize, k: usize) -> Self {
         assert_eq!(w.len(), n * k, "a dense matrix holds n × k weights");
-        Self {
-            w: w.into(),
-            n,
-            k,
-        }
+        Self { w: w.into(), n, k }
     }
 
     pub fn rows(&self) -> usize {
