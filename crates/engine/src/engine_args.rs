@@ -242,6 +242,7 @@ pub fn init_threads(threads: Option<usize>) {
     });
     // candle's quantized matmuls read this once, on first use.
     std::env::set_var("CANDLE_NUM_THREADS", n.to_string());
+    crate::compute_pool::set_threads(n);
     let _ = rayon::ThreadPoolBuilder::new()
         .num_threads(n)
         .build_global();

@@ -3,6 +3,7 @@
 
 pub mod block_manager;
 pub mod checkpoint;
+pub mod compute_pool;
 pub mod config_validation;
 pub mod cpu_kernel;
 #[cfg(feature = "cli")]

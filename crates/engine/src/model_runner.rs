@@ -60,10 +60,9 @@ impl ModelRunner {
     /// Runs one forward pass; its logits stay readable through [`logits`](Self::logits).
     pub fn execute(&mut self, batch: &ForwardBatch) -> Result<&Logits> {
         let (model, kv, logits) = (&self.model, &mut self.kv_cache, &mut self.logits.data);
-        // The whole pass runs on a compute-pool thread: its parallel loops then fork to the
-        // other workers directly, instead of this thread waking the pool and sleeping on a
-        // latch for each of the ~150 matmuls and loops of a decode step.
-        rayon::scope(|_| model.forward_into(batch, kv, logits))?;
+        // The pass's parallel loops run on the compute pool, whose helpers spin between
+        // them (`compute_pool`), so this thread calls it directly.
+        model.forward_into(batch, kv, logits)?;
         Ok(&self.logits)
     }
 

@@ -18,9 +18,9 @@
 //! the kernel and the portable build give identical bits.
 
 use crate::block_manager::BlockId;
+use crate::compute_pool::{ComputePool, Shards};
 use crate::forward_batch::{BatchSeq, ForwardBatch};
 use crate::kv_cache::{KvLayer, KvSlab};
-use rayon::prelude::*;
 use std::cell::RefCell;
 use std::ops::Range;
 
@@ -38,8 +38,6 @@ pub const CHUNK: usize = 16;
 pub const PARTITION: usize = 512;
 /// Query rows per prefill task: enough reuse of each K/V chunk, small enough state for L1.
 pub const TILE_ROWS: usize = 16;
-/// Floats of decode partials kept on the stack (16 KiB) before falling back to the heap.
-const STACK_PARTIALS: usize = 4096;
 
 /// `q`: `[T, num_heads * head_dim]` (already rotated) → `[T, num_heads * head_dim]`.
 pub fn paged_attention(
@@ -90,53 +88,164 @@ fn attend(
         0,
         "query heads must be a multiple of KV heads"
     );
+    let pool = ComputePool::global();
     let ctx = Ctx {
         q,
-        kv,
         positions: &batch.positions,
         shape,
-        isa,
-        many_seqs: batch.seqs.len() >= 4 * rayon::current_num_threads(),
+        many_seqs: batch.seqs.len() >= 4 * pool.threads(),
     };
-    for_each_seq(
-        &batch.seqs,
-        0,
-        out,
-        &|seq, out| ctx.seq(seq, out),
-        ctx.row_width(),
-    );
+    PLAN.with_borrow_mut(|plan| {
+        plan.build(&ctx, &batch.seqs);
+        let Plan { items, partials } = plan;
+        let (w, items) = (ctx.row_width(), &*items);
+        {
+            let (out, partials) = (Shards::new(&mut *out), Shards::new(&mut partials[..]));
+            // SAFETY (both arms): every item writes its own rows of `out` or its own range
+            // of `partials` (`Plan::build` lays them out side by side).
+            pool.run(items.len(), &|i| match items[i].clone() {
+                Item::Tile { seq, rows } => {
+                    let job = TileJob {
+                        ctx: &ctx,
+                        table: &batch.seqs[seq].block_table,
+                        out: unsafe { out.range(rows.start * w..rows.end * w) },
+                        rows,
+                    };
+                    dispatch(isa, kv, job);
+                }
+                Item::Partition {
+                    seq,
+                    row,
+                    kv_head,
+                    part,
+                    at,
+                } => {
+                    let per_part = ctx.group() * (shape.head_dim + 2);
+                    let job = PartitionJob {
+                        ctx: &ctx,
+                        table: &batch.seqs[seq].block_table,
+                        row,
+                        kv_head,
+                        part,
+                        dst: unsafe { partials.range(at..at + per_part) },
+                    };
+                    dispatch(isa, kv, job);
+                }
+                Item::Merge { .. } => {}
+            });
+        }
+        // A split row's partitions are all done: merge them in order.
+        for item in items {
+            if let Item::Merge {
+                row,
+                parts,
+                at,
+                len,
+            } = *item
+            {
+                let job = MergeJob {
+                    group: ctx.group(),
+                    head_dim: shape.head_dim,
+                    partials: &partials[at..at + len],
+                    parts,
+                    out: &mut out[row * w..(row + 1) * w],
+                };
+                dispatch(isa, kv, job);
+            }
+        }
+    });
 }
 
-/// Runs `f` on every sequence with its own rows of `out`, in parallel. Sequences' rows are
-/// contiguous and in order, so halving the list halves `out` at a row boundary.
-fn for_each_seq(
-    seqs: &[BatchSeq],
-    first_row: usize,
-    out: &mut [f32],
-    f: &(dyn Fn(&BatchSeq, &mut [f32]) + Sync),
-    width: usize,
-) {
-    match seqs {
-        [] => {}
-        [seq] => f(seq, out),
-        _ => {
-            let (left, right) = seqs.split_at(seqs.len() / 2);
-            let mid = right[0].rows.start;
-            let (a, b) = out.split_at_mut((mid - first_row) * width);
-            rayon::join(
-                || for_each_seq(left, first_row, a, f, width),
-                || for_each_seq(right, mid, b, f, width),
-            );
+/// One step's attention work: tiles of query rows, and for lone decode rows split by KV
+/// head and partition (flash-decoding), their partitions and then their merge.
+#[derive(Default)]
+struct Plan {
+    items: Vec<Item>,
+    /// Split rows' partition states, `[kv_heads, parts, group, head_dim + 2]` per row.
+    partials: Vec<f32>,
+}
+
+#[derive(Clone)]
+enum Item {
+    /// Batch rows `rows` (consecutive positions of sequence `seq`), every KV head.
+    Tile { seq: usize, rows: Range<usize> },
+    /// One (KV head, partition) of lone row `row`, into `partials[at..]`.
+    Partition {
+        seq: usize,
+        row: usize,
+        kv_head: usize,
+        part: usize,
+        at: usize,
+    },
+    /// Merges lone row `row`'s `partials[at..at + len]` once its partitions are done.
+    Merge {
+        row: usize,
+        parts: usize,
+        at: usize,
+        len: usize,
+    },
+}
+
+thread_local! {
+    /// Reused across steps, so a steady-state step allocates nothing here.
+    static PLAN: RefCell<Plan> = RefCell::new(Plan::default());
+}
+
+impl Plan {
+    fn build(&mut self, ctx: &Ctx, seqs: &[BatchSeq]) {
+        self.items.clear();
+        let (g, d) = (ctx.group(), ctx.shape.head_dim);
+        let mut len = 0;
+        for (i, seq) in seqs.iter().enumerate() {
+            let rows = seq.rows.clone();
+            // A decode row splits by KV head (and partition) when few sequences share the
+            // threads or its context is long, or one thread would do it all while the
+            // others wait: one tile holds every KV head of its rows. Among many short
+            // decodes the split would only add work per row. Both give the same bits.
+            let pos = ctx.positions[rows.start];
+            if rows.len() == 1 && (!ctx.many_seqs || pos >= 2 * PARTITION) {
+                let parts = pos / PARTITION + 1;
+                let at = len;
+                for kv_head in 0..ctx.shape.num_kv_heads {
+                    for part in 0..parts {
+                        self.items.push(Item::Partition {
+                            seq: i,
+                            row: rows.start,
+                            kv_head,
+                            part,
+                            at: len,
+                        });
+                        len += g * (d + 2);
+                    }
+                }
+                self.items.push(Item::Merge {
+                    row: rows.start,
+                    parts,
+                    at,
+                    len: len - at,
+                });
+                continue;
+            }
+            let mut start = rows.start;
+            while start < rows.end {
+                let end = (start + TILE_ROWS).min(rows.end);
+                self.items.push(Item::Tile {
+                    seq: i,
+                    rows: start..end,
+                });
+                start = end;
+            }
+        }
+        if self.partials.len() < len {
+            self.partials.resize(len, 0.0);
         }
     }
 }
 
 struct Ctx<'a> {
     q: &'a [f32],
-    kv: &'a KvLayer,
     positions: &'a [usize],
     shape: AttentionShape,
-    isa: Isa,
     /// Enough sequences to keep every thread busy one sequence at a time.
     many_seqs: bool,
 }
@@ -148,71 +257,6 @@ impl Ctx<'_> {
 
     fn group(&self) -> usize {
         self.shape.num_heads / self.shape.num_kv_heads
-    }
-
-    /// One sequence's rows: tiles in parallel, or a long decode row split by partition.
-    fn seq(&self, seq: &BatchSeq, out: &mut [f32]) {
-        let rows = seq.rows.clone();
-        // A decode row splits by KV head (and partition) when few sequences share the
-        // threads or its context is long, or one thread would do it all while the others
-        // wait: one tile holds every KV head of its rows. Among many short decodes the
-        // split would only add a fork per row. Both give the same bits.
-        if rows.len() == 1 && (!self.many_seqs || self.positions[rows.start] >= 2 * PARTITION) {
-            return self.split_decode(seq, rows.start, out);
-        }
-        let w = self.row_width();
-        out.par_chunks_mut(TILE_ROWS * w)
-            .enumerate()
-            .for_each(|(t, out)| {
-                let start = rows.start + t * TILE_ROWS;
-                let job = TileJob {
-                    ctx: self,
-                    table: &seq.block_table,
-                    rows: start..start + out.len() / w,
-                    out,
-                };
-                dispatch(self.isa, self.kv, job);
-            });
-    }
-
-    /// Flash-decoding: every (KV head, partition) of one row in parallel, then an in-order
-    /// merge per head — the same operations, in the same order, as a tile would perform.
-    fn split_decode(&self, seq: &BatchSeq, row: usize, out: &mut [f32]) {
-        let (g, d) = (self.group(), self.shape.head_dim);
-        let parts = self.positions[row] / PARTITION + 1;
-        let per_part = g * (d + 2);
-        let len = self.shape.num_kv_heads * parts * per_part;
-        // Short contexts (every decode below a few partitions) keep the partials on the
-        // stack, so a steady-state decode allocates nothing.
-        let (mut stack, mut heap) = ([0.0f32; STACK_PARTIALS], Vec::new());
-        let partials: &mut [f32] = if len <= STACK_PARTIALS {
-            &mut stack[..len]
-        } else {
-            heap.resize(len, 0.0);
-            &mut heap
-        };
-        partials
-            .par_chunks_mut(per_part)
-            .enumerate()
-            .for_each(|(i, dst)| {
-                let job = PartitionJob {
-                    ctx: self,
-                    table: &seq.block_table,
-                    row,
-                    kv_head: i / parts,
-                    part: i % parts,
-                    dst,
-                };
-                dispatch(self.isa, self.kv, job);
-            });
-        let job = MergeJob {
-            group: g,
-            head_dim: d,
-            partials,
-            parts,
-            out,
-        };
-        dispatch(self.isa, self.kv, job);
     }
 
     /// Query heads of `kv_head` at batch `row`, pre-multiplied by `log2(e) / sqrt(d)` so

@@ -10,8 +10,8 @@
 //! with FMA, so it gives the portable build's bits.
 
 use super::huge_buf::HugeBuf;
+use crate::compute_pool::ComputePool;
 use crate::cpu_kernel::CpuKernel;
-use rayon::prelude::*;
 
 /// Activation rows per tile.
 const MR: usize = 4;
@@ -58,21 +58,20 @@ impl DenseMatrix {
         assert_eq!(y.len(), m * self.n, "outputs are [m, n]");
         let tiles = self.n.div_ceil(NR);
         // Enough column tasks for two threads to balance, each a whole number of tiles.
-        let per_task = tiles.div_ceil(4 * rayon::current_num_threads()).max(1) * NR;
+        let pool = ComputePool::global();
+        let per_task = tiles.div_ceil(4 * pool.threads()).max(1) * NR;
         let out = Outputs(y.as_mut_ptr());
-        (0..self.n.div_ceil(per_task))
-            .into_par_iter()
-            .for_each(|t| {
-                let cols = t * per_task..((t + 1) * per_task).min(self.n);
-                let job = Job {
-                    w: self,
-                    x,
-                    m,
-                    cols,
-                    out: &out,
-                };
-                run(kernel, job);
-            });
+        pool.run(self.n.div_ceil(per_task), &|t| {
+            let cols = t * per_task..((t + 1) * per_task).min(self.n);
+            let job = Job {
+                w: self,
+                x,
+                m,
+                cols,
+                out: &out,
+            };
+            run(kernel, job);
+        });
     }
 }
 

@@ -5,12 +5,12 @@
 
 use super::dense_matrix::DenseMatrix;
 use super::quant_matrix::{QuantMatrix, QuantizedActivations, WeightFormat};
+use crate::compute_pool::ComputePool;
 use crate::cpu_kernel::CpuKernel;
 use crate::error::Result;
 use crate::model_config::{ModelConfig, RopeStyle};
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{Device, Tensor};
-use rayon::prelude::*;
 use std::sync::Arc;
 
 /// How matmul weights are kept in memory.
@@ -309,7 +309,7 @@ fn native_parts(weights: &[QTensor]) -> Result<Option<Vec<QuantMatrix>>> {
     Ok(Some(parts))
 }
 
-/// Rows of per-token work below which a rayon fork costs more than it saves.
+/// Rows of per-token work below which a parallel loop costs more than it saves.
 const MIN_PARALLEL_ROWS: usize = 16;
 
 /// Runs `f` on each `width`-wide row of `x` (with its index), on the compute pool when
@@ -320,10 +320,12 @@ pub(crate) fn for_each_row(
     f: impl Fn(usize, &mut [f32]) + Sync + Send,
 ) {
     if x.len() / width.max(1) >= MIN_PARALLEL_ROWS {
-        x.par_chunks_exact_mut(width)
-            .enumerate()
-            .with_min_len(MIN_PARALLEL_ROWS / 2)
-            .for_each(|(i, row)| f(i, row));
+        let per_task = MIN_PARALLEL_ROWS / 2;
+        ComputePool::global().for_each_chunk_mut(x, per_task * width, |t, rows| {
+            for (i, row) in rows.chunks_exact_mut(width).enumerate() {
+                f(t * per_task + i, row);
+            }
+        });
     } else {
         x.chunks_exact_mut(width)
             .enumerate()

@@ -33,9 +33,9 @@
 mod k_quants;
 
 use super::huge_buf::HugeBuf;
+use crate::compute_pool::{ComputePool, Shards};
 use crate::cpu_kernel::CpuKernel;
 use half::f16;
-use rayon::prelude::*;
 use std::cell::RefCell;
 use std::marker::PhantomData;
 use std::ops::Range;
@@ -447,14 +447,14 @@ impl QuantMatrix {
         if m * n * self.cols < MIN_PARALLEL_MACS {
             (0..tasks).for_each(run);
         } else {
-            (0..tasks).into_par_iter().for_each(run);
+            ComputePool::global().run(tasks, &run);
         }
     }
 
     /// Output columns per parallel task: a multiple of `step` groups, small enough that
     /// the threads get several tasks each (balance) and a task's weights fit in L2.
     fn task_cols(&self, m: usize, step: usize) -> usize {
-        let threads = rayon::current_num_threads().max(1);
+        let threads = ComputePool::global().threads();
         let groups = self.rows.div_ceil(NR);
         let per_balance = groups.div_ceil(threads * 4);
         let group_bytes = (self.cols * NR * self.format.quant_bytes() / BLOCK).max(1);
@@ -625,15 +625,28 @@ impl QuantizedActivations {
         // Every per-row step runs on the pool when the batch is large enough to pay for it.
         let parallel = m * k >= MIN_PARALLEL_QUANTIZE;
         if parallel {
-            x.par_chunks_exact(k)
-                .zip(self.quants.par_chunks_exact_mut(k))
-                .zip(
-                    self.scales
-                        .par_chunks_exact_mut(blocks)
-                        .zip(self.chunks.par_chunks_exact_mut(k)),
-                )
-                .with_min_len((MIN_PARALLEL_QUANTIZE / (4 * k)).max(1))
-                .for_each(row);
+            let pool = ComputePool::global();
+            let (quants, scales) = (Shards::new(&mut self.quants), Shards::new(&mut self.scales));
+            let chunks = Shards::new(&mut self.chunks);
+            pool.for_each_range(m, (MIN_PARALLEL_QUANTIZE / (4 * k)).max(1), |rows| {
+                let (at, b) = (
+                    rows.start * k..rows.end * k,
+                    rows.start * blocks..rows.end * blocks,
+                );
+                // SAFETY: each task takes the disjoint ranges of its own rows.
+                let (q, d, c) = unsafe {
+                    (
+                        quants.range(at.clone()),
+                        scales.range(b),
+                        chunks.range(at.clone()),
+                    )
+                };
+                x[at]
+                    .chunks_exact(k)
+                    .zip(q.chunks_exact_mut(k))
+                    .zip(d.chunks_exact_mut(blocks).zip(c.chunks_exact_mut(k)))
+                    .for_each(row);
+            });
         } else {
             x.chunks_exact(k)
                 .zip(self.quants.chunks_exact_mut(k))
@@ -652,18 +665,21 @@ impl QuantizedActivations {
         };
         let sum = |((o, b), d): ((&mut f32, &[i8]), &f32)| *o = d * sum_i8(b) as f32;
         if parallel {
+            let pool = ComputePool::global();
             let min = (MIN_PARALLEL_QUANTIZE / BLOCK / 4).max(1);
-            self.offsets
-                .par_iter_mut()
-                .zip(quants.par_chunks_exact(BLOCK))
-                .with_min_len(min)
-                .for_each(offset);
-            self.sums
-                .par_iter_mut()
-                .zip(quants.par_chunks_exact(BLOCK))
-                .zip(scales.par_iter())
-                .with_min_len(min)
-                .for_each(sum);
+            let (offsets, sums) = (Shards::new(&mut self.offsets), Shards::new(&mut self.sums));
+            pool.for_each_range(offsets.len(), min, |r| {
+                // SAFETY: each task takes its own blocks.
+                let o = unsafe { offsets.range(r.clone()) };
+                let b = quants[r.start * BLOCK..r.end * BLOCK].chunks_exact(BLOCK);
+                o.iter_mut().zip(b).for_each(offset);
+            });
+            pool.for_each_range(sums.len(), min, |r| {
+                // SAFETY: each task takes its own blocks.
+                let o = unsafe { sums.range(r.clone()) };
+                let b = quants[r.start * BLOCK..r.end * BLOCK].chunks_exact(BLOCK);
+                o.iter_mut().zip(b).zip(&scales[r]).for_each(sum);
+            });
         } else {
             self.offsets
                 .iter_mut()
