@@ -74,12 +74,12 @@ pub fn set_threads(n: usize) {
 }
 
 impl ComputePool {
-    /// The process's pool, started on first use with `set_threads`' count or one thread
-    /// per available core.
+    /// The process's pool, started on first use with `set_threads`' count or rayon's.
     pub fn global() -> &'static ComputePool {
         POOL.get_or_init(|| {
-            let n = *THREADS
-                .get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+            // Without `set_threads`, rayon's count: it honours `RAYON_NUM_THREADS`, which
+            // benchmarks use to time one thread.
+            let n = *THREADS.get_or_init(rayon::current_num_threads);
             ComputePool::start(n)
         })
     }

@@ -979,6 +979,8 @@ mod avx2 {
         /// As [`fold_heads_f16`], whose asserts bound the chunk; `self` holds `G` heads.
         #[inline]
         #[target_feature(enable = "avx2,fma,f16c")]
+        // One index walks several register arrays at once (heads, halves, lanes).
+        #[allow(clippy::needless_range_loop)]
         unsafe fn fold<const G: usize>(self, c: &F16Chunk, d: usize, valid: usize) {
             assert!(self.q.len() == G * d && self.acc.len() == G * d && self.max.len() == G);
             // SAFETY: the caller bounds `c`'s reads; the assert above bounds `q` and `acc`.
