@@ -161,13 +161,14 @@ impl ComputePool {
             }
         }
         let ours = claim(s, f, tasks);
+        let mut spins = 0;
         while s.done.load(Acquire) < tasks {
-            std::hint::spin_loop();
+            backoff(&mut spins);
         }
         s.word.store(word | 1, SeqCst);
         for h in &s.helpers {
             while h.busy.load(SeqCst) == word {
-                std::hint::spin_loop();
+                backoff(&mut spins);
             }
         }
         INSIDE.set(false);
@@ -249,6 +250,18 @@ impl<'a, T> Shards<'a, T> {
         );
         // SAFETY: in bounds (asserted); exclusivity is the caller's contract.
         unsafe { std::slice::from_raw_parts_mut(self.ptr.add(range.start), range.len()) }
+    }
+}
+
+/// Waits a moment for a helper's task: spins first (a task takes microseconds), then
+/// yields, so a helper the OS has descheduled (more threads than cores: tests, the server's
+/// other threads) gets the core back instead of watching this thread spin.
+fn backoff(spins: &mut u32) {
+    *spins += 1;
+    if *spins < 1 << 14 {
+        std::hint::spin_loop();
+    } else {
+        std::thread::yield_now();
     }
 }
 

@@ -465,29 +465,33 @@ impl Engine {
             })
             .count();
         let ahead = constrained <= (rayon::current_num_threads() / 2).max(1);
-        let sampled = sampling
-            .par_iter()
-            .map(|&(row, id)| {
-                let seq = self
-                    .scheduler
-                    .get(id)
-                    .expect("scheduled sequences are running");
-                let banned = self.scheduler.banned_tokens(seq);
-                let ctx = SamplingContext {
-                    params: &seq.params,
-                    prompt: seq.prompt(),
-                    output: seq.output(),
-                    seed: seq.seed,
-                    banned: &banned,
-                    allowed: None,
-                };
-                let logits = logits.row(row);
-                match &seq.constraint {
-                    None => (id, Ok(Sampler::sample(logits, &ctx))),
-                    Some(cell) => (id, sample_constrained(cell, ahead, logits, &ctx)),
-                }
-            })
-            .collect();
+        let sample_row = |&(row, id): &(usize, SeqId)| {
+            let seq = self
+                .scheduler
+                .get(id)
+                .expect("scheduled sequences are running");
+            let banned = self.scheduler.banned_tokens(seq);
+            let ctx = SamplingContext {
+                params: &seq.params,
+                prompt: seq.prompt(),
+                output: seq.output(),
+                seed: seq.seed,
+                banned: &banned,
+                allowed: None,
+            };
+            let logits = logits.row(row);
+            match &seq.constraint {
+                None => (id, Ok(Sampler::sample(logits, &ctx))),
+                Some(cell) => (id, sample_constrained(cell, ahead, logits, &ctx)),
+            }
+        };
+        // A lone row has nothing to share: the rayon pool (asleep, as the forward pass runs
+        // on its own pool) would only add a wake-up to every one-user step.
+        let sampled = if sampling.len() > 1 {
+            sampling.par_iter().map(sample_row).collect()
+        } else {
+            sampling.iter().map(sample_row).collect()
+        };
         (prompt_scores, sampled)
     }
 
