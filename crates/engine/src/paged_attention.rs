@@ -97,14 +97,18 @@ fn attend(
     };
     PLAN.with_borrow_mut(|plan| {
         plan.build(&ctx, &batch.seqs);
-        let Plan { items, partials } = plan;
-        let (w, items) = (ctx.row_width(), &*items);
+        let Plan {
+            tasks,
+            merges,
+            partials,
+        } = plan;
+        let w = ctx.row_width();
         {
             let (out, partials) = (Shards::new(&mut *out), Shards::new(&mut partials[..]));
             // SAFETY (both arms): every item writes its own rows of `out` or its own range
             // of `partials` (`Plan::build` lays them out side by side).
-            pool.run(items.len(), &|i| match items[i].clone() {
-                Item::Tile { seq, rows } => {
+            pool.run(tasks.len(), &|i| match tasks[i].clone() {
+                Task::Tile { seq, rows } => {
                     let job = TileJob {
                         ctx: &ctx,
                         table: &batch.seqs[seq].block_table,
@@ -113,7 +117,7 @@ fn attend(
                     };
                     dispatch(isa, kv, job);
                 }
-                Item::Partition {
+                Task::Partition {
                     seq,
                     row,
                     kv_head,
@@ -131,27 +135,18 @@ fn attend(
                     };
                     dispatch(isa, kv, job);
                 }
-                Item::Merge { .. } => {}
             });
         }
         // A split row's partitions are all done: merge them in order.
-        for item in items {
-            if let Item::Merge {
-                row,
-                parts,
-                at,
-                len,
-            } = *item
-            {
-                let job = MergeJob {
-                    group: ctx.group(),
-                    head_dim: shape.head_dim,
-                    partials: &partials[at..at + len],
-                    parts,
-                    out: &mut out[row * w..(row + 1) * w],
-                };
-                dispatch(isa, kv, job);
-            }
+        for m in merges.iter() {
+            let job = MergeJob {
+                group: ctx.group(),
+                head_dim: shape.head_dim,
+                partials: &partials[m.at..m.at + m.len],
+                parts: m.parts,
+                out: &mut out[m.row * w..(m.row + 1) * w],
+            };
+            dispatch(isa, kv, job);
         }
     });
 }
@@ -160,13 +155,16 @@ fn attend(
 /// head and partition (flash-decoding), their partitions and then their merge.
 #[derive(Default)]
 struct Plan {
-    items: Vec<Item>,
+    /// The pool's tasks.
+    tasks: Vec<Task>,
+    /// Run after the tasks, one per split row.
+    merges: Vec<Merge>,
     /// Split rows' partition states, `[kv_heads, parts, group, head_dim + 2]` per row.
     partials: Vec<f32>,
 }
 
 #[derive(Clone)]
-enum Item {
+enum Task {
     /// Batch rows `rows` (consecutive positions of sequence `seq`), every KV head.
     Tile { seq: usize, rows: Range<usize> },
     /// One (KV head, partition) of lone row `row`, into `partials[at..]`.
@@ -177,13 +175,14 @@ enum Item {
         part: usize,
         at: usize,
     },
-    /// Merges lone row `row`'s `partials[at..at + len]` once its partitions are done.
-    Merge {
-        row: usize,
-        parts: usize,
-        at: usize,
-        len: usize,
-    },
+}
+
+/// Merges lone row `row`'s `partials[at..at + len]` once its `parts` partitions are done.
+struct Merge {
+    row: usize,
+    parts: usize,
+    at: usize,
+    len: usize,
 }
 
 thread_local! {
@@ -193,7 +192,8 @@ thread_local! {
 
 impl Plan {
     fn build(&mut self, ctx: &Ctx, seqs: &[BatchSeq]) {
-        self.items.clear();
+        self.tasks.clear();
+        self.merges.clear();
         let (g, d) = (ctx.group(), ctx.shape.head_dim);
         let mut len = 0;
         for (i, seq) in seqs.iter().enumerate() {
@@ -208,7 +208,7 @@ impl Plan {
                 let at = len;
                 for kv_head in 0..ctx.shape.num_kv_heads {
                     for part in 0..parts {
-                        self.items.push(Item::Partition {
+                        self.tasks.push(Task::Partition {
                             seq: i,
                             row: rows.start,
                             kv_head,
@@ -218,7 +218,7 @@ impl Plan {
                         len += g * (d + 2);
                     }
                 }
-                self.items.push(Item::Merge {
+                self.merges.push(Merge {
                     row: rows.start,
                     parts,
                     at,
@@ -229,7 +229,7 @@ impl Plan {
             let mut start = rows.start;
             while start < rows.end {
                 let end = (start + TILE_ROWS).min(rows.end);
-                self.items.push(Item::Tile {
+                self.tasks.push(Task::Tile {
                     seq: i,
                     rows: start..end,
                 });
