@@ -372,14 +372,23 @@ async fn a_server_with_an_itl_target_reports_its_steps_in_metrics() {
         .unwrap();
     assert_eq!(reply["usage"]["completion_tokens"], 24);
     let prompt_tokens = reply["usage"]["prompt_tokens"].as_f64().unwrap();
-    let text = client()
-        .get(format!("{base}/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    // The engine publishes its stats after the step that sent the last token returns, so
+    // the reply can arrive a moment before its last step is counted: wait for it briefly.
+    let mut text = String::new();
+    for _ in 0..100 {
+        text = client()
+            .get(format!("{base}/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        if metric(&text, "tokenmill:step_time_seconds_count") >= 24.0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
     // At least one step per generated token; how many more depends on how the ITL target
     // rations the prompt on this machine at this moment.
     let steps = metric(&text, "tokenmill:step_time_seconds_count");
