@@ -37,6 +37,18 @@ fn main() -> candle_core::Result<()> {
         println!("int8 dot peak (AVX2 maddubs+madd), 1 thread: {one:.1} GOP/s");
         println!("int8 dot peak (AVX2 maddubs+madd), {all} threads: {every:.1} GOP/s");
     }
+    // Where the kernel runs `vpdpbusd`, its peak is the one prefill answers to.
+    #[cfg(target_arch = "x86_64")]
+    if tokenmill_engine::cpu_kernel::CpuKernel::Avx512Vnni.is_supported() {
+        for (width, bytes) in [("ymm", 32), ("zmm", 64)] {
+            let one = vnni_peak(1, bytes);
+            let every = vnni_peak(all, bytes);
+            println!("int8 dot peak (AVX-512 VNNI vpdpbusd {width}), 1 thread: {one:.1} GOP/s");
+            println!(
+                "int8 dot peak (AVX-512 VNNI vpdpbusd {width}), {all} threads: {every:.1} GOP/s"
+            );
+        }
+    }
     for &m in &[1usize, 64, 512] {
         let (k, n) = (1024, 4096);
         let x = Tensor::randn(0f32, 1.0, (m, k), &Device::Cpu)?;
@@ -73,6 +85,75 @@ fn int8_peak(threads: usize) -> f64 {
     std::hint::black_box(sums);
     // 8 chains × 32 byte products × 2 operations per iteration, per thread.
     (threads * ITERS * 8 * 32 * 2) as f64 / t.elapsed().as_secs_f64() / 1e9
+}
+
+/// Independent accumulator chains of the VNNI peak: enough to cover the latency.
+const CH: usize = 16;
+
+/// [`int8_peak`] for `vpdpbusd` on `bytes`-wide registers (32: ymm, 64: zmm).
+#[cfg(target_arch = "x86_64")]
+fn vnni_peak(threads: usize, bytes: usize) -> f64 {
+    const ITERS: usize = 20_000_000;
+    let t = Instant::now();
+    let sums: Vec<i32> = (0..threads)
+        .into_par_iter()
+        .map(|_| {
+            // SAFETY: the caller checked AVX-512 VNNI.
+            unsafe {
+                if bytes == 64 {
+                    vnni_chains_zmm(ITERS)
+                } else {
+                    vnni_chains_ymm(ITERS)
+                }
+            }
+        })
+        .collect();
+    std::hint::black_box(sums);
+    (threads * ITERS * CH * bytes * 2) as f64 / t.elapsed().as_secs_f64() / 1e9
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl,avx512vnni")]
+unsafe fn vnni_chains_ymm(iters: usize) -> i32 {
+    use std::arch::x86_64::*;
+    let a = _mm256_set1_epi8(3);
+    let mut b = [_mm256_set1_epi8(1); CH];
+    let mut acc = [_mm256_setzero_si256(); CH];
+    for (i, v) in b.iter_mut().enumerate() {
+        *v = _mm256_set1_epi8(i as i8 - 4);
+    }
+    for _ in 0..iters {
+        for j in 0..CH {
+            acc[j] = _mm256_dpbusd_epi32(acc[j], a, b[j]);
+        }
+        b[0] = std::hint::black_box(b[0]);
+    }
+    let total = acc
+        .iter()
+        .fold(_mm256_setzero_si256(), |s, v| _mm256_add_epi32(s, *v));
+    _mm256_extract_epi32::<0>(total)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+unsafe fn vnni_chains_zmm(iters: usize) -> i32 {
+    use std::arch::x86_64::*;
+    let a = _mm512_set1_epi8(3);
+    let mut b = [_mm512_set1_epi8(1); CH];
+    let mut acc = [_mm512_setzero_si512(); CH];
+    for (i, v) in b.iter_mut().enumerate() {
+        *v = _mm512_set1_epi8(i as i8 - 4);
+    }
+    for _ in 0..iters {
+        for j in 0..CH {
+            acc[j] = _mm512_dpbusd_epi32(acc[j], a, b[j]);
+        }
+        b[0] = std::hint::black_box(b[0]);
+    }
+    let total = acc
+        .iter()
+        .fold(_mm512_setzero_si512(), |s, v| _mm512_add_epi32(s, *v));
+    _mm512_reduce_add_epi32(total)
 }
 
 #[cfg(target_arch = "x86_64")]

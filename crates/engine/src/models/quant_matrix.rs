@@ -466,7 +466,9 @@ impl QuantMatrix {
         } else {
             per_balance.max(2)
         };
-        want.min(per_cache).max(1).next_multiple_of(step) * NR
+        // Whole pairs of groups, so the AVX-512 tiles leave no group to the narrower one.
+        let unit = if step % 2 == 0 { step } else { 2 * step };
+        want.min(per_cache).max(1).next_multiple_of(unit) * NR
     }
 
     /// The blocks of weight group `g`.
@@ -584,8 +586,8 @@ pub struct QuantizedActivations {
     /// then `16+4c..16+4c+4`, as [`q4_at`] groups the weights), each broadcast whole.
     chunks: Vec<i8>,
     scales: Vec<f32>,
-    /// `8 · Σ quants` over each block's first and second halves (Q4_0's offset of 8), or
-    /// `32 · Σ` for Q6K.
+    /// `−8 · Σ quants` over each block's first and second halves (Q4_0's offset of 8), or
+    /// `−32 · Σ` for Q6K: negated, so a VNNI kernel can start its dot product from it.
     offsets: Vec<[i32; 2]>,
     /// `d_x · Σ quants` per block (Q4_1's and Q4K/Q5K's minimum term).
     sums: Vec<f32>,
@@ -660,7 +662,7 @@ impl QuantizedActivations {
         let (quants, scales) = (&self.quants, &self.scales);
         let offset = |(o, b): (&mut [i32; 2], &[i8])| {
             let (lo, hi) = b.split_at(BLOCK / 2);
-            let unit = if format == WeightFormat::Q6K { 32 } else { 8 };
+            let unit = if format == WeightFormat::Q6K { -32 } else { -8 };
             *o = [unit * sum_i8(lo), unit * sum_i8(hi)];
         };
         let sum = |((o, b), d): ((&mut f32, &[i8]), &f32)| *o = d * sum_i8(b) as f32;
@@ -1030,7 +1032,7 @@ mod portable {
                     WeightFormat::Q8_0 => q8_halves(span, j, xb),
                     WeightFormat::Q4_0 => {
                         let (l, h) = q4_halves(span, j, xb);
-                        (l - x.offsets[b][0], h - x.offsets[b][1])
+                        (l + x.offsets[b][0], h + x.offsets[b][1])
                     }
                     WeightFormat::Q4_1 => q4_halves(span, j, xb),
                     WeightFormat::Q4K | WeightFormat::Q5K | WeightFormat::Q6K => {
@@ -1113,9 +1115,17 @@ mod x86 {
                 }
             };
         }
+        // A lone activation row keeps the 256-bit tile: decode, memory-bound, ran slower two
+        // groups at a time (see `zmm`).
+        let paired = mr > 1
+            && matches!(
+                m.format,
+                WeightFormat::Q8_0 | WeightFormat::Q4_0 | WeightFormat::Q4_1
+            );
         // SAFETY: the caller guarantees the CPU supports `kernel`.
         unsafe {
             match kernel {
+                CpuKernel::Avx512Vnni if paired => by_rows!(zmm),
                 CpuKernel::Avx512Vnni => by_rows!(avx512_vnni),
                 CpuKernel::AvxVnni => by_rows!(avx_vnni),
                 _ => by_rows!(avx2),
@@ -1570,11 +1580,11 @@ mod x86 {
                                 let xc = chunks_of(x[r].chunks.as_ptr().add(b * BLOCK));
                                 let mut halves = $chunk4(q, xc);
                                 if !MIN {
-                                    // [8Σx_lo, 8Σx_hi] repeated: Q4_0's offset of 8, exactly.
+                                    // [−8Σx_lo, −8Σx_hi] repeated: Q4_0's offset of 8, exactly.
                                     let off = std::ptr::read_unaligned(
                                         x[r].offsets.as_ptr().add(b) as *const i64,
                                     );
-                                    halves = _mm256_sub_epi32(halves, _mm256_set1_epi64x(off));
+                                    halves = _mm256_add_epi32(halves, _mm256_set1_epi64x(off));
                                 }
                                 let s = _mm256_mul_ps(
                                     _mm256_set1_ps(*x[r].scales.get_unchecked(b)),
@@ -1721,11 +1731,11 @@ mod x86 {
                             for r in 0..R {
                                 let xc = chunks_of(x[r].chunks.as_ptr().add(b * BLOCK));
                                 let halves = $chunk4w(q, xc);
-                                // [32Σx_lo, 32Σx_hi] repeated: the offset of 32, exactly.
+                                // [−32Σx_lo, −32Σx_hi] repeated: the offset of 32, exactly.
                                 let off = std::ptr::read_unaligned(
                                     x[r].offsets.as_ptr().add(b) as *const i64
                                 );
-                                let halves = _mm256_sub_epi32(halves, _mm256_set1_epi64x(off));
+                                let halves = _mm256_add_epi32(halves, _mm256_set1_epi64x(off));
                                 let whole = pair_sums(_mm256_mullo_epi32(halves, sc));
                                 let s = _mm256_mul_ps(
                                     _mm256_set1_ps(*x[r].scales.get_unchecked(b)),
@@ -1743,6 +1753,240 @@ mod x86 {
                 }
             }
         };
+    }
+
+    /// The AVX-512 tiles of Q8_0, Q4_0 and Q4_1: two weight groups side by side in one
+    /// 512-bit vector, each lane computing what its lane of the 256-bit tile computes, in
+    /// the same order (so the same bits), with half the instructions per product: every
+    /// activation broadcast, scale product and conversion serves eight weight rows.
+    pub(super) mod zmm {
+        use super::*;
+
+        /// Every group of `groups` against `R` activation rows, two groups at a time; an
+        /// odd last group takes the 256-bit tile.
+        ///
+        /// # Safety
+        /// The CPU must support AVX-512 F/BW/VL and VNNI (with AVX2, FMA and F16C).
+        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+        pub(in super::super) unsafe fn tiles<const R: usize>(
+            m: &QuantMatrix,
+            groups: Range<usize>,
+            x: &[XRow; MR],
+            emit: &mut impl FnMut(usize, &Tile),
+        ) {
+            let (format, blocks) = (m.format, m.cols / BLOCK);
+            check_rows::<R>(x, blocks, format);
+            let mut g = groups.start;
+            while g + 1 < groups.end {
+                let (a, b) = (m.group(g), m.group(g + 1));
+                // SAFETY: the CPU supports this path (caller's contract); the rows were
+                // checked for `blocks` blocks, and each kernel checks its groups.
+                let (ta, tb) = unsafe {
+                    match format {
+                        WeightFormat::Q8_0 => q8_0::<R>(a, b, x, blocks),
+                        WeightFormat::Q4_0 => q4::<R, false>(a, b, x, blocks),
+                        _ => q4::<R, true>(a, b, x, blocks),
+                    }
+                };
+                emit(g, &ta);
+                emit(g + 1, &tb);
+                g += 2;
+            }
+            if g < groups.end {
+                // SAFETY: as above.
+                unsafe { super::avx512_vnni::tiles::<R>(m, g..groups.end, x, emit) };
+            }
+        }
+
+        /// Group `a`'s 32 bytes at `pa` in the low half, group `b`'s at `pb` in the high.
+        ///
+        /// # Safety
+        /// Both pointers must point at 32 readable bytes.
+        #[inline]
+        #[target_feature(enable = "avx2,avx512f")]
+        unsafe fn both(pa: *const __m256i, pb: *const __m256i) -> __m512i {
+            // SAFETY: the caller's contract; unaligned loads.
+            unsafe {
+                _mm512_inserti64x4::<1>(
+                    _mm512_castsi256_si512(_mm256_loadu_si256(pa)),
+                    _mm256_loadu_si256(pb),
+                )
+            }
+        }
+
+        /// Four f16 values at `pa` then four at `pb`, as f32.
+        ///
+        /// # Safety
+        /// Both pointers must point at four readable u16s.
+        #[inline]
+        #[target_feature(enable = "avx2,f16c")]
+        unsafe fn f16x8(pa: *const u16, pb: *const u16) -> __m256 {
+            // SAFETY: the caller's contract; loadl reads 8 bytes unaligned.
+            unsafe {
+                _mm256_cvtph_ps(_mm_unpacklo_epi64(
+                    _mm_loadl_epi64(pa as *const __m128i),
+                    _mm_loadl_epi64(pb as *const __m128i),
+                ))
+            }
+        }
+
+        /// Both groups' block scales, each repeated for its row's two half-sum lanes.
+        ///
+        /// # Safety
+        /// As [`f16x8`].
+        #[inline]
+        #[target_feature(enable = "avx2,f16c,avx512f")]
+        unsafe fn scale_pairs(pa: *const u16, pb: *const u16) -> __m512 {
+            let pairs = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+            // SAFETY: the caller's contract.
+            let d8 = unsafe { f16x8(pa, pb) };
+            _mm512_permutexvar_ps(pairs, _mm512_castps256_ps512(d8))
+        }
+
+        /// One activation block's four chunks of eight, each broadcast to all eight rows.
+        ///
+        /// # Safety
+        /// `p` must point at 32 readable bytes.
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        unsafe fn chunks_of(p: *const i8) -> [__m512i; 4] {
+            let p = p as *const i64;
+            // SAFETY: the caller's contract; unaligned 8-byte reads.
+            std::array::from_fn(|c| {
+                _mm512_set1_epi64(unsafe { std::ptr::read_unaligned(p.add(c)) })
+            })
+        }
+
+        /// Both groups' tiles from the per-row accumulators (lanes as the 256-bit tile's,
+        /// group `a` low, `b` high): `lo + hi` per weight row, plus Q4_1's minimum term.
+        #[inline]
+        #[target_feature(enable = "avx2,avx512f")]
+        fn finish<const R: usize>(acc: &[__m512; R], mn: Option<&[__m256; R]>) -> (Tile, Tile) {
+            let even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 0, 2, 4, 6, 8, 10, 12, 14);
+            let (mut ta, mut tb) = ([[0f32; NR]; MR], [[0f32; NR]; MR]);
+            for r in 0..R {
+                let sums = _mm512_add_ps(acc[r], _mm512_permute_ps::<0b10_11_00_01>(acc[r]));
+                let rows = _mm512_castps512_ps256(_mm512_permutexvar_ps(even, sums));
+                let rows = match mn {
+                    Some(mn) => _mm256_add_ps(rows, mn[r]),
+                    None => rows,
+                };
+                let mut lanes = [0f32; 2 * NR];
+                // SAFETY: `lanes` is 8 f32s; storeu has no alignment requirement.
+                unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), rows) };
+                ta[r].copy_from_slice(&lanes[..NR]);
+                tb[r].copy_from_slice(&lanes[NR..]);
+            }
+            (ta, tb)
+        }
+
+        /// [`super::avx512_vnni::q4`] over groups `a` and `b` at once.
+        ///
+        /// # Safety
+        /// The CPU must support the path's features.
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+        unsafe fn q4<const R: usize, const MIN: bool>(
+            a: Group,
+            b: Group,
+            x: &[XRow; MR],
+            blocks: usize,
+        ) -> (Tile, Tile) {
+            let format = if MIN {
+                WeightFormat::Q4_1
+            } else {
+                WeightFormat::Q4_0
+            };
+            check_group(&a, blocks, format);
+            check_group(&b, blocks, format);
+            let nib = _mm512_set1_epi8(0x0F);
+            let mut acc = [_mm512_setzero_ps(); R];
+            let mut mn = [_mm256_setzero_ps(); R];
+            for k in 0..blocks {
+                // SAFETY: `check_rows` and `check_group` keep every load in bounds.
+                unsafe {
+                    let pa = a.quants.as_ptr().add(k * NR * BLOCK / 2) as *const __m256i;
+                    let pb = b.quants.as_ptr().add(k * NR * BLOCK / 2) as *const __m256i;
+                    let (r0, r1) = (both(pa, pb), both(pa.add(1), pb.add(1)));
+                    let q = [
+                        _mm512_and_si512(r0, nib),
+                        _mm512_and_si512(_mm512_srli_epi16::<4>(r0), nib),
+                        _mm512_and_si512(r1, nib),
+                        _mm512_and_si512(_mm512_srli_epi16::<4>(r1), nib),
+                    ];
+                    let dw =
+                        scale_pairs(a.scales.as_ptr().add(k * NR), b.scales.as_ptr().add(k * NR));
+                    for r in 0..R {
+                        let xc = chunks_of(x[r].chunks.as_ptr().add(k * BLOCK));
+                        // Q4_0's offset of 8, exactly: the dot starts from [−8Σx_lo, −8Σx_hi].
+                        let start = if MIN {
+                            _mm512_setzero_si512()
+                        } else {
+                            _mm512_set1_epi64(std::ptr::read_unaligned(
+                                x[r].offsets.as_ptr().add(k) as *const i64,
+                            ))
+                        };
+                        let mut h = _mm512_dpbusd_epi32(start, q[0], xc[0]);
+                        h = _mm512_dpbusd_epi32(h, q[1], xc[1]);
+                        h = _mm512_dpbusd_epi32(h, q[2], xc[2]);
+                        h = _mm512_dpbusd_epi32(h, q[3], xc[3]);
+                        let s = _mm512_mul_ps(_mm512_set1_ps(*x[r].scales.get_unchecked(k)), dw);
+                        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(h), s, acc[r]);
+                    }
+                    if MIN {
+                        let mw = f16x8(a.mins.as_ptr().add(k * NR), b.mins.as_ptr().add(k * NR));
+                        for r in 0..R {
+                            let sum = _mm256_set1_ps(*x[r].sums.get_unchecked(k));
+                            mn[r] = _mm256_fmadd_ps(mw, sum, mn[r]);
+                        }
+                    }
+                }
+            }
+            finish(&acc, MIN.then_some(&mn))
+        }
+
+        /// [`super::avx512_vnni::q8_0`] over groups `a` and `b` at once. AVX-512 has no
+        /// `sign_epi8`: the activations are negated under the mask of negative weights.
+        ///
+        /// # Safety
+        /// The CPU must support the path's features.
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+        unsafe fn q8_0<const R: usize>(
+            a: Group,
+            b: Group,
+            x: &[XRow; MR],
+            blocks: usize,
+        ) -> (Tile, Tile) {
+            check_group(&a, blocks, WeightFormat::Q8_0);
+            check_group(&b, blocks, WeightFormat::Q8_0);
+            let zero = _mm512_setzero_si512();
+            let mut acc = [_mm512_setzero_ps(); R];
+            for k in 0..blocks {
+                // SAFETY: `check_rows` and `check_group` keep every load in bounds.
+                unsafe {
+                    let pa = a.quants.as_ptr().add(k * NR * BLOCK) as *const __m256i;
+                    let pb = b.quants.as_ptr().add(k * NR * BLOCK) as *const __m256i;
+                    let wv: [__m512i; 4] = std::array::from_fn(|c| both(pa.add(c), pb.add(c)));
+                    // −128 never occurs (read as −127), so `|w|` fits u8 ≤ 127.
+                    let wa = wv.map(|v| _mm512_abs_epi8(v));
+                    let neg = wv.map(|v| _mm512_movepi8_mask(v));
+                    let dw =
+                        scale_pairs(a.scales.as_ptr().add(k * NR), b.scales.as_ptr().add(k * NR));
+                    for r in 0..R {
+                        let xc = chunks_of(x[r].chunks.as_ptr().add(k * BLOCK));
+                        let signed = |c: usize| _mm512_mask_sub_epi8(xc[c], neg[c], zero, xc[c]);
+                        let mut h = _mm512_dpbusd_epi32(zero, wa[0], signed(0));
+                        h = _mm512_dpbusd_epi32(h, wa[1], signed(1));
+                        h = _mm512_dpbusd_epi32(h, wa[2], signed(2));
+                        h = _mm512_dpbusd_epi32(h, wa[3], signed(3));
+                        let s = _mm512_mul_ps(_mm512_set1_ps(*x[r].scales.get_unchecked(k)), dw);
+                        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(h), s, acc[r]);
+                    }
+                }
+            }
+            finish(&acc, None)
+        }
     }
 
     simd_path!(avx2, "avx2,fma,f16c", dot_avx2, chunk4_avx2, chunk4w_avx2);

@@ -223,8 +223,8 @@ pub(super) fn row(format: WeightFormat, w: Group, x: &XRow) -> [f32; NR] {
             let at = (b / SUB) * NR + j;
             let d = f16::from_bits(w.scales[at]).to_f32();
             if format == WeightFormat::Q6K {
-                let lo = dot(0..BLOCK / 2) - x.offsets[b][0];
-                let hi = dot(BLOCK / 2..BLOCK) - x.offsets[b][1];
+                let lo = dot(0..BLOCK / 2) + x.offsets[b][0];
+                let hi = dot(BLOCK / 2..BLOCK) + x.offsets[b][1];
                 let i = sub[j] as i8 as i32 * lo + sub[NR + j] as i8 as i32 * hi;
                 acc[j] = (i as f32).mul_add(x.scales[b] * d, acc[j]);
             } else {
