@@ -48,8 +48,10 @@ pub const SUPER: usize = 256;
 const SUB: usize = SUPER / BLOCK;
 /// Weight rows (output columns) per tile; the weights are stored interleaved by this.
 pub const NR: usize = 4;
-/// Activation rows per tile at most.
-pub const MR: usize = 4;
+/// Activation rows per tile at most (the AVX-512 tiles'; the 256-bit ones take [`MR_256`]).
+pub const MR: usize = 8;
+/// Activation rows per tile of the portable and 256-bit kernels: their registers hold no more.
+const MR_256: usize = 4;
 
 /// Below this many multiply-adds, a rayon fork costs more than it saves.
 const MIN_PARALLEL_MACS: usize = 1 << 18;
@@ -502,8 +504,9 @@ impl QuantMatrix {
         out: &impl TileSink,
         kernel: CpuKernel,
     ) {
-        for i0 in (0..act.m).step_by(MR) {
-            let mr = (act.m - i0).min(MR);
+        let rows = tile_rows(self.format, kernel);
+        for i0 in (0..act.m).step_by(rows) {
+            let mr = (act.m - i0).min(rows);
             // Rows past `mr` repeat the last one; the kernels ignore them.
             let x: [XRow; MR] = std::array::from_fn(|i| act.row(i0 + i.min(mr - 1)));
             // SAFETY: these columns belong to this task (caller's contract).
@@ -980,6 +983,16 @@ fn scale_and_inverse(amax: f32) -> (f32, f32) {
 /// One tile's result: `[activation row][weight row in group]`.
 type Tile = [[f32; NR]; MR];
 
+/// Activation rows per tile of `format` on `kernel`.
+fn tile_rows(format: WeightFormat, kernel: CpuKernel) -> usize {
+    #[cfg(target_arch = "x86_64")]
+    if x86::has_zmm_tile(format, kernel) {
+        return MR;
+    }
+    let _ = (format, kernel);
+    MR_256
+}
+
 /// Multiplies activation rows `x[..mr]` by one weight group on the chosen path.
 fn tiles(
     m: &QuantMatrix,
@@ -1115,22 +1128,34 @@ mod x86 {
                 }
             };
         }
-        // A lone activation row keeps the 256-bit tile: decode, memory-bound, ran slower two
-        // groups at a time (see `zmm`).
-        let paired = mr > 1
-            && matches!(
-                m.format,
-                WeightFormat::Q8_0 | WeightFormat::Q4_0 | WeightFormat::Q4_1
-            );
         // SAFETY: the caller guarantees the CPU supports `kernel`.
         unsafe {
             match kernel {
-                CpuKernel::Avx512Vnni if paired => by_rows!(zmm),
+                // A lone activation row keeps the 256-bit tile: decode, memory-bound, ran
+                // slower two groups at a time (see `zmm`).
+                CpuKernel::Avx512Vnni if has_zmm_tile(m.format, kernel) && mr > 1 => match mr {
+                    2 => zmm::tiles::<2>(m, groups, x, emit),
+                    3 => zmm::tiles::<3>(m, groups, x, emit),
+                    4 => zmm::tiles::<4>(m, groups, x, emit),
+                    5 => zmm::tiles::<5>(m, groups, x, emit),
+                    6 => zmm::tiles::<6>(m, groups, x, emit),
+                    7 => zmm::tiles::<7>(m, groups, x, emit),
+                    _ => zmm::tiles::<8>(m, groups, x, emit),
+                },
                 CpuKernel::Avx512Vnni => by_rows!(avx512_vnni),
                 CpuKernel::AvxVnni => by_rows!(avx_vnni),
                 _ => by_rows!(avx2),
             }
         }
+    }
+
+    /// Whether `format` has 512-bit tiles on `kernel` (of [`MR`] activation rows).
+    pub(super) fn has_zmm_tile(format: WeightFormat, kernel: CpuKernel) -> bool {
+        kernel == CpuKernel::Avx512Vnni
+            && matches!(
+                format,
+                WeightFormat::Q8_0 | WeightFormat::Q4_0 | WeightFormat::Q4_1
+            )
     }
 
     /// Vectorized [`super::quantize_block`], bit for bit: `f32::round` is a libm call on
@@ -1798,6 +1823,9 @@ mod x86 {
             }
         }
 
+        /// Blocks ahead of the one being read that the tiles prefetch.
+        const AHEAD: usize = 8;
+
         /// Group `a`'s 32 bytes at `pa` in the low half, group `b`'s at `pb` in the high.
         ///
         /// # Safety
@@ -1907,6 +1935,9 @@ mod x86 {
                 unsafe {
                     let pa = a.quants.as_ptr().add(k * NR * BLOCK / 2) as *const __m256i;
                     let pb = b.quants.as_ptr().add(k * NR * BLOCK / 2) as *const __m256i;
+                    // Two streams at once defeat the hardware prefetcher (see `tiles`).
+                    _mm_prefetch::<_MM_HINT_T0>(pa.add(2 * AHEAD) as *const i8);
+                    _mm_prefetch::<_MM_HINT_T0>(pb.add(2 * AHEAD) as *const i8);
                     let (r0, r1) = (both(pa, pb), both(pa.add(1), pb.add(1)));
                     let q = [
                         _mm512_and_si512(r0, nib),
@@ -1967,6 +1998,10 @@ mod x86 {
                 unsafe {
                     let pa = a.quants.as_ptr().add(k * NR * BLOCK) as *const __m256i;
                     let pb = b.quants.as_ptr().add(k * NR * BLOCK) as *const __m256i;
+                    for line in [0, 2] {
+                        _mm_prefetch::<_MM_HINT_T0>(pa.add(4 * AHEAD + line) as *const i8);
+                        _mm_prefetch::<_MM_HINT_T0>(pb.add(4 * AHEAD + line) as *const i8);
+                    }
                     let wv: [__m512i; 4] = std::array::from_fn(|c| both(pa.add(c), pb.add(c)));
                     // −128 never occurs (read as −127), so `|w|` fits u8 ≤ 127.
                     let wa = wv.map(|v| _mm512_abs_epi8(v));
