@@ -5,8 +5,9 @@
 //! Layout: weight rows are grouped by [`NR`]; a group's blocks are interleaved
 //! (`[group][block][row in group]`), so one tile reads a group's block contiguously. The
 //! quants are regrouped within a group's block (see [`q4_at`], [`q8_at`]) so that one
-//! 32-byte vector holds the same eight elements of each of the four rows. The
-//! f16 scales (and Q4_1 minimums) stay f16: decode reads the file's bytes, not more.
+//! 32-byte vector holds the same eight elements of each of the four rows (on AVX-512, one
+//! 64-byte vector holds two groups' side by side). The f16 scales (and Q4_1 minimums) stay
+//! f16: decode reads the file's bytes, not more.
 //! Every buffer lives in [`HugeBuf`] chunks (huge pages), as decode streams them all each step.
 //!
 //! Activations are quantized per row to int8 blocks of 32 (scale = amax/127, round half away
@@ -986,11 +987,14 @@ type Tile = [[f32; NR]; MR];
 /// Activation rows per tile of `format` on `kernel`.
 fn tile_rows(format: WeightFormat, kernel: CpuKernel) -> usize {
     #[cfg(target_arch = "x86_64")]
-    if x86::has_zmm_tile(format, kernel) {
-        return MR;
+    let wide = x86::has_zmm_tile(format, kernel);
+    #[cfg(not(target_arch = "x86_64"))]
+    let wide = false;
+    if wide {
+        MR
+    } else {
+        MR_256
     }
-    let _ = (format, kernel);
-    MR_256
 }
 
 /// Multiplies activation rows `x[..mr]` by one weight group on the chosen path.
