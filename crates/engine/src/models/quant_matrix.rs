@@ -1939,9 +1939,11 @@ mod x86 {
                 unsafe {
                     let pa = a.quants.as_ptr().add(k * NR * BLOCK / 2) as *const __m256i;
                     let pb = b.quants.as_ptr().add(k * NR * BLOCK / 2) as *const __m256i;
-                    // Two streams at once defeat the hardware prefetcher (see `tiles`).
-                    _mm_prefetch::<_MM_HINT_T0>(pa.add(2 * AHEAD) as *const i8);
-                    _mm_prefetch::<_MM_HINT_T0>(pb.add(2 * AHEAD) as *const i8);
+                    // Two groups' streams at once: prefetched, a 16-row Qwen3-0.6B decode
+                    // step took 70–72 ms against 75–87. Past the last block the address is
+                    // outside the weights: wrapping arithmetic, as a prefetch never faults.
+                    _mm_prefetch::<_MM_HINT_T0>(pa.wrapping_add(2 * AHEAD) as *const i8);
+                    _mm_prefetch::<_MM_HINT_T0>(pb.wrapping_add(2 * AHEAD) as *const i8);
                     let (r0, r1) = (both(pa, pb), both(pa.add(1), pb.add(1)));
                     let q = [
                         _mm512_and_si512(r0, nib),
@@ -2003,8 +2005,8 @@ mod x86 {
                     let pa = a.quants.as_ptr().add(k * NR * BLOCK) as *const __m256i;
                     let pb = b.quants.as_ptr().add(k * NR * BLOCK) as *const __m256i;
                     for line in [0, 2] {
-                        _mm_prefetch::<_MM_HINT_T0>(pa.add(4 * AHEAD + line) as *const i8);
-                        _mm_prefetch::<_MM_HINT_T0>(pb.add(4 * AHEAD + line) as *const i8);
+                        _mm_prefetch::<_MM_HINT_T0>(pa.wrapping_add(4 * AHEAD + line) as *const i8);
+                        _mm_prefetch::<_MM_HINT_T0>(pb.wrapping_add(4 * AHEAD + line) as *const i8);
                     }
                     let wv: [__m512i; 4] = std::array::from_fn(|c| both(pa.add(c), pb.add(c)));
                     // −128 never occurs (read as −127), so `|w|` fits u8 ≤ 127.
