@@ -1136,7 +1136,7 @@ mod x86 {
         unsafe {
             match kernel {
                 // A lone activation row keeps the 256-bit tile: decode is memory-bound, and
-                // two groups' streams at once ran it 1.2–1.6× slower, prefetched or not
+                // two groups' streams at once ran it 1.2–1.7× slower, prefetched or not
                 // (docs/performance.md, tenth session).
                 CpuKernel::Avx512Vnni if has_zmm_tile(m.format, kernel) && mr > 1 => match mr {
                     2 => zmm::tiles::<2>(m, groups, x, emit),
