@@ -1955,10 +1955,12 @@ mod x86 {
                 unsafe {
                     let pa = a.quants.as_ptr().add(k * NR * BLOCK / 2) as *const __m256i;
                     let pb = b.quants.as_ptr().add(k * NR * BLOCK / 2) as *const __m256i;
-                    // Two groups' streams at once, with their scales: prefetched 32 blocks
-                    // ahead, a 16-row Qwen3-0.6B decode step took 54–65 ms against 75–85
-                    // unprefetched. Past the last block the address is outside the weights:
-                    // wrapping arithmetic, as a prefetch never faults.
+                    // Two groups' streams at once wait on memory where the hardware
+                    // prefetcher alone keeps up with one: a 16-row Qwen3-0.6B decode step
+                    // took 75–87 ms unprefetched, 57–93 prefetched as here against 67–98 at
+                    // 8 blocks ahead (docs/performance.md, tenth session). Past the last
+                    // block the address is outside the weights: wrapping arithmetic, as a
+                    // prefetch never faults.
                     _mm_prefetch::<_MM_HINT_T0>(pa.wrapping_add(2 * AHEAD) as *const i8);
                     _mm_prefetch::<_MM_HINT_T0>(pb.wrapping_add(2 * AHEAD) as *const i8);
                     for w in [&a, &b] {
