@@ -2,8 +2,9 @@
 //! chunk at several context lengths and decode rows, best of many repetitions (the minimum
 //! filters out what other tenants of the machine take), in GFLOP/s of its multiply-adds.
 //!
-//! `cargo run --release -p tokenmill-engine --example attention_bench [-- --reps N] [--rows R]`
-//! (`--rows 1`: only the decode cases, e.g. under `perf record`).
+//! `cargo run --release -p tokenmill-engine --example attention_bench [-- --reps N] [--rows R] [--seqs S]`
+//! (`--rows 1`: only the decode cases, `--seqs 64` only those of 64 sequences, e.g. under
+//! `perf record`).
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::time::Instant;
@@ -33,6 +34,10 @@ fn main() {
         .skip_while(|a| a != "--rows")
         .nth(1)
         .and_then(|n| n.parse().ok());
+    let only_seqs: Option<usize> = std::env::args()
+        .skip_while(|a| a != "--seqs")
+        .nth(1)
+        .and_then(|n| n.parse().ok());
     let cases = [
         Case {
             seqs: 1,
@@ -60,6 +65,11 @@ fn main() {
             context: 4096,
         },
         Case {
+            seqs: 16,
+            rows: 1,
+            context: 160,
+        },
+        Case {
             seqs: 64,
             rows: 1,
             context: 192,
@@ -76,6 +86,7 @@ fn main() {
         for case in cases
             .iter()
             .filter(|c| only_rows.is_none_or(|r| r == c.rows))
+            .filter(|c| only_seqs.is_none_or(|n| n == c.seqs))
         {
             let (kv, batch) = setup(shape, case, &mut rng);
             let q: Vec<f32> = (0..batch.num_tokens() * heads * d)

@@ -532,20 +532,28 @@ impl<R: Rows> Span<'_, R> {
                     continue;
                 }
                 let valid = (pos - start + 1).min(CHUNK);
+                #[cfg(target_arch = "x86_64")]
+                if R::AVX2 && d.is_multiple_of(32) {
+                    let chunk = avx2::F32Chunk {
+                        keys_t: bufs.keys_t,
+                        values: bufs.values,
+                    };
+                    let heads = avx2::HeadStates {
+                        max: &mut state.max[r * g..(r + 1) * g],
+                        sum: &mut state.sum[r * g..(r + 1) * g],
+                        acc: &mut state.acc[r * g * d..(r + 1) * g * d],
+                    };
+                    let q = &queries[r * g * d..(r + 1) * g * d];
+                    // SAFETY: `AVX2` rows are only built when the CPU has AVX2, FMA and F16C.
+                    unsafe { avx2::fold_heads_f32(q, &chunk, d, valid, heads) };
+                    continue;
+                }
                 for i in r * g..(r + 1) * g {
                     let pair = PairState {
                         max: &mut state.max[i],
                         sum: &mut state.sum[i],
                         acc: &mut state.acc[i * d..(i + 1) * d],
                     };
-                    #[cfg(target_arch = "x86_64")]
-                    if R::AVX2 && d.is_multiple_of(ACC_LANES) {
-                        // SAFETY: `AVX2` rows are only built when the CPU has AVX2 and FMA.
-                        unsafe {
-                            avx2::fold_chunk(&queries[i * d..(i + 1) * d], bufs, valid, pair)
-                        };
-                        continue;
-                    }
                     fold_chunk(&queries[i * d..(i + 1) * d], bufs, valid, pair);
                 }
             }
@@ -799,66 +807,17 @@ pub fn exp2(x: f32) -> f32 {
     }
 }
 
-/// [`fold_chunk`] written in AVX2 intrinsics: the same float operations in the same order
-/// per lane (so the same bits), but the chunk's scores and weights stay in registers and
-/// the max is a vector tree (the max of numbers does not depend on the order; a NaN score
-/// makes the row NaN either way). The portable fold kept them in arrays the compiler
-/// stored and reloaded lane by lane.
+/// [`fold_chunk`] written in AVX2 intrinsics for a run of query heads at once: the same
+/// float operations in the same order per head and lane (so the same bits), but the chunk's
+/// scores and weights stay in registers, each key and value vector is loaded once for up
+/// to three heads, and the max is a vector tree (the max of numbers does not depend on the
+/// order; a NaN score makes the row NaN either way).
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
-    use super::{exp2, ChunkBufs, PairState, ACC_LANES, CHUNK};
+    use super::{exp2, CHUNK};
     use std::arch::x86_64::*;
 
     const _: () = assert!(CHUNK == 16, "two 8-lane registers per chunk");
-
-    /// # Safety
-    /// The CPU must have AVX2 and FMA; `q.len()` and `acc.len()` are the head dim, a
-    /// multiple of [`ACC_LANES`]; `bufs` holds `[d, CHUNK]` keys and `[CHUNK, d]` values.
-    #[inline]
-    #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn fold_chunk(q: &[f32], bufs: &ChunkBufs, valid: usize, state: PairState) {
-        let PairState { max, sum, acc } = state;
-        let d = q.len();
-        assert!(d.is_multiple_of(ACC_LANES) && acc.len() == d);
-        assert!(bufs.keys_t.len() >= d * CHUNK && bufs.values.len() >= CHUNK * d && valid <= CHUNK);
-        // SAFETY: the asserts above bound every load and store below.
-        unsafe {
-            // Scores: four partial sums over the head dim (dims ≡ u mod 4), as `chunk_scores`.
-            let kt = bufs.keys_t.as_ptr();
-            let mut part = [[_mm256_setzero_ps(); 2]; 4];
-            for quad in 0..d / 4 {
-                for (u, p) in part.iter_mut().enumerate() {
-                    let e = 4 * quad + u;
-                    let qe = _mm256_set1_ps(*q.get_unchecked(e));
-                    p[0] = _mm256_fmadd_ps(qe, _mm256_loadu_ps(kt.add(e * CHUNK)), p[0]);
-                    p[1] = _mm256_fmadd_ps(qe, _mm256_loadu_ps(kt.add(e * CHUNK + 8)), p[1]);
-                }
-            }
-            let s: [__m256; 2] = std::array::from_fn(|h| {
-                _mm256_add_ps(
-                    _mm256_add_ps(part[0][h], part[1][h]),
-                    _mm256_add_ps(part[2][h], part[3][h]),
-                )
-            });
-            // acc = acc · alpha + Σ_j p_j v_j, j in order, 64 lanes at a time in registers.
-            let (alpha, w) = softmax_step(s, valid, max, sum);
-            let (va, al) = (bufs.values.as_ptr(), _mm256_set1_ps(alpha));
-            for c in (0..d).step_by(ACC_LANES) {
-                let out = acc.as_mut_ptr().add(c);
-                let mut a: [__m256; 8] =
-                    std::array::from_fn(|i| _mm256_mul_ps(_mm256_loadu_ps(out.add(8 * i)), al));
-                for (j, &wj) in w.iter().enumerate().take(valid) {
-                    let (wb, row) = (_mm256_set1_ps(wj), va.add(j * d + c));
-                    for (i, x) in a.iter_mut().enumerate() {
-                        *x = _mm256_fmadd_ps(wb, _mm256_loadu_ps(row.add(8 * i)), *x);
-                    }
-                }
-                for (i, x) in a.iter().enumerate() {
-                    _mm256_storeu_ps(out.add(8 * i), *x);
-                }
-            }
-        }
-    }
 
     /// One chunk's online-softmax update of one (row, head) from its scores `s`: masks the
     /// lanes at or past `valid`, raises the running max, rescales the sum; returns the
@@ -918,6 +877,48 @@ mod avx2 {
         pub value_stride: usize,
     }
 
+    /// A prefill tile's widened chunk: keys `[d, CHUNK]` (transposed), values `[CHUNK, d]`.
+    pub(super) struct F32Chunk<'a> {
+        pub keys_t: &'a [f32],
+        pub values: &'a [f32],
+    }
+
+    /// Where one chunk's keys and values start and how far apart their rows are, in
+    /// elements; `F16` picks which pair of pointers is read (the other is never used).
+    #[derive(Clone, Copy)]
+    struct Source {
+        keys16: *const u16,
+        values16: *const u16,
+        keys32: *const f32,
+        values32: *const f32,
+        key_stride: usize,
+        value_stride: usize,
+    }
+
+    impl Source {
+        fn f16(c: &F16Chunk) -> Self {
+            Self {
+                keys16: c.keys[c.first_key..].as_ptr(),
+                values16: c.values[c.first_value..].as_ptr(),
+                keys32: std::ptr::null(),
+                values32: std::ptr::null(),
+                key_stride: c.key_stride,
+                value_stride: c.value_stride,
+            }
+        }
+
+        fn f32(c: &F32Chunk, d: usize) -> Self {
+            Self {
+                keys16: std::ptr::null(),
+                values16: std::ptr::null(),
+                keys32: c.keys_t.as_ptr(),
+                values32: c.values.as_ptr(),
+                key_stride: CHUNK,
+                value_stride: d,
+            }
+        }
+    }
+
     /// Folds one chunk, read straight from an f16 cache, into every query head of one
     /// decode row's GQA group (`state` holds exactly those heads). Per head it performs
     /// [`fold_chunk`]'s operations in its order (f16→f32 is exact), so the same bits; but
@@ -936,10 +937,62 @@ mod avx2 {
         state: &mut super::State,
     ) {
         let g = queries.len() / d;
-        assert!(d.is_multiple_of(32) && queries.len() == g * d && (1..=CHUNK).contains(&valid));
-        assert!(state.max.len() >= g && state.sum.len() >= g && state.acc.len() >= g * d);
+        assert!(d.is_multiple_of(32) && (1..=CHUNK).contains(&valid));
         assert!(chunk.keys.len() >= chunk.first_key + (d - 1) * chunk.key_stride + CHUNK);
         assert!(chunk.values.len() >= chunk.first_value + (valid - 1) * chunk.value_stride + d);
+        let heads = HeadStates {
+            max: &mut state.max[..g],
+            sum: &mut state.sum[..g],
+            acc: &mut state.acc[..g * d],
+        };
+        // SAFETY: the CPU has the features (caller's contract); the asserts bound the chunk.
+        unsafe { fold_heads::<true>(queries, Source::f16(chunk), d, valid, heads) }
+    }
+
+    /// [`fold_chunk`] for every query head of one prefill row's GQA group at once, from the
+    /// tile's widened chunk: each key and value vector is loaded once for up to three heads
+    /// instead of once per head, and the heads' softmax steps overlap. Per head the same
+    /// operations in the same order, so the same bits.
+    ///
+    /// # Safety
+    /// The CPU must have AVX2, FMA and F16C; the head dim `d` is a multiple of 32.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    pub(super) unsafe fn fold_heads_f32(
+        queries: &[f32],
+        chunk: &F32Chunk,
+        d: usize,
+        valid: usize,
+        heads: HeadStates,
+    ) {
+        assert!(d.is_multiple_of(32) && (1..=CHUNK).contains(&valid));
+        assert!(chunk.keys_t.len() >= d * CHUNK && chunk.values.len() >= CHUNK * d);
+        // SAFETY: the CPU has the features (caller's contract); the asserts bound the chunk.
+        unsafe { fold_heads::<false>(queries, Source::f32(chunk, d), d, valid, heads) }
+    }
+
+    /// The fold state of a run of query heads: per head max, sum, and `d` accumulators.
+    pub(super) struct HeadStates<'a> {
+        pub max: &'a mut [f32],
+        pub sum: &'a mut [f32],
+        pub acc: &'a mut [f32],
+    }
+
+    /// # Safety
+    /// The CPU must have AVX2, FMA and F16C; `src` must bound `d` key rows of `CHUNK` and
+    /// `valid` value rows of `d`.
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn fold_heads<const F16: bool>(
+        queries: &[f32],
+        src: Source,
+        d: usize,
+        valid: usize,
+        state: HeadStates,
+    ) {
+        let g = queries.len() / d;
+        assert!(queries.len() == g * d);
+        assert!(state.max.len() == g && state.sum.len() == g && state.acc.len() == g * d);
         let mut h = 0;
         while h < g {
             // Three heads fill the registers; two twos beat a three and a one.
@@ -948,18 +1001,18 @@ mod avx2 {
                 2 | 4 => 2,
                 _ => 3,
             };
-            let heads = HeadsF16 {
+            let heads = Heads {
                 q: &queries[h * d..(h + take) * d],
                 max: &mut state.max[h..h + take],
                 sum: &mut state.sum[h..h + take],
                 acc: &mut state.acc[h * d..(h + take) * d],
             };
-            // SAFETY: the asserts above bound every read of `chunk`; `heads` is `take` heads.
+            // SAFETY: the caller bounds every read of `src`; `heads` is `take` heads.
             unsafe {
                 match take {
-                    1 => heads.fold::<1>(chunk, d, valid),
-                    2 => heads.fold::<2>(chunk, d, valid),
-                    _ => heads.fold::<3>(chunk, d, valid),
+                    1 => heads.fold::<1, F16>(src, d, valid),
+                    2 => heads.fold::<2, F16>(src, d, valid),
+                    _ => heads.fold::<3, F16>(src, d, valid),
                 }
             }
             h += take;
@@ -967,35 +1020,45 @@ mod avx2 {
     }
 
     /// `G` query heads' slices of the fold state.
-    struct HeadsF16<'a> {
+    struct Heads<'a> {
         q: &'a [f32],
         max: &'a mut [f32],
         sum: &'a mut [f32],
         acc: &'a mut [f32],
     }
 
-    impl HeadsF16<'_> {
+    impl Heads<'_> {
         /// # Safety
-        /// As [`fold_heads_f16`], whose asserts bound the chunk; `self` holds `G` heads.
+        /// As [`fold_heads`], whose caller bounds the chunk; `self` holds `G` heads.
         #[inline]
         #[target_feature(enable = "avx2,fma,f16c")]
         // One index walks several register arrays at once (heads, halves, lanes).
         #[allow(clippy::needless_range_loop)]
-        unsafe fn fold<const G: usize>(self, c: &F16Chunk, d: usize, valid: usize) {
+        unsafe fn fold<const G: usize, const F16: bool>(self, c: Source, d: usize, valid: usize) {
             assert!(self.q.len() == G * d && self.acc.len() == G * d && self.max.len() == G);
+            // Eight elements at `at` of the key rows (`keys`) or value rows, widened.
+            let load = |p16: *const u16, p32: *const f32, at: usize| {
+                // SAFETY: the caller bounds every `at` this fold forms.
+                unsafe {
+                    if F16 {
+                        _mm256_cvtph_ps(_mm_loadu_si128(p16.add(at) as *const __m128i))
+                    } else {
+                        _mm256_loadu_ps(p32.add(at))
+                    }
+                }
+            };
             // SAFETY: the caller bounds `c`'s reads; the assert above bounds `q` and `acc`.
             unsafe {
                 // Scores, eight positions at a time: per head four partial sums over the
                 // head dim (dims ≡ u mod 4), as `chunk_scores`.
-                let (kp, q) = (c.keys.as_ptr().add(c.first_key), self.q.as_ptr());
+                let q = self.q.as_ptr();
                 let mut s = [[_mm256_setzero_ps(); 2]; G];
                 for half in 0..2 {
                     let mut part = [[_mm256_setzero_ps(); 4]; G];
                     for quad in 0..d / 4 {
                         for u in 0..4 {
                             let e = 4 * quad + u;
-                            let at = kp.add(e * c.key_stride + 8 * half) as *const __m128i;
-                            let k = _mm256_cvtph_ps(_mm_loadu_si128(at));
+                            let k = load(c.keys16, c.keys32, e * c.key_stride + 8 * half);
                             for (h, p) in part.iter_mut().enumerate() {
                                 let qe = _mm256_set1_ps(*q.add(h * d + e));
                                 p[u] = _mm256_fmadd_ps(qe, k, p[u]);
@@ -1014,7 +1077,7 @@ mod avx2 {
                         softmax_step(s[h], valid, &mut self.max[h], &mut self.sum[h]);
                 }
                 // acc = acc · alpha + Σ_j p_j v_j per head, j in order, 32 lanes at a time.
-                let (vp, acc) = (c.values.as_ptr().add(c.first_value), self.acc.as_mut_ptr());
+                let acc = self.acc.as_mut_ptr();
                 for base in (0..d).step_by(32) {
                     let mut a: [[__m256; 4]; G] = std::array::from_fn(|h| {
                         let al = _mm256_set1_ps(alpha[h]);
@@ -1023,11 +1086,10 @@ mod avx2 {
                         })
                     });
                     for j in 0..valid {
-                        let row = vp.add(j * c.value_stride + base);
+                        let row = j * c.value_stride + base;
                         let wb: [__m256; G] = std::array::from_fn(|h| _mm256_set1_ps(w[h][j]));
                         for i in 0..4 {
-                            let v =
-                                _mm256_cvtph_ps(_mm_loadu_si128(row.add(8 * i) as *const __m128i));
+                            let v = load(c.values16, c.values32, row + 8 * i);
                             for h in 0..G {
                                 a[h][i] = _mm256_fmadd_ps(wb[h], v, a[h][i]);
                             }

@@ -470,7 +470,7 @@ impl QuantMatrix {
             per_balance.max(2)
         };
         // Whole pairs of groups, so the AVX-512 tiles leave no group to the narrower one.
-        let unit = if step % 2 == 0 { step } else { 2 * step };
+        let unit = if step.is_multiple_of(2) { step } else { 2 * step };
         want.min(per_cache).max(1).next_multiple_of(unit) * NR
     }
 
