@@ -2,13 +2,15 @@
 //! chunk at several context lengths and decode rows, best of many repetitions (the minimum
 //! filters out what other tenants of the machine take), in GFLOP/s of its multiply-adds.
 //!
-//! `cargo run --release -p tokenmill-engine --example attention_bench [-- --reps N] [--rows R] [--seqs S]`
+//! `cargo run --release -p tokenmill-engine --example attention_bench [-- --reps N] [--rows R] [--seqs S] [--cold]`
 //! (`--rows 1`: only the decode cases, `--seqs 64` only those of 64 sequences, e.g. under
-//! `perf record`).
+//! `perf record`; `--cold`: the caches flushed before each repetition, as a decode step
+//! finds them).
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::time::Instant;
 use tokenmill_engine::block_manager::{BlockId, BlockManager};
+use tokenmill_engine::compute_pool::ComputePool;
 use tokenmill_engine::forward_batch::ForwardBatch;
 use tokenmill_engine::kv_cache::{KvCache, KvCacheDtype};
 use tokenmill_engine::paged_attention::{paged_attention_into, AttentionShape};
@@ -38,6 +40,8 @@ fn main() {
         .skip_while(|a| a != "--seqs")
         .nth(1)
         .and_then(|n| n.parse().ok());
+    let cold = std::env::args().any(|a| a == "--cold");
+    let flush: Vec<u8> = (0..64usize << 20).map(|i| i as u8).collect();
     let cases = [
         Case {
             seqs: 1,
@@ -63,6 +67,11 @@ fn main() {
             seqs: 1,
             rows: 1,
             context: 4096,
+        },
+        Case {
+            seqs: 1,
+            rows: 1,
+            context: 160,
         },
         Case {
             seqs: 16,
@@ -98,6 +107,18 @@ fn main() {
             let best = rayon::scope(|_| {
                 let mut best = f64::INFINITY;
                 for _ in 0..reps {
+                    if cold {
+                        // What a forward pass leaves in the caches: another layer's
+                        // weights and cache rows, not this layer's.
+                        // On the compute pool, so its helpers are awake (spinning) when
+                        // the attention starts, as between a forward pass's loops.
+                        let half = flush.len() / 2;
+                        ComputePool::global().run(2, &|i| {
+                            let part = &flush[i * half..(i + 1) * half];
+                            let sum = part.chunks_exact(64).fold(0u8, |a, c| a ^ c[0]);
+                            std::hint::black_box(sum);
+                        });
+                    }
                     let t = Instant::now();
                     paged_attention_into(&q, kv.layer(0), &batch, shape, &mut out);
                     best = best.min(t.elapsed().as_secs_f64());

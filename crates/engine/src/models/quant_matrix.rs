@@ -33,9 +33,9 @@
 
 mod k_quants;
 
-use super::huge_buf::HugeBuf;
 use crate::compute_pool::{ComputePool, Shards};
 use crate::cpu_kernel::CpuKernel;
+use crate::huge_buf::HugeBuf;
 use half::f16;
 use std::cell::RefCell;
 use std::marker::PhantomData;
@@ -470,7 +470,11 @@ impl QuantMatrix {
             per_balance.max(2)
         };
         // Whole pairs of groups, so the AVX-512 tiles leave no group to the narrower one.
-        let unit = if step.is_multiple_of(2) { step } else { 2 * step };
+        let unit = if step.is_multiple_of(2) {
+            step
+        } else {
+            2 * step
+        };
         want.min(per_cache).max(1).next_multiple_of(unit) * NR
     }
 
@@ -1154,6 +1158,34 @@ mod x86 {
         }
     }
 
+    /// Blocks ahead of the one being read that the tiles prefetch (2 KiB of a Q4 group).
+    const AHEAD: usize = 32;
+    /// Blocks whose f16 scales (or minimums) of one group fill a 64-byte cache line.
+    const SCALE_LINE: usize = 64 / (NR * 2);
+
+    /// Prefetches a group's quants [`AHEAD`] blocks past block `k` (whose `lines` 32-byte
+    /// vectors start at `p`), and its scales' and minimums' line once per line. Past the
+    /// group's end the addresses run into the next group's, which the task reads next;
+    /// past the matrix they point nowhere, harmless as a prefetch never faults.
+    #[inline(always)]
+    fn prefetch_ahead(p: *const __m256i, lines: usize, w: &Group, k: usize) {
+        for line in (0..lines).step_by(2) {
+            // SAFETY: a prefetch reads nothing architecturally and never faults.
+            unsafe {
+                _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(lines * AHEAD + line) as *const i8)
+            };
+        }
+        if k.is_multiple_of(SCALE_LINE) {
+            for values in [w.scales, w.mins] {
+                if !values.is_empty() {
+                    let p = values.as_ptr().wrapping_add((k + AHEAD) * NR);
+                    // SAFETY: as above.
+                    unsafe { _mm_prefetch::<_MM_HINT_T0>(p as *const i8) };
+                }
+            }
+        }
+    }
+
     /// Whether `format` has 512-bit tiles on `kernel` (of [`MR`] activation rows).
     pub(super) fn has_zmm_tile(format: WeightFormat, kernel: CpuKernel) -> bool {
         kernel == CpuKernel::Avx512Vnni
@@ -1515,6 +1547,7 @@ mod x86 {
                         // SAFETY: `check_rows` and `check_group` keep every load in bounds.
                         unsafe {
                             let wp = w.quants.as_ptr().add(b * NR * BLOCK) as *const __m256i;
+                            prefetch_ahead(wp, 4, &w, b);
                             let wv = [
                                 _mm256_loadu_si256(wp),
                                 _mm256_loadu_si256(wp.add(1)),
@@ -1595,6 +1628,7 @@ mod x86 {
                         // SAFETY: `check_rows` and `check_group` keep every load in bounds.
                         unsafe {
                             let wp = w.quants.as_ptr().add(b * NR * BLOCK / 2) as *const __m256i;
+                            prefetch_ahead(wp, 2, &w, b);
                             let (r0, r1) = (_mm256_loadu_si256(wp), _mm256_loadu_si256(wp.add(1)));
                             let q = [
                                 _mm256_and_si256(r0, nib),
