@@ -1159,30 +1159,34 @@ mod x86 {
     }
 
     /// Blocks ahead of the one being read that the tiles prefetch (2 KiB of a Q4 group).
+    /// Decode streams each weight once; the hardware prefetcher alone left one-row tiles
+    /// (and the 512-bit tiles' two streams at any height) waiting on memory
+    /// (docs/performance.md, tenth and eleventh sessions).
     const AHEAD: usize = 32;
-    /// Blocks whose f16 scales (or minimums) of one group fill a 64-byte cache line.
-    const SCALE_LINE: usize = 64 / (NR * 2);
 
-    /// Prefetches a group's quants [`AHEAD`] blocks past block `k` (whose `lines` 32-byte
-    /// vectors start at `p`), and its scales' and minimums' line once per line. Past the
-    /// group's end the addresses run into the next group's, which the task reads next;
-    /// past the matrix they point nowhere, harmless as a prefetch never faults.
+    /// Prefetches the quants [`AHEAD`] blocks past the block of `block_bytes` at `p`. Past
+    /// the group's end the addresses run into the next group's, which the task reads next;
+    /// past the matrix they point nowhere, harmless as a prefetch never faults (wrapping
+    /// arithmetic, as the address may leave the allocation).
     #[inline(always)]
-    fn prefetch_ahead(p: *const __m256i, lines: usize, w: &Group, k: usize) {
-        for line in (0..lines).step_by(2) {
+    fn prefetch_quants(p: *const u8, block_bytes: usize) {
+        for line in (0..block_bytes).step_by(64) {
             // SAFETY: a prefetch reads nothing architecturally and never faults.
             unsafe {
-                _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(lines * AHEAD + line) as *const i8)
+                _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(AHEAD * block_bytes + line) as *const i8)
             };
         }
-        if k.is_multiple_of(SCALE_LINE) {
-            for values in [w.scales, w.mins] {
-                if !values.is_empty() {
-                    let p = values.as_ptr().wrapping_add((k + AHEAD) * NR);
-                    // SAFETY: as above.
-                    unsafe { _mm_prefetch::<_MM_HINT_T0>(p as *const i8) };
-                }
-            }
+    }
+
+    /// Prefetches the cache line of `values` (`per_block` of them per block: scales,
+    /// minimums, sub-scales) [`AHEAD`] blocks past block `k`, once per line.
+    #[inline(always)]
+    fn prefetch_per_block<T>(values: &[T], per_block: usize, k: usize) {
+        let per_line = (64 / (per_block * size_of::<T>())).max(1);
+        if !values.is_empty() && k.is_multiple_of(per_line) {
+            let p = values.as_ptr().wrapping_add((k + AHEAD) * per_block);
+            // SAFETY: as above.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(p as *const i8) };
         }
     }
 
@@ -1547,7 +1551,8 @@ mod x86 {
                         // SAFETY: `check_rows` and `check_group` keep every load in bounds.
                         unsafe {
                             let wp = w.quants.as_ptr().add(b * NR * BLOCK) as *const __m256i;
-                            prefetch_ahead(wp, 4, &w, b);
+                            prefetch_quants(wp as *const u8, NR * BLOCK);
+                            prefetch_per_block(w.scales, NR, b);
                             let wv = [
                                 _mm256_loadu_si256(wp),
                                 _mm256_loadu_si256(wp.add(1)),
@@ -1628,7 +1633,9 @@ mod x86 {
                         // SAFETY: `check_rows` and `check_group` keep every load in bounds.
                         unsafe {
                             let wp = w.quants.as_ptr().add(b * NR * BLOCK / 2) as *const __m256i;
-                            prefetch_ahead(wp, 2, &w, b);
+                            prefetch_quants(wp as *const u8, NR * BLOCK / 2);
+                            prefetch_per_block(w.scales, NR, b);
+                            prefetch_per_block(w.mins, NR, b);
                             let (r0, r1) = (_mm256_loadu_si256(wp), _mm256_loadu_si256(wp.add(1)));
                             let q = [
                                 _mm256_and_si256(r0, nib),
@@ -1716,6 +1723,8 @@ mod x86 {
                         // SAFETY: `check_rows` and `check_group` keep every load in bounds.
                         unsafe {
                             let p = w.quants.as_ptr().add(b * NR * qb);
+                            prefetch_quants(p, NR * qb);
+                            prefetch_per_block(w.sub, 2 * NR, b);
                             let q = if HIGH {
                                 k_quants::<1>(p)
                             } else {
@@ -1783,7 +1792,10 @@ mod x86 {
                     for b in 0..blocks {
                         // SAFETY: `check_rows` and `check_group` keep every load in bounds.
                         unsafe {
-                            let q = k_quants::<2>(w.quants.as_ptr().add(b * NR * qb));
+                            let p = w.quants.as_ptr().add(b * NR * qb);
+                            prefetch_quants(p, NR * qb);
+                            prefetch_per_block(w.sub, 2 * NR, b);
+                            let q = k_quants::<2>(p);
                             let sc = _mm256_cvtepi8_epi32(_mm_loadl_epi64(
                                 w.sub.as_ptr().add(b * 2 * NR) as *const __m128i,
                             ));
@@ -1859,24 +1871,6 @@ mod x86 {
             if g < groups.end {
                 // SAFETY: as above.
                 unsafe { super::avx512_vnni::tiles::<R>(m, g..groups.end, x, emit) };
-            }
-        }
-
-        /// Blocks ahead of the one being read that the tiles prefetch (2 KiB of a Q4 group).
-        const AHEAD: usize = 32;
-        /// Blocks whose f16 scales (or minimums) of one group fill a 64-byte cache line.
-        const SCALE_LINE: usize = 64 / (NR * 2);
-
-        /// Prefetches the cache line of a group's f16 `values` (scales or minimums)
-        /// [`AHEAD`] blocks past block `k`, once per line.
-        #[inline(always)]
-        fn prefetch_f16(values: &[u16], k: usize) {
-            if k.is_multiple_of(SCALE_LINE) {
-                // Past the last block the address is outside `values`: wrapping arithmetic,
-                // as a prefetch never faults.
-                let p = values.as_ptr().wrapping_add((k + AHEAD) * NR);
-                // SAFETY: a prefetch reads nothing architecturally and never faults.
-                unsafe { _mm_prefetch::<_MM_HINT_T0>(p as *const i8) };
             }
         }
 
@@ -1989,19 +1983,13 @@ mod x86 {
                 unsafe {
                     let pa = a.quants.as_ptr().add(k * NR * BLOCK / 2) as *const __m256i;
                     let pb = b.quants.as_ptr().add(k * NR * BLOCK / 2) as *const __m256i;
-                    // Two groups' streams at once wait on memory where the hardware
-                    // prefetcher alone keeps up with one: a 16-row Qwen3-0.6B decode step
-                    // took 75–87 ms unprefetched, 57–93 prefetched as here against 67–98 at
-                    // 8 blocks ahead (docs/performance.md, tenth session). Past the last
-                    // block the address is outside the weights: wrapping arithmetic, as a
-                    // prefetch never faults.
-                    _mm_prefetch::<_MM_HINT_T0>(pa.wrapping_add(2 * AHEAD) as *const i8);
-                    _mm_prefetch::<_MM_HINT_T0>(pb.wrapping_add(2 * AHEAD) as *const i8);
-                    for w in [&a, &b] {
-                        prefetch_f16(w.scales, k);
-                        if MIN {
-                            prefetch_f16(w.mins, k);
-                        }
+                    // Both groups' streams, [`AHEAD`] blocks ahead: a 16-row Qwen3-0.6B
+                    // decode step took 75–87 ms unprefetched, 57–93 prefetched so against
+                    // 67–98 at 8 blocks ahead (docs/performance.md, tenth session).
+                    for (p, w) in [(pa, &a), (pb, &b)] {
+                        prefetch_quants(p as *const u8, NR * BLOCK / 2);
+                        prefetch_per_block(w.scales, NR, k);
+                        prefetch_per_block(w.mins, NR, k);
                     }
                     let (r0, r1) = (both(pa, pb), both(pa.add(1), pb.add(1)));
                     let q = [
@@ -2063,12 +2051,10 @@ mod x86 {
                 unsafe {
                     let pa = a.quants.as_ptr().add(k * NR * BLOCK) as *const __m256i;
                     let pb = b.quants.as_ptr().add(k * NR * BLOCK) as *const __m256i;
-                    for line in [0, 2] {
-                        _mm_prefetch::<_MM_HINT_T0>(pa.wrapping_add(4 * AHEAD + line) as *const i8);
-                        _mm_prefetch::<_MM_HINT_T0>(pb.wrapping_add(4 * AHEAD + line) as *const i8);
+                    for (p, w) in [(pa, &a), (pb, &b)] {
+                        prefetch_quants(p as *const u8, NR * BLOCK);
+                        prefetch_per_block(w.scales, NR, k);
                     }
-                    prefetch_f16(a.scales, k);
-                    prefetch_f16(b.scales, k);
                     let wv: [__m512i; 4] = std::array::from_fn(|c| both(pa.add(c), pb.add(c)));
                     // −128 never occurs (read as −127), so `|w|` fits u8 ≤ 127.
                     let wa = wv.map(|v| _mm512_abs_epi8(v));
