@@ -12,8 +12,6 @@
 use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
 use half::{bf16, f16};
 
-use crate::huge_buf::HugeBuf;
-
 /// `--kv-cache-dtype` (vLLM's name): the element type of the KV cache.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum KvCacheDtype {
@@ -58,20 +56,23 @@ impl std::str::FromStr for KvCacheDtype {
     }
 }
 
-/// One slab of rows, on huge pages (`HugeBuf`). Half types are kept as their bits so a
-/// fresh pool is zeroed pages the OS hands out lazily, not gigabytes written at startup.
+/// One slab of rows. Half types are kept as their bits so a fresh pool is zeroed pages
+/// the OS hands out lazily, not gigabytes written at startup. Small pages, unlike the
+/// weights': every new block's first write faults its pages in, and a 2 MiB page costs
+/// that fault plus compaction (16-row Qwen3-0.6B steps spent 7.7–8.8 ms writing the KV on
+/// huge pages against 2.3–2.8 on small ones; docs/performance.md, eleventh session).
 pub enum KvSlab {
-    F32(HugeBuf<f32>),
-    F16(HugeBuf<u16>),
-    Bf16(HugeBuf<u16>),
+    F32(Vec<f32>),
+    F16(Vec<u16>),
+    Bf16(Vec<u16>),
 }
 
 impl KvSlab {
     fn zeroed(dtype: KvCacheDtype, len: usize) -> Self {
         match dtype.resolve() {
-            KvCacheDtype::F32 => Self::F32(HugeBuf::zeroed(len)),
-            KvCacheDtype::Bf16 => Self::Bf16(HugeBuf::zeroed(len)),
-            _ => Self::F16(HugeBuf::zeroed(len)),
+            KvCacheDtype::F32 => Self::F32(vec![0.0; len]),
+            KvCacheDtype::Bf16 => Self::Bf16(vec![0; len]),
+            _ => Self::F16(vec![0; len]),
         }
     }
 

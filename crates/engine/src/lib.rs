@@ -11,7 +11,6 @@ pub mod engine_args;
 pub mod error;
 pub mod forward_batch;
 pub mod hf_overrides;
-pub mod huge_buf;
 pub mod kv_cache;
 pub mod logit_bias;
 pub mod mask_worker;

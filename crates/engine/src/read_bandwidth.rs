@@ -2,7 +2,7 @@
 //! it is asked, so a benchmark can set a decode step against the roofline of that same moment
 //! (on a shared machine the rate moves by 2× within an hour).
 
-use crate::huge_buf::HugeBuf;
+use crate::models::huge_buf::HugeBuf;
 use rayon::prelude::*;
 use std::time::Instant;
 

@@ -9,9 +9,9 @@
 //! computed together, never how one is computed. The AVX2 build is the same code compiled
 //! with FMA, so it gives the portable build's bits.
 
+use super::huge_buf::HugeBuf;
 use crate::compute_pool::ComputePool;
 use crate::cpu_kernel::CpuKernel;
-use crate::huge_buf::HugeBuf;
 
 /// Activation rows per tile.
 const MR: usize = 4;

@@ -2,6 +2,7 @@
 
 pub mod dense_matrix;
 pub mod forward_scratch;
+pub mod huge_buf;
 pub mod layers;
 pub mod llama;
 pub mod moe_router;

@@ -33,9 +33,9 @@
 
 mod k_quants;
 
+use super::huge_buf::HugeBuf;
 use crate::compute_pool::{ComputePool, Shards};
 use crate::cpu_kernel::CpuKernel;
-use crate::huge_buf::HugeBuf;
 use half::f16;
 use std::cell::RefCell;
 use std::marker::PhantomData;

@@ -1,15 +1,13 @@
-//! `HugeBuf`: weights and KV cache slabs packed side by side into 2 MiB-aligned chunks that
-//! the kernel is asked to back with transparent huge pages.
+//! `HugeBuf`: weight storage packed side by side into 2 MiB-aligned chunks that the kernel is
+//! asked to back with transparent huge pages.
 //!
 //! Decode reads every weight once per step. On 4 KiB pages that stream crosses a page every
 //! few hundred cycles, and each crossing costs a TLB walk and restarts the hardware
 //! prefetcher; on 2 MiB pages it does not. A model's matrices are mostly far smaller than
 //! 2 MiB (SmolLM2's are 69 KiB to 1.1 MiB), so giving each its own allocation would leave
 //! them on small pages: they are packed into shared chunks instead. A chunk is freed when
-//! the last buffer in it is dropped; a large buffer gets a chunk of its own. The KV cache's
-//! slabs are such large buffers: each step writes one position per sequence into every
-//! layer's slabs, scattered across gigabytes, which on small pages is a TLB walk per write.
-//! Where the OS has no transparent huge pages (or another OS) this is plain aligned memory.
+//! the last buffer in it is dropped; a large buffer gets a chunk of its own. Where the OS has no transparent huge pages (or another
+//! OS) this is plain aligned memory.
 
 use std::alloc::Layout;
 use std::ptr::NonNull;
