@@ -71,8 +71,16 @@ struct Block {
     ref_count: u32,
     /// Set once the block is full and computed; cleared when it is reused for new content.
     cached: Option<CachedContent>,
-    /// Position in the free LRU while `ref_count == 0`.
-    free_since: Option<u64>,
+    /// Its key in the free pool while `ref_count == 0`.
+    free_since: Option<FreeKey>,
+}
+
+/// A free block's place in the pool's order (see `BlockManager::free`): empty blocks
+/// before cached ones, by freeing tick.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum FreeKey {
+    Empty(std::cmp::Reverse<u64>),
+    Cached(u64),
 }
 
 #[derive(Debug, Clone)]
@@ -88,9 +96,12 @@ struct CachedContent {
 pub struct BlockManager {
     block_size: usize,
     blocks: Vec<Block>,
-    /// Free blocks, least recently freed first. Cached free blocks stay reusable by content
-    /// until they are handed out for something else.
-    free: BTreeMap<u64, BlockId>,
+    /// Free blocks in the order `allocate` hands them out: first those with no cached
+    /// content, most recently freed first (their pages were touched and may still be in
+    /// cache, where a never-used block's first write faults its pages in), then cached
+    /// ones, least recently freed first, so a cached block's content is evicted only when
+    /// no empty block is left. Cached free blocks stay reusable by content until then.
+    free: BTreeMap<FreeKey, BlockId>,
     next_tick: u64,
     by_hash: HashMap<BlockHash, BlockId>,
     prefix_caching: bool,
@@ -106,7 +117,8 @@ impl BlockManager {
             by_hash: HashMap::new(),
             prefix_caching,
         };
-        for i in 0..num_blocks {
+        // Last pushed is handed out first: a fresh pool hands out blocks 0, 1, 2, …
+        for i in (0..num_blocks).rev() {
             manager.push_free(BlockId(i as u32));
         }
         manager
@@ -206,7 +218,7 @@ impl BlockManager {
         Some(out)
     }
 
-    /// Drops one reference; at zero the block joins the free LRU, keeping its cached content.
+    /// Drops one reference; at zero the block joins the free pool, keeping its cached content.
     pub fn release(&mut self, id: BlockId) {
         let block = &mut self.blocks[id.index()];
         assert!(block.ref_count > 0, "release of free block {id:?}");
@@ -252,8 +264,14 @@ impl BlockManager {
     fn push_free(&mut self, id: BlockId) {
         let tick = self.next_tick;
         self.next_tick += 1;
-        self.blocks[id.index()].free_since = Some(tick);
-        self.free.insert(tick, id);
+        let block = &mut self.blocks[id.index()];
+        let key = if block.cached.is_some() {
+            FreeKey::Cached(tick)
+        } else {
+            FreeKey::Empty(std::cmp::Reverse(tick))
+        };
+        block.free_since = Some(key);
+        self.free.insert(key, id);
     }
 
     /// Checks internal consistency; `Err` describes the first violation. Used by tests.
