@@ -467,6 +467,19 @@ struct State {
 }
 
 impl State {
+    /// Merges head `i` of a finished partition into this running total.
+    fn absorb(&mut self, part: &State, i: usize, d: usize) {
+        let acc = i * d..(i + 1) * d;
+        merge(
+            (
+                &mut self.max[i],
+                &mut self.sum[i],
+                &mut self.acc[acc.clone()],
+            ),
+            (part.max[i], part.sum[i], &part.acc[acc]),
+        );
+    }
+
     fn reset(&mut self, n: usize, d: usize) {
         self.max.clear();
         self.max.resize(n, f32::NEG_INFINITY);
@@ -1232,18 +1245,7 @@ impl Job for TileJob<'_> {
                         continue;
                     }
                     for i in r * g..(r + 1) * g {
-                        merge(
-                            (
-                                &mut total.max[i],
-                                &mut total.sum[i],
-                                &mut total.acc[i * d..(i + 1) * d],
-                            ),
-                            (
-                                partition.max[i],
-                                partition.sum[i],
-                                &partition.acc[i * d..(i + 1) * d],
-                            ),
-                        );
+                        total.absorb(partition, i, d);
                     }
                 }
             }
@@ -1311,18 +1313,7 @@ impl TileJob<'_> {
                 }
             }
             for i in 0..heads {
-                merge(
-                    (
-                        &mut total.max[i],
-                        &mut total.sum[i],
-                        &mut total.acc[i * d..(i + 1) * d],
-                    ),
-                    (
-                        partition.max[i],
-                        partition.sum[i],
-                        &partition.acc[i * d..(i + 1) * d],
-                    ),
-                );
+                total.absorb(partition, i, d);
             }
         }
         for i in 0..heads {
