@@ -517,7 +517,7 @@ fn combine(a: &[f32], b: &[f32], out: &mut [f32]) {
 fn paired_matrices_give_the_bits_of_both_matmuls_combined_afterwards() {
     let cases: Vec<_> = FORMATS
         .iter()
-        .map(|&f| (f, [(4, 64), (12, 320), (200, 576), (1024, 64)]))
+        .map(|&f| (f, [(8, 64), (24, 320), (200, 576), (1024, 64)]))
         .chain(
             K_FORMATS
                 .iter()

@@ -2,7 +2,7 @@
 //! exact dequantization, and the portable kernel the SIMD paths must equal.
 //!
 //! A super-block of 256 becomes eight of our 32-blocks. Per 32-block the four rows' nibbles
-//! are grouped as Q4_0's (`q4_at`: four chunks of eight elements per row) and the
+//! are grouped by `q4_at` (four chunks of eight elements per row, two per half block) and the
 //! sub-block scales kept as bytes; per super-block and row the f16 `d` (and `dmin`).
 //! Nothing is widened to f32, so decode reads about the file's bits per weight: Q4K 4.625
 //! (file 4.5: the 6-bit scales take a byte each), Q5K 5.625 (5.5), Q6K 6.5625 (the same).
@@ -15,7 +15,7 @@
 //! bit of vector `c`'s byte `p` at bit `c + 4·(p / 16)` of byte `p % 16` (16 bytes: one
 //! broadcast and a per-lane shift bring each 128-bit lane's bits down).
 
-use super::{f16, q4_at, Group, QuantMatrix, WeightFormat, XRow, BLOCK, NR, SUB, SUPER};
+use super::{f16, Group, QuantMatrix, WeightFormat, XRow, BLOCK, K_NR as NR, SUB, SUPER};
 
 /// Nibble bytes of one block's four rows; the high bits follow.
 const NIBBLES: usize = NR * BLOCK / 2;
@@ -80,6 +80,7 @@ impl QuantMatrix {
         let ss = g * supers * NR..(g + 1) * supers * NR;
         let qb = self.format.quant_bytes();
         Group {
+            rows: NR,
             quants: &self.quants[slots.start * qb..slots.end * qb],
             scales: &self.scales[ss.clone()],
             mins: if self.mins.is_empty() {
@@ -113,6 +114,19 @@ impl QuantMatrix {
             }
         }
     }
+}
+
+/// Where element `e` of row `j`'s nibble sits in a block's nibble bytes (`NR · 16`):
+/// `(byte, shift)`. The block's 32 elements form four chunks of eight, chunk `c` being
+/// elements `4c..4c+4` then `16+4c..16+4c+4`: the first four belong to the block's first
+/// half, the last four to its second, as the per-half sums the tiles keep. Byte
+/// `32h + 8j + p` holds position `p` of row `j`'s chunk `2h` (low nibble) and chunk `2h + 1`
+/// (high): one 32-byte load, masked or shifted, is one chunk of all four rows, which meets
+/// the same eight activations broadcast to every row.
+fn q4_at(j: usize, e: usize) -> (usize, u32) {
+    let (half, i) = (e / (BLOCK / 2), e % (BLOCK / 2));
+    let (c, p) = (i / 4, i % 4 + 4 * half);
+    (32 * (c / 2) + 8 * j + p, 4 * (c % 2) as u32)
 }
 
 /// Quant `e` of row `j` in one block's bytes (`NR · quant_bytes`), as laid out above.
