@@ -467,7 +467,10 @@ struct State {
 }
 
 impl State {
-    /// Merges head `i` of a finished partition into this running total.
+    /// Merges head `i` of a finished partition into this running total. Inlined into the
+    /// caller's target features: out of line its `mul_add`s were libm `fmaf` calls, 2.6% of
+    /// a Qwen3-0.6B prefill (`perf`).
+    #[inline(always)]
     fn absorb(&mut self, part: &State, i: usize, d: usize) {
         let acc = i * d..(i + 1) * d;
         merge(
