@@ -15,10 +15,11 @@
 //! from zero, as ggml's Q8_0/Q8_1). Each block's dot product `i` is an exact integer
 //! (`|i| ≤ 32·127·127 < 2²⁴`, exact in f32). Per output element the float sequence is
 //! fixed: in ascending block order `acc = fma(i, d_x·d_w, acc)` and, for Q4_1,
-//! `mn = fma(m_w, d_x·Σx, mn)`; the result is `acc + mn`. One conversion, product and fma
-//! per block and element is what bounds the tiles on float work, so the block is never
-//! split into float partial sums (it once was, in halves: half the products per fma). Tiles only
-//! change which elements are computed together, never that sequence, and `k` is never split
+//! `mn = fma(m_w, d_x·Σx, mn)`; the result is `acc + mn`. The conversion, product and fma
+//! per block and element are what bounds the tiles (they share the vector pipes with the
+//! integer dots), so a block is never split into float partial sums: it once was, in
+//! halves, and the tiles ran at 0.65–0.8× (docs/performance.md, twelfth session). Tiles
+//! only change which elements are computed together, never that sequence, and `k` is never split
 //! across threads, so a row's result is independent of the batch, and the SIMD paths equal
 //! the portable one.
 //!
@@ -30,9 +31,10 @@
 //! then `acc = fma(i, d_x·d, acc)`; the result is `acc`.
 //!
 //! On AVX2 the integer dots are `maddubs` (u8 × i8 pairs into i16) summed over a block's
-//! chunks in i16 while that cannot overflow (nibbles: eight products of ≤ 15·127; Q5K ≤ 31;
-//! Q6K four at a time; Q8_0 none, as `|w| ≤ 127`), then widened by `madd`: exactly the
-//! integers VNNI's `vpdpbusd` accumulates.
+//! chunks in i16 while that cannot overflow (Q4_0/Q4_1: the whole block, sixteen products
+//! of ≤ 15·127 per lane; K-quant nibbles eight, Q5K ≤ 31; Q6K four at a time; Q8_0 none,
+//! as `|w| ≤ 127`), then widened by `madd`: exactly the integers VNNI's `vpdpbusd`
+//! accumulates.
 
 mod k_quants;
 
