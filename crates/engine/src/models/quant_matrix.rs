@@ -1323,15 +1323,25 @@ mod x86 {
     /// Chunks of four elements in a 32-block: one per 32-bit lane of a dot product.
     const CHUNKS: usize = BLOCK / 4;
 
-    /// Chunk `c` of the block at `p` (four bytes), broadcast to every lane.
+    /// Chunk `c` of the block at `p`: its four bytes as one i32, to broadcast to every lane.
     ///
     /// # Safety
     /// `p` must point at a readable block of 32 bytes and `c < CHUNKS`.
+    #[inline(always)]
+    unsafe fn chunk_bits(p: *const i8, c: usize) -> i32 {
+        // SAFETY: the caller's contract; an unaligned 4-byte read.
+        unsafe { std::ptr::read_unaligned(p.add(4 * c) as *const i32) }
+    }
+
+    /// [`chunk_bits`] broadcast to a 256-bit vector.
+    ///
+    /// # Safety
+    /// As [`chunk_bits`].
     #[inline]
     #[target_feature(enable = "avx2")]
     unsafe fn chunk_of(p: *const i8, c: usize) -> __m256i {
-        // SAFETY: the caller's contract; an unaligned 4-byte read.
-        _mm256_set1_epi32(unsafe { std::ptr::read_unaligned(p.add(4 * c) as *const i32) })
+        // SAFETY: the caller's contract.
+        _mm256_set1_epi32(unsafe { chunk_bits(p, c) })
     }
 
     /// Eight f16 values (a group's block scales or minimums) as f32.
@@ -1978,17 +1988,6 @@ mod x86 {
             }
         }
 
-        /// Chunk `c` of the block at `p` (four bytes), broadcast to every lane.
-        ///
-        /// # Safety
-        /// `p` must point at a readable block of 32 bytes and `c < CHUNKS`.
-        #[inline]
-        #[target_feature(enable = "avx512f")]
-        unsafe fn chunk_of(p: *const i8, c: usize) -> __m512i {
-            // SAFETY: the caller's contract; an unaligned 4-byte read.
-            _mm512_set1_epi32(unsafe { std::ptr::read_unaligned(p.add(4 * c) as *const i32) })
-        }
-
         /// Both groups' tiles from the per-row accumulators (group `a` in the low eight
         /// lanes, `b` in the high), plus Q4_1's minimum term.
         #[inline]
@@ -2061,7 +2060,7 @@ mod x86 {
                             _mm512_set1_epi32(x[r].offsets.get_unchecked(k)[0])
                         };
                         for (c, &q) in q.iter().enumerate() {
-                            h = _mm512_dpbusd_epi32(h, q, chunk_of(xp, c));
+                            h = _mm512_dpbusd_epi32(h, q, _mm512_set1_epi32(chunk_bits(xp, c)));
                         }
                         let s = _mm512_mul_ps(_mm512_set1_ps(*x[r].scales.get_unchecked(k)), dw);
                         acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(h), s, acc[r]);
@@ -2124,7 +2123,7 @@ mod x86 {
                         let xp = x[r].copy.as_ptr().add(k * BLOCK);
                         let mut h = back;
                         for (c, &w) in wv.iter().enumerate() {
-                            h = _mm512_dpbusd_epi32(h, chunk_of(xp, c), w);
+                            h = _mm512_dpbusd_epi32(h, _mm512_set1_epi32(chunk_bits(xp, c)), w);
                         }
                         let s = _mm512_mul_ps(_mm512_set1_ps(*x[r].scales.get_unchecked(k)), dw);
                         acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(h), s, acc[r]);
