@@ -1443,8 +1443,8 @@ mod x86 {
         }
     }
 
-    /// A K-quant block's four 32-byte vectors, chunks 0..4 of the four rows (as the Q4
-    /// tile splits a block), each byte a whole quant: the nibble plus
+    /// A K-quant block's four 32-byte vectors, chunks 0..4 of the four rows (eight
+    /// elements each, as `k_quants` splits a block), each byte a whole quant: the nibble plus
     /// `EXTRA` high bits (0: Q4K, 1: Q5K, 2: Q6K) from where `k_quants` lays them out.
     ///
     /// # Safety
@@ -1778,7 +1778,8 @@ mod x86 {
                 }
 
                 /// `R` activation rows against one Q4K (`HIGH = false`) or Q5K group: the
-                /// Q4 tile's integer halves, summed per block, times `d_x · (d·sc)`; the
+                /// integer half-block sums (one lane per row and half, `k_quants`'s
+                /// layout), added per block, times `d_x · (d·sc)`; the
                 /// minimum term `(dmin·m) · (d_x·Σx)` kept apart and subtracted at the end.
                 ///
                 /// # Safety
