@@ -616,7 +616,8 @@ pub struct QuantizedActivations {
     /// The quants as a format's tiles broadcast them. K-quants: per block its four chunks
     /// of eight (chunk `c`: quants `4c..4c+4` then `16+4c..16+4c+4`, as `k_quants` groups
     /// the weights). Q8_0: each quant plus 128, as u8 bits (VNNI multiplies u8 by i8; the
-    /// weights stay signed and the tile takes `128·Σw` back). Q4_0, Q4_1: unused.
+    /// weights stay signed and the tile takes `128·Σw` back); filled only on VNNI paths
+    /// for two or more rows, the tiles that read it. Q4_0, Q4_1: unused.
     copy: Vec<i8>,
     scales: Vec<f32>,
     /// Q4_0: `[−8 · Σ quants, 0]` per block (its offset of 8); Q6K: `−32 · Σ` over each
@@ -654,10 +655,13 @@ impl QuantizedActivations {
         };
         self.offsets.resize(offsets, [0; 2]);
         self.sums.resize(sums, 0.0);
+        // Only VNNI tiles of two or more rows read Q8_0's biased copy.
+        let biased = m > 1 && matches!(kernel, CpuKernel::AvxVnni | CpuKernel::Avx512Vnni);
         let row = |((src, dst), (d, copy)): RowBufs| {
             quantize_row(src, dst, d, kernel);
             match format {
                 WeightFormat::Q4_0 | WeightFormat::Q4_1 => {}
+                WeightFormat::Q8_0 if !biased => {}
                 WeightFormat::Q8_0 => {
                     for (c, &q) in copy.iter_mut().zip(dst.iter()) {
                         *c = (q as u8 ^ 0x80) as i8;
