@@ -19,6 +19,7 @@
 
 use crate::block_manager::BlockId;
 use crate::compute_pool::{ComputePool, Shards};
+use crate::cpu_kernel::CpuKernel;
 use crate::forward_batch::{BatchSeq, ForwardBatch};
 use crate::kv_cache::{KvLayer, KvSlab};
 use std::cell::RefCell;
@@ -59,19 +60,25 @@ pub fn paged_attention_into(
     shape: AttentionShape,
     out: &mut [f32],
 ) {
-    attend(q, kv, batch, shape, out, Isa::detected());
+    attend(q, kv, batch, shape, out, Isa::of(CpuKernel::active()));
 }
 
-/// The portable build of the kernel, whatever the CPU: for tests that compare it with the
-/// detected one bit for bit.
-pub fn paged_attention_portable_into(
+/// As `paged_attention`, with the build of the kernel that goes with `kernel` whatever
+/// [`CpuKernel::active`] is: for tests that compare the builds bit for bit.
+///
+/// # Panics
+/// If this CPU cannot run `kernel`.
+pub fn paged_attention_with(
+    kernel: CpuKernel,
     q: &[f32],
     kv: &KvLayer,
     batch: &ForwardBatch,
     shape: AttentionShape,
-    out: &mut [f32],
-) {
-    attend(q, kv, batch, shape, out, Isa::Portable);
+) -> Vec<f32> {
+    assert!(kernel.is_supported(), "this CPU cannot run {kernel}");
+    let mut out = vec![0.0f32; q.len()];
+    attend(q, kv, batch, shape, &mut out, Isa::of(kernel));
+    out
 }
 
 fn attend(
@@ -94,6 +101,7 @@ fn attend(
         positions: &batch.positions,
         shape,
         many_seqs: batch.seqs.len() >= 4 * pool.threads(),
+        isa,
     };
     PLAN.with_borrow_mut(|plan| {
         plan.build(&ctx, &batch.seqs);
@@ -248,6 +256,7 @@ struct Ctx<'a> {
     shape: AttentionShape,
     /// Enough sequences to keep every thread busy one sequence at a time.
     many_seqs: bool,
+    isa: Isa,
 }
 
 impl Ctx<'_> {
@@ -272,30 +281,77 @@ impl Ctx<'_> {
     }
 }
 
-/// Which build of the kernel runs, chosen once per process.
+/// Which build of the kernel runs. It follows the quantized kernels' [`CpuKernel`], so
+/// `TOKENMILL_CPU_KERNEL` picks both and the startup line `kernel: …` names both.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Isa {
     Portable,
     #[cfg(target_arch = "x86_64")]
     Avx2,
+    /// AVX2's build plus the 512-bit chunk fold ([`zmm`]) where the head dim allows it.
+    #[cfg(target_arch = "x86_64")]
+    Avx512,
 }
 
 impl Isa {
-    fn detected() -> Self {
-        static ISA: std::sync::OnceLock<Isa> = std::sync::OnceLock::new();
-        *ISA.get_or_init(|| {
-            if std::env::var("TOKENMILL_CPU_KERNEL").as_deref() == Ok("portable") {
-                return Isa::Portable;
-            }
+    fn of(kernel: CpuKernel) -> Self {
+        match kernel {
+            CpuKernel::Portable => Isa::Portable,
             #[cfg(target_arch = "x86_64")]
-            if std::arch::is_x86_feature_detected!("avx2")
-                && std::arch::is_x86_feature_detected!("fma")
-                && std::arch::is_x86_feature_detected!("f16c")
-            {
-                return Isa::Avx2;
-            }
-            Isa::Portable
-        })
+            CpuKernel::Avx2 | CpuKernel::AvxVnni => Isa::Avx2,
+            #[cfg(target_arch = "x86_64")]
+            CpuKernel::Avx512Vnni => Isa::Avx512,
+            #[cfg(not(target_arch = "x86_64"))]
+            _ => Isa::Portable,
+        }
+    }
+
+    /// Folds one chunk into a row's GQA group with the widest vector fold this build and
+    /// head dim allow (both give the same bits).
+    ///
+    /// # Safety
+    /// The CPU must have AVX2, FMA and F16C (`Rows::AVX2`), and AVX-512F where `self` is
+    /// `Avx512` (which [`CpuKernel`] only picks on such a CPU); `d` a multiple of 32.
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn fold_f32(
+        self,
+        q: &[f32],
+        chunk: &avx2::F32Chunk,
+        d: usize,
+        valid: usize,
+        heads: avx2::HeadStates,
+    ) {
+        match self {
+            // SAFETY: the caller's contract.
+            Isa::Avx512 if zmm::covers(d) => unsafe {
+                zmm::fold_heads_f32(q, chunk, d, valid, heads)
+            },
+            _ => unsafe { avx2::fold_heads_f32(q, chunk, d, valid, heads) },
+        }
+    }
+
+    /// [`fold_f32`](Self::fold_f32) from an f16 cache's chunk in place.
+    ///
+    /// # Safety
+    /// As [`fold_f32`](Self::fold_f32).
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn fold_f16(
+        self,
+        q: &[f32],
+        chunk: &avx2::F16Chunk,
+        d: usize,
+        valid: usize,
+        heads: avx2::HeadStates,
+    ) {
+        match self {
+            // SAFETY: the caller's contract.
+            Isa::Avx512 if zmm::covers(d) => unsafe {
+                zmm::fold_heads_f16(q, chunk, d, valid, heads)
+            },
+            _ => unsafe { avx2::fold_heads_f16(q, chunk, d, valid, heads) },
+        }
     }
 }
 
@@ -424,17 +480,23 @@ fn dispatch<J: Job>(isa: Isa, kv: &KvLayer, job: J) {
     SCRATCH.with_borrow_mut(|scratch| match (&kv.keys, &kv.values) {
         (KvSlab::F32(keys), KvSlab::F32(values)) => match isa {
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx2 => with_isa(isa, job, &F32Rows::<true> { keys, values }, scratch),
+            Isa::Avx2 | Isa::Avx512 => {
+                with_isa(isa, job, &F32Rows::<true> { keys, values }, scratch)
+            }
             Isa::Portable => with_isa(isa, job, &F32Rows::<false> { keys, values }, scratch),
         },
         (KvSlab::F16(keys), KvSlab::F16(values)) => match isa {
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx2 => with_isa(isa, job, &F16Rows::<true> { keys, values }, scratch),
+            Isa::Avx2 | Isa::Avx512 => {
+                with_isa(isa, job, &F16Rows::<true> { keys, values }, scratch)
+            }
             Isa::Portable => with_isa(isa, job, &F16Rows::<false> { keys, values }, scratch),
         },
         (KvSlab::Bf16(keys), KvSlab::Bf16(values)) => match isa {
             #[cfg(target_arch = "x86_64")]
-            Isa::Avx2 => with_isa(isa, job, &Bf16Rows::<true> { keys, values }, scratch),
+            Isa::Avx2 | Isa::Avx512 => {
+                with_isa(isa, job, &Bf16Rows::<true> { keys, values }, scratch)
+            }
             Isa::Portable => with_isa(isa, job, &Bf16Rows::<false> { keys, values }, scratch),
         },
         _ => unreachable!("keys and values share one dtype"),
@@ -446,6 +508,9 @@ fn with_isa<J: Job, R: Rows>(isa: Isa, job: J, rows: &R, scratch: &mut Scratch) 
         #[cfg(target_arch = "x86_64")]
         // SAFETY: `Isa::Avx2` is only chosen when the CPU has AVX2, FMA and F16C.
         Isa::Avx2 => unsafe { run_avx2(job, rows, scratch) },
+        #[cfg(target_arch = "x86_64")]
+        // SAFETY: `Isa::Avx512` is only chosen when the CPU has AVX-512F/BW/VL too.
+        Isa::Avx512 => unsafe { run_avx512(job, rows, scratch) },
         Isa::Portable => job.run(rows, scratch),
     }
 }
@@ -454,6 +519,13 @@ fn with_isa<J: Job, R: Rows>(isa: Isa, job: J, rows: &R, scratch: &mut Scratch) 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn run_avx2<J: Job, R: Rows>(job: J, rows: &R, scratch: &mut Scratch) {
+    job.run(rows, scratch)
+}
+
+/// The AVX2 build compiled with AVX-512 too, so the 512-bit chunk fold inlines into it.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx2,fma,f16c")]
+unsafe fn run_avx512<J: Job, R: Rows>(job: J, rows: &R, scratch: &mut Scratch) {
     job.run(rows, scratch)
 }
 
@@ -526,6 +598,7 @@ struct Span<'a, R> {
     shape: AttentionShape,
     kv_head: usize,
     positions: &'a [usize],
+    isa: Isa,
 }
 
 impl<R: Rows> Span<'_, R> {
@@ -560,8 +633,9 @@ impl<R: Rows> Span<'_, R> {
                         acc: &mut state.acc[r * g * d..(r + 1) * g * d],
                     };
                     let q = &queries[r * g * d..(r + 1) * g * d];
-                    // SAFETY: `AVX2` rows are only built when the CPU has AVX2, FMA and F16C.
-                    unsafe { avx2::fold_heads_f32(q, &chunk, d, valid, heads) };
+                    // SAFETY: `AVX2` rows are only built when the CPU has AVX2, FMA and F16C;
+                    // `isa` is the build's, so `Avx512` only where the CPU has AVX-512.
+                    unsafe { self.isa.fold_f32(q, &chunk, d, valid, heads) };
                     continue;
                 }
                 for i in r * g..(r + 1) * g {
@@ -597,8 +671,9 @@ impl<R: Rows> Span<'_, R> {
                 sum: &mut state.sum[..g],
                 acc: &mut state.acc[..g * d],
             };
-            // SAFETY: `f16c_slabs` is only `Some` where the CPU has AVX2, FMA and F16C.
-            unsafe { avx2::fold_heads_f16(queries, &chunk, d, valid, heads) };
+            // SAFETY: `f16c_slabs` is only `Some` where the CPU has AVX2, FMA and F16C; `isa`
+            // as in `fold`.
+            unsafe { self.isa.fold_f16(queries, &chunk, d, valid, heads) };
             return true;
         }
         let _ = (start, queries, state);
@@ -957,17 +1032,21 @@ mod avx2 {
     /// Where one chunk's keys and values start and how far apart their rows are, in
     /// elements; `F16` picks which pair of pointers is read (the other is never used).
     #[derive(Clone, Copy)]
-    struct Source {
-        keys16: *const u16,
-        values16: *const u16,
-        keys32: *const f32,
-        values32: *const f32,
-        key_stride: usize,
-        value_stride: usize,
+    pub(super) struct Source {
+        pub keys16: *const u16,
+        pub values16: *const u16,
+        pub keys32: *const f32,
+        pub values32: *const f32,
+        pub key_stride: usize,
+        pub value_stride: usize,
     }
 
     impl Source {
-        fn f16(c: &F16Chunk) -> Self {
+        /// Panics unless the chunk holds `d` key rows of `CHUNK` and `valid` value rows.
+        pub(super) fn f16(c: &F16Chunk, d: usize, valid: usize) -> Self {
+            assert!(d.is_multiple_of(32) && (1..=CHUNK).contains(&valid));
+            assert!(c.keys.len() >= c.first_key + (d - 1) * c.key_stride + CHUNK);
+            assert!(c.values.len() >= c.first_value + (valid - 1) * c.value_stride + d);
             Self {
                 keys16: c.keys[c.first_key..].as_ptr(),
                 values16: c.values[c.first_value..].as_ptr(),
@@ -978,7 +1057,10 @@ mod avx2 {
             }
         }
 
-        fn f32(c: &F32Chunk, d: usize) -> Self {
+        /// Panics unless the chunk holds `d` key rows of `CHUNK` and `CHUNK` value rows.
+        pub(super) fn f32(c: &F32Chunk, d: usize, valid: usize) -> Self {
+            assert!(d.is_multiple_of(32) && (1..=CHUNK).contains(&valid));
+            assert!(c.keys_t.len() >= d * CHUNK && c.values.len() >= CHUNK * d);
             Self {
                 keys16: std::ptr::null(),
                 values16: std::ptr::null(),
@@ -1007,11 +1089,8 @@ mod avx2 {
         valid: usize,
         heads: HeadStates,
     ) {
-        assert!(d.is_multiple_of(32) && (1..=CHUNK).contains(&valid));
-        assert!(chunk.keys.len() >= chunk.first_key + (d - 1) * chunk.key_stride + CHUNK);
-        assert!(chunk.values.len() >= chunk.first_value + (valid - 1) * chunk.value_stride + d);
-        // SAFETY: the CPU has the features (caller's contract); the asserts bound the chunk.
-        unsafe { fold_heads::<true>(queries, Source::f16(chunk), d, valid, heads) }
+        // SAFETY: the CPU has the features (caller's contract); `Source::f16` bounds the chunk.
+        unsafe { fold_heads::<true>(queries, Source::f16(chunk, d, valid), d, valid, heads) }
     }
 
     /// [`fold_chunk`] for every query head of one prefill row's GQA group at once, from the
@@ -1030,10 +1109,8 @@ mod avx2 {
         valid: usize,
         heads: HeadStates,
     ) {
-        assert!(d.is_multiple_of(32) && (1..=CHUNK).contains(&valid));
-        assert!(chunk.keys_t.len() >= d * CHUNK && chunk.values.len() >= CHUNK * d);
-        // SAFETY: the CPU has the features (caller's contract); the asserts bound the chunk.
-        unsafe { fold_heads::<false>(queries, Source::f32(chunk, d), d, valid, heads) }
+        // SAFETY: the CPU has the features (caller's contract); `Source::f32` bounds the chunk.
+        unsafe { fold_heads::<false>(queries, Source::f32(chunk, d, valid), d, valid, heads) }
     }
 
     /// The fold state of a run of query heads: per head max, sum, and `d` accumulators.
@@ -1198,6 +1275,242 @@ mod avx2 {
     }
 }
 
+/// [`avx2`]'s chunk fold on 512-bit registers: a chunk's sixteen positions fill one
+/// register instead of two halves, so the fold issues half the instructions (on cores with
+/// full-width units, such as Zen 5, half the cycles). Per head and lane the same float
+/// operations in the same order, and the horizontal max and sum take the 256-bit halves in
+/// `avx2`'s order, so the same bits. Needs a head dim that is a multiple of 64 (four
+/// registers of accumulator per head); others take the `avx2` fold.
+#[cfg(target_arch = "x86_64")]
+mod zmm {
+    use super::avx2::{F16Chunk, F32Chunk, HeadStates, Source};
+    use super::{exp2, CHUNK};
+    use std::arch::x86_64::*;
+
+    const _: () = assert!(CHUNK == 16, "one 16-lane register per chunk");
+
+    /// The AVX-512 fold runs for this head dim.
+    pub(super) fn covers(d: usize) -> bool {
+        d.is_multiple_of(64)
+    }
+
+    /// [`super::avx2::fold_heads_f16`] on 512-bit registers.
+    ///
+    /// # Safety
+    /// The CPU must have AVX-512F, AVX2, FMA and F16C; `covers(d)`.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx2,fma,f16c")]
+    pub(super) unsafe fn fold_heads_f16(
+        queries: &[f32],
+        chunk: &F16Chunk,
+        d: usize,
+        valid: usize,
+        heads: HeadStates,
+    ) {
+        assert!(covers(d));
+        // SAFETY: the CPU has the features (caller's contract); `Source::f16` bounds the chunk.
+        unsafe { fold_heads::<true>(queries, Source::f16(chunk, d, valid), d, valid, heads) }
+    }
+
+    /// [`super::avx2::fold_heads_f32`] on 512-bit registers.
+    ///
+    /// # Safety
+    /// The CPU must have AVX-512F, AVX2, FMA and F16C; `covers(d)`.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx2,fma,f16c")]
+    pub(super) unsafe fn fold_heads_f32(
+        queries: &[f32],
+        chunk: &F32Chunk,
+        d: usize,
+        valid: usize,
+        heads: HeadStates,
+    ) {
+        assert!(covers(d));
+        // SAFETY: the CPU has the features (caller's contract); `Source::f32` bounds the chunk.
+        unsafe { fold_heads::<false>(queries, Source::f32(chunk, d, valid), d, valid, heads) }
+    }
+
+    /// # Safety
+    /// As the two entry points above, which bound `src`.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx2,fma,f16c")]
+    unsafe fn fold_heads<const F16: bool>(
+        queries: &[f32],
+        src: Source,
+        d: usize,
+        valid: usize,
+        state: HeadStates,
+    ) {
+        let g = queries.len() / d;
+        assert!(queries.len() == g * d);
+        assert!(state.max.len() == g && state.sum.len() == g && state.acc.len() == g * d);
+        let mut h = 0;
+        while h < g {
+            // Four heads fill the 32 registers (16 partial sums or accumulators, 4
+            // weights); a three and a two beat a four and a one.
+            let take = if g - h == 5 { 3 } else { (g - h).min(4) };
+            let heads = Heads {
+                q: &queries[h * d..(h + take) * d],
+                max: &mut state.max[h..h + take],
+                sum: &mut state.sum[h..h + take],
+                acc: &mut state.acc[h * d..(h + take) * d],
+            };
+            // SAFETY: the caller bounds every read of `src`; `heads` is `take` heads.
+            unsafe {
+                match take {
+                    1 => heads.fold::<1, F16>(src, d, valid),
+                    2 => heads.fold::<2, F16>(src, d, valid),
+                    3 => heads.fold::<3, F16>(src, d, valid),
+                    _ => heads.fold::<4, F16>(src, d, valid),
+                }
+            }
+            h += take;
+        }
+    }
+
+    /// `G` query heads' slices of the fold state.
+    struct Heads<'a> {
+        q: &'a [f32],
+        max: &'a mut [f32],
+        sum: &'a mut [f32],
+        acc: &'a mut [f32],
+    }
+
+    impl Heads<'_> {
+        /// # Safety
+        /// As [`fold_heads`], whose caller bounds the chunk; `self` holds `G` heads.
+        #[inline]
+        #[target_feature(enable = "avx512f,avx2,fma,f16c")]
+        // One index walks several register arrays at once (heads, lanes).
+        #[allow(clippy::needless_range_loop)]
+        unsafe fn fold<const G: usize, const F16: bool>(self, c: Source, d: usize, valid: usize) {
+            assert!(self.q.len() == G * d && self.acc.len() == G * d && self.max.len() == G);
+            // Sixteen elements at `at` of the key rows or value rows, widened.
+            let load = |p16: *const u16, p32: *const f32, at: usize| {
+                // SAFETY: the caller bounds every `at` this fold forms.
+                unsafe {
+                    if F16 {
+                        _mm512_cvtph_ps(_mm256_loadu_si256(p16.add(at) as *const __m256i))
+                    } else {
+                        _mm512_loadu_ps(p32.add(at))
+                    }
+                }
+            };
+            // SAFETY: the caller bounds `c`'s reads; the assert above bounds `q` and `acc`.
+            unsafe {
+                // Scores of the chunk's sixteen positions: per head four partial sums over
+                // the head dim (dims ≡ u mod 4), as `chunk_scores`.
+                let q = self.q.as_ptr();
+                let mut part = [[_mm512_setzero_ps(); 4]; G];
+                for quad in 0..d / 4 {
+                    for u in 0..4 {
+                        let e = 4 * quad + u;
+                        let k = load(c.keys16, c.keys32, e * c.key_stride);
+                        for (h, p) in part.iter_mut().enumerate() {
+                            let qe = _mm512_set1_ps(*q.add(h * d + e));
+                            p[u] = _mm512_fmadd_ps(qe, k, p[u]);
+                        }
+                    }
+                }
+                let mut alpha = [0.0f32; G];
+                let mut w = [[0.0f32; CHUNK]; G];
+                for h in 0..G {
+                    let p = &part[h];
+                    let s = _mm512_add_ps(_mm512_add_ps(p[0], p[1]), _mm512_add_ps(p[2], p[3]));
+                    (alpha[h], w[h]) = softmax_step(s, valid, &mut self.max[h], &mut self.sum[h]);
+                }
+                // acc = acc · alpha + Σ_j p_j v_j per head, j in order, 64 lanes at a time.
+                let acc = self.acc.as_mut_ptr();
+                for base in (0..d).step_by(64) {
+                    let mut a: [[__m512; 4]; G] = std::array::from_fn(|h| {
+                        let al = _mm512_set1_ps(alpha[h]);
+                        std::array::from_fn(|i| {
+                            _mm512_mul_ps(_mm512_loadu_ps(acc.add(h * d + base + 16 * i)), al)
+                        })
+                    });
+                    for j in 0..valid {
+                        let row = j * c.value_stride + base;
+                        let wb: [__m512; G] = std::array::from_fn(|h| _mm512_set1_ps(w[h][j]));
+                        for i in 0..4 {
+                            let v = load(c.values16, c.values32, row + 16 * i);
+                            for h in 0..G {
+                                a[h][i] = _mm512_fmadd_ps(wb[h], v, a[h][i]);
+                            }
+                        }
+                    }
+                    for (h, ah) in a.iter().enumerate() {
+                        for (i, x) in ah.iter().enumerate() {
+                            _mm512_storeu_ps(acc.add(h * d + base + 16 * i), *x);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// [`super::avx2`]'s softmax step on one register of scores: the max and the sum fold
+    /// the two 256-bit halves as `avx2` folds its two registers, low half first.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    fn softmax_step(s: __m512, valid: usize, max: &mut f32, sum: &mut f32) -> (f32, [f32; CHUNK]) {
+        let live: __mmask16 = if valid >= CHUNK { !0 } else { (1 << valid) - 1 };
+        let m = _mm512_mask_blend_ps(live, _mm512_set1_ps(f32::NEG_INFINITY), s);
+        let m = _mm256_max_ps(_mm512_castps512_ps256(m), upper(m));
+        let m = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps::<1>(m));
+        let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+        let m = _mm_max_ss(m, _mm_shuffle_ps::<1>(m, m));
+        let new_max = max.max(_mm_cvtss_f32(m));
+        let alpha = exp2(*max - new_max);
+        let p = _mm512_maskz_mov_ps(live, exp2_v(_mm512_sub_ps(s, _mm512_set1_ps(new_max))));
+        // The weights' sum in `lane_sum`'s tree: halves, quarters, then pairs.
+        let h = _mm256_add_ps(_mm512_castps512_ps256(p), upper(p));
+        let qs = _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps::<1>(h));
+        let r = _mm_add_ps(qs, _mm_movehl_ps(qs, qs));
+        let total = _mm_cvtss_f32(_mm_add_ss(r, _mm_shuffle_ps::<1>(r, r)));
+        *sum = sum.mul_add(alpha, total);
+        *max = new_max;
+        let mut w = [0.0f32; CHUNK];
+        // SAFETY: `w` holds one 16-lane store.
+        unsafe { _mm512_storeu_ps(w.as_mut_ptr(), p) };
+        (alpha, w)
+    }
+
+    /// Lanes 8..16 (AVX-512F alone has no 32-bit-lane extract).
+    #[inline]
+    #[target_feature(enable = "avx512f,avx2")]
+    fn upper(x: __m512) -> __m256 {
+        _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(x)))
+    }
+
+    /// [`exp2`] on sixteen lanes, step for step.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    fn exp2_v(x: __m512) -> __m512 {
+        const ROUND: f32 = 12_582_912.0;
+        let c = super::EXP2_C;
+        let lo = _mm512_set1_ps(-126.0);
+        // `f32::max(x, -126)`: a NaN `x` gives −126, as `maxps` with −126 second does.
+        let xc = _mm512_max_ps(x, lo);
+        let round = _mm512_set1_ps(ROUND);
+        let t = _mm512_add_ps(xc, round);
+        let n = _mm512_sub_ps(t, round);
+        let f = _mm512_sub_ps(xc, n);
+        let mut p = _mm512_set1_ps(c[6]);
+        for &k in c[..6].iter().rev() {
+            p = _mm512_fmadd_ps(p, f, _mm512_set1_ps(k));
+        }
+        let ni = _mm512_sub_epi32(
+            _mm512_castps_si512(t),
+            _mm512_set1_epi32(ROUND.to_bits() as i32),
+        );
+        let scale = _mm512_slli_epi32::<23>(_mm512_add_epi32(ni, _mm512_set1_epi32(127)));
+        let v = _mm512_mul_ps(p, _mm512_castsi512_ps(scale));
+        // x < −126 gives exactly 0.
+        let below = _mm512_cmp_ps_mask::<_CMP_LT_OQ>(x, lo);
+        _mm512_maskz_mov_ps(!below, v)
+    }
+}
+
 /// One tile: its rows of every KV head, partition after partition.
 struct TileJob<'a> {
     ctx: &'a Ctx<'a>,
@@ -1241,6 +1554,7 @@ impl Job for TileJob<'_> {
                 shape: ctx.shape,
                 kv_head,
                 positions,
+                isa: ctx.isa,
             };
             total.reset(n, d);
             for p in 0..=last / PARTITION {
@@ -1315,8 +1629,9 @@ impl TileJob<'_> {
                         acc: &mut partition.acc[h0 * d..h1 * d],
                     };
                     let q = &queries[h0 * d..h1 * d];
-                    // SAFETY: `f16c_slabs` is only `Some` where the CPU has AVX2, FMA and F16C.
-                    unsafe { avx2::fold_heads_f16(q, &chunk, d, valid, state) };
+                    // SAFETY: `f16c_slabs` is only `Some` where the CPU has AVX2, FMA and F16C;
+                    // `ctx.isa` is this build's.
+                    unsafe { ctx.isa.fold_f16(q, &chunk, d, valid, state) };
                 }
             }
             for i in 0..heads {
@@ -1364,6 +1679,7 @@ impl Job for PartitionJob<'_> {
             shape: ctx.shape,
             kv_head: self.kv_head,
             positions: &ctx.positions[self.row..self.row + 1],
+            isa: ctx.isa,
         };
         let mut bufs = ChunkBufs { keys_t, values };
         partition.reset(g, d);

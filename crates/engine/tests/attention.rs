@@ -9,11 +9,11 @@ use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use tokenmill_engine::block_manager::{BlockId, BlockManager};
+use tokenmill_engine::cpu_kernel::CpuKernel;
 use tokenmill_engine::forward_batch::ForwardBatch;
 use tokenmill_engine::kv_cache::{KvCache, KvCacheDtype};
 use tokenmill_engine::paged_attention::{
-    exp2, paged_attention, paged_attention_into, paged_attention_portable_into, AttentionShape,
-    PARTITION,
+    exp2, paged_attention, paged_attention_into, paged_attention_with, AttentionShape, PARTITION,
 };
 
 const TOL: f64 = 2e-6;
@@ -287,25 +287,33 @@ fn a_rows_output_has_the_same_bits_however_the_batch_is_cut() {
 }
 
 #[test]
-fn the_detected_kernel_gives_the_portable_kernels_bits() {
+fn every_kernel_this_cpu_runs_gives_the_portable_kernels_bits() {
     let mut rng = StdRng::seed_from_u64(13);
     // Head sizes that are multiples of 32 take the AVX2 build's vector fold (one to four
-    // heads per group: its one-, two- and three-head register tiles); the others its
-    // compiled copy of the portable fold.
+    // heads per group: its one-, two- and three-head register tiles), multiples of 64 the
+    // AVX-512 build's 512-bit fold (its one- to four-head tiles); the others their compiled
+    // copy of the portable fold.
+    let kernels = CpuKernel::supported();
+    eprintln!("kernels: {kernels:?}");
     for round in 0..24 {
         let dtype = DTYPES[round % 3];
         let head_dim = [64, 128, 32, 96, 6, 16, 36, 192][(round / 3) % 8];
         let case = random_case_with(&mut rng, dtype, head_dim);
         let batch = case.batch(usize::MAX);
         let q = random(&mut rng, batch.num_tokens() * case.q_width());
-        let (mut fast, mut portable) = (vec![0.0; q.len()], vec![0.0; q.len()]);
-        paged_attention_into(&q, case.kv.layer(0), &batch, case.shape, &mut fast);
-        paged_attention_portable_into(&q, case.kv.layer(0), &batch, case.shape, &mut portable);
-        let same = fast
-            .iter()
-            .zip(&portable)
-            .all(|(a, b)| a.to_bits() == b.to_bits());
-        assert!(same, "round {round} ({dtype:?}, {:?})", case.shape);
+        let (kv, shape) = (case.kv.layer(0), case.shape);
+        let portable = paged_attention_with(CpuKernel::Portable, &q, kv, &batch, shape);
+        for &kernel in &kernels {
+            let fast = paged_attention_with(kernel, &q, kv, &batch, shape);
+            let same = fast
+                .iter()
+                .zip(&portable)
+                .all(|(a, b)| a.to_bits() == b.to_bits());
+            assert!(
+                same,
+                "round {round} ({dtype:?}, {shape:?}): {kernel} differs"
+            );
+        }
     }
 }
 
@@ -364,8 +372,9 @@ fn half_caches_store_what_half_rounds_to_nearest_even() {
 #[test]
 fn a_lone_decode_row_folded_straight_from_the_f16_cache_gives_the_tile_and_portable_bits() {
     // Head sizes that are multiples of 32 and blocks of whole chunks take the AVX2 build's
-    // direct f16 fold for lone rows (where the CPU has F16C); every group size from one to
-    // seven covers its one-, two- and three-head register tiles.
+    // direct f16 fold for lone rows (where the CPU has F16C), multiples of 64 the AVX-512
+    // build's; every group size from one to seven covers their register tiles (one to
+    // three heads, one to four).
     let mut rng = StdRng::seed_from_u64(14);
     for round in 0..21 {
         let num_kv_heads = 1 + round % 3;
@@ -402,29 +411,26 @@ fn a_lone_decode_row_folded_straight_from_the_f16_cache_gives_the_tile_and_porta
             .iter()
             .map(|s| random(&mut rng, (s.start + s.rows) * w))
             .collect();
-        let run = |cut: usize, portable: bool| {
+        let run = |cut: usize, kernel: CpuKernel| {
             let batch = case.batch(cut);
             let mut q = Vec::new();
             for r in 0..batch.num_tokens() {
                 let (s, p) = (seq_of(&case, &batch, r), batch.positions[r]);
                 q.extend_from_slice(&qs[s][p * w..(p + 1) * w]);
             }
-            let mut out = vec![f32::NAN; q.len()];
-            if portable {
-                paged_attention_portable_into(&q, case.kv.layer(0), &batch, shape, &mut out);
-            } else {
-                paged_attention_into(&q, case.kv.layer(0), &batch, shape, &mut out);
-            }
+            let out = paged_attention_with(kernel, &q, case.kv.layer(0), &batch, shape);
             by_position(&case, &batch, &out)
         };
-        let lone = run(1, false);
-        assert!(
-            lone == run(1, true),
-            "round {round} ({shape:?}): lone rows differ from portable"
-        );
-        assert!(
-            lone == run(usize::MAX, false),
-            "round {round} ({shape:?}): lone rows differ from tiles"
-        );
+        let portable = run(1, CpuKernel::Portable);
+        for kernel in CpuKernel::supported() {
+            assert!(
+                run(1, kernel) == portable,
+                "round {round} ({shape:?}): {kernel}'s lone rows differ from portable"
+            );
+            assert!(
+                run(usize::MAX, kernel) == portable,
+                "round {round} ({shape:?}): {kernel}'s tiles differ from portable's lone rows"
+            );
+        }
     }
 }
