@@ -39,6 +39,10 @@ pub const CHUNK: usize = 16;
 pub const PARTITION: usize = 512;
 /// Query rows per prefill task: enough reuse of each K/V chunk, small enough state for L1.
 pub const TILE_ROWS: usize = 16;
+/// Heads of a tile's rows folded in one call where each row sees the whole chunk: what the
+/// 512-bit fold keeps in registers (Qwen3-0.6B's two rows of two heads: 1.1× its prefill
+/// attention; SmolLM2's three-head rows gained nothing from pairs of six).
+const FOLD_HEADS: usize = 4;
 
 /// `q`: `[T, num_heads * head_dim]` (already rotated) → `[T, num_heads * head_dim]`.
 pub fn paged_attention(
@@ -616,26 +620,43 @@ impl<R: Rows> Span<'_, R> {
                 continue;
             }
             self.load_chunk(start, n, bufs);
-            for (r, &pos) in self.positions.iter().enumerate() {
+            let mut r = 0;
+            while r < self.positions.len() {
+                let pos = self.positions[r];
                 if pos < start {
+                    r += 1;
                     continue;
                 }
                 let valid = (pos - start + 1).min(CHUNK);
                 #[cfg(target_arch = "x86_64")]
                 if R::AVX2 && d.is_multiple_of(32) {
+                    // Rows that all see the whole chunk fold as one run of heads (their
+                    // states and queries lie side by side), so a key vector serves more
+                    // heads and their softmax steps overlap.
+                    let mut n = 1;
+                    while valid == CHUNK
+                        && (n + 1) * g <= FOLD_HEADS
+                        && self
+                            .positions
+                            .get(r + n)
+                            .is_some_and(|&p| p >= start + CHUNK - 1)
+                    {
+                        n += 1;
+                    }
                     let chunk = avx2::F32Chunk {
                         keys_t: bufs.keys_t,
                         values: bufs.values,
                     };
                     let heads = avx2::HeadStates {
-                        max: &mut state.max[r * g..(r + 1) * g],
-                        sum: &mut state.sum[r * g..(r + 1) * g],
-                        acc: &mut state.acc[r * g * d..(r + 1) * g * d],
+                        max: &mut state.max[r * g..(r + n) * g],
+                        sum: &mut state.sum[r * g..(r + n) * g],
+                        acc: &mut state.acc[r * g * d..(r + n) * g * d],
                     };
-                    let q = &queries[r * g * d..(r + 1) * g * d];
+                    let q = &queries[r * g * d..(r + n) * g * d];
                     // SAFETY: `AVX2` rows are only built when the CPU has AVX2, FMA and F16C;
                     // `isa` is the build's, so `Avx512` only where the CPU has AVX-512.
                     unsafe { self.isa.fold_f32(q, &chunk, d, valid, heads) };
+                    r += n;
                     continue;
                 }
                 for i in r * g..(r + 1) * g {
@@ -646,6 +667,7 @@ impl<R: Rows> Span<'_, R> {
                     };
                     fold_chunk(&queries[i * d..(i + 1) * d], bufs, valid, pair);
                 }
+                r += 1;
             }
             start += CHUNK;
         }

@@ -540,7 +540,6 @@ unsafe fn swiglu_row_avx2(gate: &[f32], up: &[f32], out: &mut [f32]) {
     swiglu_row(gate, up, out)
 }
 
-
 /// `eˣ` in plain f32 arithmetic (no libm call), so loops over it vectorize: `2ⁿ · eʳ` with
 /// `n = round(x / ln 2)`, `r` reduced in two parts, and a degree-6 Taylor polynomial on
 /// `|r| ≤ ln 2 / 2` (relative error below 2e-7). No fused operations, so every CPU gives
@@ -706,7 +705,9 @@ mod tests {
     fn swiglu_gives_the_scalar_bits_on_every_kernel_this_cpu_runs() {
         // Ordinary values, both ends of exp's clamp, overflow, tiny and signed zeros, NaN
         // and infinities, odd lengths (every vector width leaves a tail).
-        let mut gate = vec![0.0f32, -0.0, 1e-30, -1e-30, 88.5, -88.5, 200.0, -200.0, 3e38];
+        let mut gate = vec![
+            0.0f32, -0.0, 1e-30, -1e-30, 88.5, -88.5, 200.0, -200.0, 3e38,
+        ];
         gate.extend([f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 1e-40]);
         let mut seed = 0x9E37_79B9_u32;
         for _ in 0..1021 {
