@@ -233,8 +233,9 @@ fn assert_rows_independent_of_the_batch(
 #[test]
 fn every_cpu_path_is_bitwise_equal_to_the_portable_one() {
     let shapes = [(45, 320), (8, 32), (203, 576), (13, 1536), (96, 64)];
-    // Every tile height of every path (the AVX-512 tiles take up to eight rows), and tails.
-    let batches: Vec<usize> = (1..=9).chain([17]).collect();
+    // Every tile height of every path (the AVX-512 tiles take up to eight rows), tails, and
+    // batches of several tiles.
+    let batches: Vec<usize> = (1..=9).chain([17, 33, 64, 65]).collect();
     assert_every_path_gives_portable_bits(&FORMATS, &shapes, &batches, 40);
 }
 
