@@ -15,7 +15,9 @@
 //! bits whatever it is batched with.
 //!
 //! Every path uses the same operation order and fused multiply-adds, so the AVX2 build of
-//! the kernel and the portable build give identical bits.
+//! the kernel, its AVX-512 build (a chunk's sixteen positions in one register) and the
+//! portable build give identical bits. The build follows [`CpuKernel`]
+//! (`TOKENMILL_CPU_KERNEL` picks both).
 
 use crate::block_manager::BlockId;
 use crate::compute_pool::{ComputePool, Shards};
@@ -33,7 +35,7 @@ pub struct AttentionShape {
     pub block_size: usize,
 }
 
-/// Positions per online-softmax step: two AVX2 registers of scores.
+/// Positions per online-softmax step: two AVX2 registers of scores, or one AVX-512 one.
 pub const CHUNK: usize = 16;
 /// Positions per flash-decoding partition (a multiple of `CHUNK`).
 pub const PARTITION: usize = 512;
