@@ -24,6 +24,7 @@ const LINE: usize = 64;
 pub trait Plain: Copy + Send + Sync + 'static {}
 impl Plain for u8 {}
 impl Plain for u16 {}
+impl Plain for i16 {}
 impl Plain for f32 {}
 
 /// One huge-page-aligned, zero-filled allocation, shared by the buffers carved from it.

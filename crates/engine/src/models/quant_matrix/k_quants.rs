@@ -89,6 +89,7 @@ impl QuantMatrix {
                 &self.mins[ss]
             },
             sub: &self.sub[2 * slots.start..2 * slots.end],
+            sums: &[],
         }
     }
 
