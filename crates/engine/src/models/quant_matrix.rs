@@ -158,7 +158,7 @@ pub struct QuantMatrix {
     /// `sc` then `m`; Q6K's int8 scales of the block's first then second 16 elements.
     /// Empty for other formats.
     sub: HugeBuf<u8>,
-    /// Q8_0's per-row block sums `Σq`, laid out like `scales`: the biased VNNI tiles take
+    /// Q8_0's per-row block sums `Σw`, laid out like `scales`: the biased VNNI tiles take
     /// `128·Σq` back without summing each block's weights again (1.1–1.2× the Q8_0 tile at
     /// 16–256 rows). Empty for other formats.
     sums: HugeBuf<i16>,
@@ -1641,8 +1641,8 @@ mod x86 {
                 /// `R` activation rows against one Q8_0 weight group, one weight row per
                 /// lane, each lane a whole block's integer dot. With VNNI and several rows
                 /// the activations come biased to u8 (`x + 128`) against the signed
-                /// weights, and the tile takes `128·Σw` back (`Σw` by a dot with ones, once
-                /// per block for every row); otherwise `|w|` meets the activations signed
+                /// weights, and the tile takes `128·Σw` back (`Σw` kept per row and block
+                /// since load, [`QuantMatrix::sums`]); otherwise `|w|` meets the activations signed
                 /// by `w`, which costs fewer instructions for one row (decode's output
                 /// layer: 0.83–0.90× the speed biased).
                 ///
