@@ -42,8 +42,8 @@ pub const PARTITION: usize = 512;
 /// Query rows per prefill task: enough reuse of each K/V chunk, small enough state for L1.
 pub const TILE_ROWS: usize = 16;
 /// Heads of a tile's rows folded in one call where each row sees the whole chunk: what the
-/// 512-bit fold keeps in registers (Qwen3-0.6B's two rows of two heads: 1.1× its prefill
-/// attention; SmolLM2's three-head rows gained nothing from pairs of six).
+/// 512-bit fold keeps in registers (Qwen3-0.6B's two rows of two heads: 1.07–1.4× its
+/// prefill attention; SmolLM2's three-head rows gained nothing from pairs of six).
 const FOLD_HEADS: usize = 4;
 
 /// `q`: `[T, num_heads * head_dim]` (already rotated) → `[T, num_heads * head_dim]`.

@@ -512,7 +512,7 @@ pub fn swiglu_into(gate: &[f32], up: &[f32], out: &mut [f32], width: usize) {
 }
 
 /// [`swiglu_row`] in 256-bit vectors for any kernel but the portable one. (In 512-bit ones
-/// a 512-token prefill was slower in four rounds of four: 0.90–0.99×.)
+/// a 512-token prefill was slower in four rounds of four: 0.89–0.99×.)
 #[inline(always)]
 fn swiglu_slice(gate: &[f32], up: &[f32], out: &mut [f32], kernel: CpuKernel) {
     match kernel {

@@ -159,8 +159,8 @@ pub struct QuantMatrix {
     /// Empty for other formats.
     sub: HugeBuf<u8>,
     /// Q8_0's per-row block sums `Σw`, laid out like `scales`: the biased VNNI tiles take
-    /// `128·Σq` back without summing each block's weights again (1.1–1.2× the Q8_0 tile at
-    /// 16–256 rows). Empty for other formats.
+    /// `128·Σw` back without summing each block's weights again (the Q8_0 tile 1.2–1.3× in
+    /// most rounds at 16–256 rows). Empty for other formats.
     sums: HugeBuf<i16>,
 }
 
