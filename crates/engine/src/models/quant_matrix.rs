@@ -1991,6 +1991,39 @@ mod x86 {
             }
         }
 
+        /// Prefetches what the pair tile reads [`AHEAD`] blocks past block `k` of groups `a`
+        /// and `b` (`per_block` values a block each): both groups' streams advance together,
+        /// so past their end the next reads are the task's next pair, the two groups after
+        /// `b`. (Each stream prefetched past itself, as the 256-bit tile does, fetched `b`'s
+        /// current lines from `a`'s stream and left the next pair's second group unfetched.)
+        #[inline(always)]
+        fn prefetch_pair<T>(a: &[T], b: &[T], per_block: usize, k: usize) {
+            if a.is_empty() {
+                return;
+            }
+            let bytes = per_block * size_of::<T>();
+            if bytes < 64 && !k.is_multiple_of(64 / bytes) {
+                return;
+            }
+            let blocks = a.len() / per_block;
+            let j = k + AHEAD;
+            // The next pair's first group starts where `b` ends, so its block `j − blocks`
+            // sits `j` blocks past `b`'s start.
+            let pb = b.as_ptr().wrapping_add(j * per_block);
+            let (pa, pb) = if j < blocks {
+                (a.as_ptr().wrapping_add(j * per_block), pb)
+            } else {
+                (pb, pb.wrapping_add(blocks * per_block))
+            };
+            for line in (0..bytes).step_by(64) {
+                // SAFETY: a prefetch reads nothing architecturally and never faults.
+                unsafe {
+                    _mm_prefetch::<_MM_HINT_T0>((pa as *const i8).wrapping_add(line));
+                    _mm_prefetch::<_MM_HINT_T0>((pb as *const i8).wrapping_add(line));
+                }
+            }
+        }
+
         /// Group `a`'s 32 bytes at `pa` in the low half, group `b`'s at `pb` in the high.
         ///
         /// # Safety
@@ -2072,11 +2105,9 @@ mod x86 {
                     // Both groups' streams, [`AHEAD`] blocks ahead: a 16-row Qwen3-0.6B
                     // decode step took 75–87 ms unprefetched, 57–93 prefetched so against
                     // 67–98 at 8 blocks ahead (docs/performance.md, tenth session).
-                    for (p, w) in [(pa, &a), (pb, &b)] {
-                        prefetch_quants(p as *const u8, NR * BLOCK / 2);
-                        prefetch_per_block(w.scales, NR, k);
-                        prefetch_per_block(w.mins, NR, k);
-                    }
+                    prefetch_pair(a.quants, b.quants, NR * BLOCK / 2, k);
+                    prefetch_pair(a.scales, b.scales, NR, k);
+                    prefetch_pair(a.mins, b.mins, NR, k);
                     let q: [__m512i; CHUNKS] = std::array::from_fn(|c| {
                         let raw = both(pa.add(c / 2), pb.add(c / 2));
                         if c % 2 == 0 {
@@ -2141,10 +2172,9 @@ mod x86 {
                 unsafe {
                     let pa = a.quants.as_ptr().add(k * NR * BLOCK) as *const __m256i;
                     let pb = b.quants.as_ptr().add(k * NR * BLOCK) as *const __m256i;
-                    for (p, w) in [(pa, &a), (pb, &b)] {
-                        prefetch_quants(p as *const u8, NR * BLOCK);
-                        prefetch_per_block(w.scales, NR, k);
-                    }
+                    prefetch_pair(a.quants, b.quants, NR * BLOCK, k);
+                    prefetch_pair(a.scales, b.scales, NR, k);
+                    prefetch_pair(a.sums, b.sums, NR, k);
                     let wv: [__m512i; CHUNKS] = std::array::from_fn(|c| both(pa.add(c), pb.add(c)));
                     let sw = _mm512_cvtepi16_epi32(_mm256_inserti128_si256::<1>(
                         _mm256_castsi128_si256(_mm_loadu_si128(
