@@ -628,6 +628,18 @@ impl Group<'_> {
             self.sub.len() / (2 * self.rows)
         }
     }
+
+    /// Whether every buffer of this group starts where `prev`'s ends: consecutive groups of
+    /// one matrix, which the 512-bit pair tiles' prefetch relies on.
+    fn follows(&self, prev: &Group) -> bool {
+        fn after<T>(prev: &[T], next: &[T]) -> bool {
+            prev.as_ptr_range().end == next.as_ptr()
+        }
+        after(prev.quants, self.quants)
+            && after(prev.scales, self.scales)
+            && after(prev.mins, self.mins)
+            && after(prev.sums, self.sums)
+    }
 }
 
 thread_local! {
@@ -1991,35 +2003,38 @@ mod x86 {
             }
         }
 
-        /// Prefetches what the pair tile reads [`AHEAD`] blocks past block `k` of groups `a`
-        /// and `b` (`per_block` values a block each): both groups' streams advance together,
-        /// so past their end the next reads are the task's next pair, the two groups after
-        /// `b`. (Each stream prefetched past itself, as the 256-bit tile does, fetched `b`'s
-        /// current lines from `a`'s stream and left the next pair's second group unfetched.)
+        /// Blocks ahead of the one being read that the pair tiles prefetch: about as many
+        /// bytes ahead as [`AHEAD`] is for one group, as each step reads two. (32 read the
+        /// same or slower on cold 1024×3072 Q4_0 matmuls at 8–64 rows, docs/performance.md,
+        /// fourteenth session.)
+        const PAIR_AHEAD: usize = AHEAD / 2;
+
+        /// Prefetches what the pair tile reads [`PAIR_AHEAD`] blocks past block `k`. Groups
+        /// `a` and `b` advance together, and the task's next pair follows `b` in memory (the
+        /// groups of one matrix lie end to end, [`Group::follows`]), so `b`'s values `k +
+        /// PAIR_AHEAD` blocks on are the stream's, and the other half is one group before
+        /// them (`a`'s) or, once they are past `b`'s end, one group after them (the next
+        /// pair's second group). Each group prefetched past itself, as the 256-bit tile
+        /// does, fetched `b`'s current lines from `a`'s stream and left the next pair's
+        /// second group to the hardware.
         #[inline(always)]
-        fn prefetch_pair<T>(a: &[T], b: &[T], per_block: usize, k: usize) {
-            if a.is_empty() {
-                return;
-            }
+        fn prefetch_pair<T>(b: &[T], per_block: usize, k: usize, blocks: usize) {
             let bytes = per_block * size_of::<T>();
-            if bytes < 64 && !k.is_multiple_of(64 / bytes) {
+            if b.is_empty() || (bytes < 64 && !k.is_multiple_of(64 / bytes)) {
                 return;
             }
-            let blocks = a.len() / per_block;
-            let j = k + AHEAD;
-            // The next pair's first group starts where `b` ends, so its block `j − blocks`
-            // sits `j` blocks past `b`'s start.
-            let pb = b.as_ptr().wrapping_add(j * per_block);
-            let (pa, pb) = if j < blocks {
-                (a.as_ptr().wrapping_add(j * per_block), pb)
+            let p = b.as_ptr().wrapping_add((k + PAIR_AHEAD) * per_block) as *const i8;
+            let group = blocks * bytes;
+            let other = if k + PAIR_AHEAD < blocks {
+                p.wrapping_sub(group)
             } else {
-                (pb, pb.wrapping_add(blocks * per_block))
+                p.wrapping_add(group)
             };
             for line in (0..bytes).step_by(64) {
                 // SAFETY: a prefetch reads nothing architecturally and never faults.
                 unsafe {
-                    _mm_prefetch::<_MM_HINT_T0>((pa as *const i8).wrapping_add(line));
-                    _mm_prefetch::<_MM_HINT_T0>((pb as *const i8).wrapping_add(line));
+                    _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(line));
+                    _mm_prefetch::<_MM_HINT_T0>(other.wrapping_add(line));
                 }
             }
         }
@@ -2095,6 +2110,7 @@ mod x86 {
             };
             check_group(&a, blocks, format);
             check_group(&b, blocks, format);
+            debug_assert!(b.follows(&a), "a pair tile's groups lie end to end");
             let nib = _mm512_set1_epi8(0x0F);
             let mut acc = [_mm512_setzero_ps(); R];
             for k in 0..blocks {
@@ -2105,9 +2121,9 @@ mod x86 {
                     // Both groups' streams, [`AHEAD`] blocks ahead: a 16-row Qwen3-0.6B
                     // decode step took 75–87 ms unprefetched, 57–93 prefetched so against
                     // 67–98 at 8 blocks ahead (docs/performance.md, tenth session).
-                    prefetch_pair(a.quants, b.quants, NR * BLOCK / 2, k);
-                    prefetch_pair(a.scales, b.scales, NR, k);
-                    prefetch_pair(a.mins, b.mins, NR, k);
+                    prefetch_pair(b.quants, NR * BLOCK / 2, k, blocks);
+                    prefetch_pair(b.scales, NR, k, blocks);
+                    prefetch_pair(b.mins, NR, k, blocks);
                     let q: [__m512i; CHUNKS] = std::array::from_fn(|c| {
                         let raw = both(pa.add(c / 2), pb.add(c / 2));
                         if c % 2 == 0 {
@@ -2166,15 +2182,16 @@ mod x86 {
         ) -> (Tile, Tile) {
             check_group(&a, blocks, WeightFormat::Q8_0);
             check_group(&b, blocks, WeightFormat::Q8_0);
+            debug_assert!(b.follows(&a), "a pair tile's groups lie end to end");
             let mut acc = [_mm512_setzero_ps(); R];
             for k in 0..blocks {
                 // SAFETY: `check_rows` and `check_group` keep every load in bounds.
                 unsafe {
                     let pa = a.quants.as_ptr().add(k * NR * BLOCK) as *const __m256i;
                     let pb = b.quants.as_ptr().add(k * NR * BLOCK) as *const __m256i;
-                    prefetch_pair(a.quants, b.quants, NR * BLOCK, k);
-                    prefetch_pair(a.scales, b.scales, NR, k);
-                    prefetch_pair(a.sums, b.sums, NR, k);
+                    prefetch_pair(b.quants, NR * BLOCK, k, blocks);
+                    prefetch_pair(b.scales, NR, k, blocks);
+                    prefetch_pair(b.sums, NR, k, blocks);
                     let wv: [__m512i; CHUNKS] = std::array::from_fn(|c| both(pa.add(c), pb.add(c)));
                     let sw = _mm512_cvtepi16_epi32(_mm256_inserti128_si256::<1>(
                         _mm256_castsi128_si256(_mm_loadu_si128(
