@@ -2118,9 +2118,9 @@ mod x86 {
                 unsafe {
                     let pa = a.quants.as_ptr().add(k * NR * BLOCK / 2) as *const __m256i;
                     let pb = b.quants.as_ptr().add(k * NR * BLOCK / 2) as *const __m256i;
-                    // Both groups' streams, [`AHEAD`] blocks ahead: a 16-row Qwen3-0.6B
-                    // decode step took 75–87 ms unprefetched, 57–93 prefetched so against
-                    // 67–98 at 8 blocks ahead (docs/performance.md, tenth session).
+                    // The pair's stream, [`PAIR_AHEAD`] blocks ahead: unprefetched, a
+                    // 16-row Qwen3-0.6B decode step took 75–87 ms (tenth session); with each
+                    // group prefetched past itself 53 ms, as a pair 41–43 (fourteenth).
                     prefetch_pair(b.quants, NR * BLOCK / 2, k, blocks);
                     prefetch_pair(b.scales, NR, k, blocks);
                     prefetch_pair(b.mins, NR, k, blocks);
