@@ -570,7 +570,10 @@ impl QuantMatrix {
             let gr = self.format.group_rows();
             let mut emit = unsafe { out.emitter(i0, mr, cols.end, gr) };
             let groups = cols.start / gr..cols.end.div_ceil(gr);
-            tiles(self, kernel, groups, &x, mr, &mut emit);
+            // The first row tile brings the task's weights from memory; the later ones find
+            // them in cache (`task_cols` sizes a task for L2).
+            let rows = Rows { x: &x, mr, first: i0 == 0 };
+            tiles(self, kernel, groups, rows, &mut emit);
         }
     }
 }
@@ -1103,16 +1106,24 @@ fn tile_rows(format: WeightFormat, kernel: CpuKernel) -> usize {
     }
 }
 
-/// Multiplies activation rows `x[..mr]` by one weight group on the chosen path.
+/// One tile's activation rows: `x[..mr]` (the rest repeat the last), and whether they are
+/// the first a task runs, whose tiles read its weights from memory.
+#[derive(Clone, Copy)]
+struct Rows<'r, 'a> {
+    x: &'r [XRow<'a>; MR],
+    mr: usize,
+    first: bool,
+}
+
+/// Multiplies the activation rows by each weight group of `groups` on the chosen path.
 fn tiles(
     m: &QuantMatrix,
     kernel: CpuKernel,
     groups: Range<usize>,
-    x: &[XRow; MR],
-    mr: usize,
+    rows: Rows,
     emit: &mut impl FnMut(usize, &Tile),
 ) {
-    let format = m.format;
+    let (format, x, mr) = (m.format, rows.x, rows.mr);
     match kernel {
         CpuKernel::Portable => {
             for g in groups {
@@ -1130,7 +1141,7 @@ fn tiles(
         }
         // SAFETY: `matmul_with` checked the CPU supports `kernel`.
         #[cfg(target_arch = "x86_64")]
-        _ => unsafe { x86::tiles(m, kernel, groups, x, mr, emit) },
+        _ => unsafe { x86::tiles(m, kernel, groups, rows, emit) },
         #[cfg(not(target_arch = "x86_64"))]
         _ => unreachable!("only the portable kernel exists off x86_64"),
     }
@@ -1183,8 +1194,8 @@ mod x86 {
     //! The SIMD paths. One tile body per format, stamped out per instruction set by
     //! `simd_path!`; only the integer dot of four adjacent u8×i8 products differs.
     use super::{
-        scale_and_inverse, CpuKernel, Group, QuantMatrix, Tile, WeightFormat, XRow, BLOCK, K_NR,
-        MR, NR, SUB,
+        scale_and_inverse, CpuKernel, Group, QuantMatrix, Rows, Tile, WeightFormat, XRow, BLOCK,
+        K_NR, MR, NR, SUB,
     };
     use std::arch::x86_64::*;
     use std::ops::Range;
@@ -1199,10 +1210,10 @@ mod x86 {
         m: &QuantMatrix,
         kernel: CpuKernel,
         groups: Range<usize>,
-        x: &[XRow; MR],
-        mr: usize,
+        rows: Rows,
         emit: &mut impl FnMut(usize, &Tile),
     ) {
+        let (x, mr, first) = (rows.x, rows.mr, rows.first);
         macro_rules! by_rows {
             ($path:ident) => {
                 match mr {
@@ -1220,13 +1231,13 @@ mod x86 {
                 // two groups' streams at once ran it 1.2–1.7× slower, prefetched or not
                 // (docs/performance.md, tenth session).
                 CpuKernel::Avx512Vnni if has_zmm_tile(m.format, kernel) && mr > 1 => match mr {
-                    2 => zmm::tiles::<2>(m, groups, x, emit),
-                    3 => zmm::tiles::<3>(m, groups, x, emit),
-                    4 => zmm::tiles::<4>(m, groups, x, emit),
-                    5 => zmm::tiles::<5>(m, groups, x, emit),
-                    6 => zmm::tiles::<6>(m, groups, x, emit),
-                    7 => zmm::tiles::<7>(m, groups, x, emit),
-                    _ => zmm::tiles::<8>(m, groups, x, emit),
+                    2 => zmm::tiles::<2>(m, groups, x, first, emit),
+                    3 => zmm::tiles::<3>(m, groups, x, first, emit),
+                    4 => zmm::tiles::<4>(m, groups, x, first, emit),
+                    5 => zmm::tiles::<5>(m, groups, x, first, emit),
+                    6 => zmm::tiles::<6>(m, groups, x, first, emit),
+                    7 => zmm::tiles::<7>(m, groups, x, first, emit),
+                    _ => zmm::tiles::<8>(m, groups, x, first, emit),
                 },
                 CpuKernel::Avx512Vnni => by_rows!(avx512_vnni),
                 CpuKernel::AvxVnni => by_rows!(avx_vnni),
@@ -1968,7 +1979,10 @@ mod x86 {
         use super::*;
 
         /// Every group of `groups` against `R` activation rows, two groups at a time; an
-        /// odd last group takes the 256-bit tile.
+        /// odd last group takes the 256-bit tile. Only the task's `first` row tile, which
+        /// brings the weights from memory, prefetches: the later ones read them from cache,
+        /// where the prefetches only took issue slots (cached 1024×3072 Q4_0 at 16–256 rows,
+        /// one thread: 530–550 GOP/s prefetching, 560–580 not).
         ///
         /// # Safety
         /// The CPU must support AVX-512 F/BW/VL and VNNI (with AVX2, FMA and F16C).
@@ -1977,6 +1991,7 @@ mod x86 {
             m: &QuantMatrix,
             groups: Range<usize>,
             x: &[XRow; MR],
+            first: bool,
             emit: &mut impl FnMut(usize, &Tile),
         ) {
             let (format, blocks) = (m.format, m.cols / BLOCK);
@@ -1987,10 +2002,13 @@ mod x86 {
                 // SAFETY: the CPU supports this path (caller's contract); the rows were
                 // checked for `blocks` blocks, and each kernel checks its groups.
                 let (ta, tb) = unsafe {
-                    match format {
-                        WeightFormat::Q8_0 => q8_0::<R>(a, b, x, blocks),
-                        WeightFormat::Q4_0 => q4::<R, false>(a, b, x, blocks),
-                        _ => q4::<R, true>(a, b, x, blocks),
+                    match (format, first) {
+                        (WeightFormat::Q8_0, true) => q8_0::<R, true>(a, b, x, blocks),
+                        (WeightFormat::Q8_0, false) => q8_0::<R, false>(a, b, x, blocks),
+                        (WeightFormat::Q4_0, true) => q4::<R, false, true>(a, b, x, blocks),
+                        (WeightFormat::Q4_0, false) => q4::<R, false, false>(a, b, x, blocks),
+                        (_, true) => q4::<R, true, true>(a, b, x, blocks),
+                        (_, false) => q4::<R, true, false>(a, b, x, blocks),
                     }
                 };
                 emit(g, &ta);
@@ -2097,7 +2115,7 @@ mod x86 {
         /// The CPU must support the path's features.
         #[inline]
         #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-        unsafe fn q4<const R: usize, const MIN: bool>(
+        unsafe fn q4<const R: usize, const MIN: bool, const PREFETCH: bool>(
             a: Group,
             b: Group,
             x: &[XRow; MR],
@@ -2121,9 +2139,11 @@ mod x86 {
                     // The pair's stream, [`PAIR_AHEAD`] blocks ahead: unprefetched, a
                     // 16-row Qwen3-0.6B decode step took 75–87 ms (tenth session); with each
                     // group prefetched past itself 53 ms, as a pair 41–43 (fourteenth).
-                    prefetch_pair(b.quants, NR * BLOCK / 2, k, blocks);
-                    prefetch_pair(b.scales, NR, k, blocks);
-                    prefetch_pair(b.mins, NR, k, blocks);
+                    if PREFETCH {
+                        prefetch_pair(b.quants, NR * BLOCK / 2, k, blocks);
+                        prefetch_pair(b.scales, NR, k, blocks);
+                        prefetch_pair(b.mins, NR, k, blocks);
+                    }
                     let q: [__m512i; CHUNKS] = std::array::from_fn(|c| {
                         let raw = both(pa.add(c / 2), pb.add(c / 2));
                         if c % 2 == 0 {
@@ -2174,7 +2194,7 @@ mod x86 {
         /// The CPU must support the path's features.
         #[inline]
         #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-        unsafe fn q8_0<const R: usize>(
+        unsafe fn q8_0<const R: usize, const PREFETCH: bool>(
             a: Group,
             b: Group,
             x: &[XRow; MR],
@@ -2189,9 +2209,11 @@ mod x86 {
                 unsafe {
                     let pa = a.quants.as_ptr().add(k * NR * BLOCK) as *const __m256i;
                     let pb = b.quants.as_ptr().add(k * NR * BLOCK) as *const __m256i;
-                    prefetch_pair(b.quants, NR * BLOCK, k, blocks);
-                    prefetch_pair(b.scales, NR, k, blocks);
-                    prefetch_pair(b.sums, NR, k, blocks);
+                    if PREFETCH {
+                        prefetch_pair(b.quants, NR * BLOCK, k, blocks);
+                        prefetch_pair(b.scales, NR, k, blocks);
+                        prefetch_pair(b.sums, NR, k, blocks);
+                    }
                     let wv: [__m512i; CHUNKS] = std::array::from_fn(|c| both(pa.add(c), pb.add(c)));
                     let sw = _mm512_cvtepi16_epi32(_mm256_inserti128_si256::<1>(
                         _mm256_castsi128_si256(_mm_loadu_si128(
