@@ -1979,10 +1979,10 @@ mod x86 {
         use super::*;
 
         /// Every group of `groups` against `R` activation rows, two groups at a time; an
-        /// odd last group takes the 256-bit tile. Only the task's `first` row tile, which
-        /// brings the weights from memory, prefetches: the later ones read them from cache,
-        /// where the prefetches only took issue slots (cached 1024×3072 Q4_0 at 16–256 rows,
-        /// one thread: 530–550 GOP/s prefetching, 560–580 not).
+        /// odd last group takes the 256-bit tile. In Q4_0/Q4_1 only the task's `first` row
+        /// tile, which brings the weights from memory, prefetches: the later ones read them
+        /// from cache, where the prefetches only took issue slots (cached 1024×3072 Q4_0 at
+        /// 16–256 rows, one thread: 530–550 GOP/s prefetching, 560–580 not).
         ///
         /// # Safety
         /// The CPU must support AVX-512 F/BW/VL and VNNI (with AVX2, FMA and F16C).
@@ -2003,8 +2003,7 @@ mod x86 {
                 // checked for `blocks` blocks, and each kernel checks its groups.
                 let (ta, tb) = unsafe {
                     match (format, first) {
-                        (WeightFormat::Q8_0, true) => q8_0::<R, true>(a, b, x, blocks),
-                        (WeightFormat::Q8_0, false) => q8_0::<R, false>(a, b, x, blocks),
+                        (WeightFormat::Q8_0, _) => q8_0::<R>(a, b, x, blocks),
                         (WeightFormat::Q4_0, true) => q4::<R, false, true>(a, b, x, blocks),
                         (WeightFormat::Q4_0, false) => q4::<R, false, false>(a, b, x, blocks),
                         (_, true) => q4::<R, true, true>(a, b, x, blocks),
@@ -2194,7 +2193,7 @@ mod x86 {
         /// The CPU must support the path's features.
         #[inline]
         #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-        unsafe fn q8_0<const R: usize, const PREFETCH: bool>(
+        unsafe fn q8_0<const R: usize>(
             a: Group,
             b: Group,
             x: &[XRow; MR],
@@ -2209,11 +2208,12 @@ mod x86 {
                 unsafe {
                     let pa = a.quants.as_ptr().add(k * NR * BLOCK) as *const __m256i;
                     let pb = b.quants.as_ptr().add(k * NR * BLOCK) as *const __m256i;
-                    if PREFETCH {
-                        prefetch_pair(b.quants, NR * BLOCK, k, blocks);
-                        prefetch_pair(b.scales, NR, k, blocks);
-                        prefetch_pair(b.sums, NR, k, blocks);
-                    }
+                    // Every row tile prefetches here: without the prefetches LLVM
+                    // interleaved the rows' dots and spilled their broadcasts, and cached
+                    // Q8_0 tiles ran at 0.8× (fourteenth session).
+                    prefetch_pair(b.quants, NR * BLOCK, k, blocks);
+                    prefetch_pair(b.scales, NR, k, blocks);
+                    prefetch_pair(b.sums, NR, k, blocks);
                     let wv: [__m512i; CHUNKS] = std::array::from_fn(|c| both(pa.add(c), pb.add(c)));
                     let sw = _mm512_cvtepi16_epi32(_mm256_inserti128_si256::<1>(
                         _mm256_castsi128_si256(_mm_loadu_si128(
