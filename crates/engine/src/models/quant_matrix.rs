@@ -2020,10 +2020,10 @@ mod x86 {
             }
         }
 
-        /// Blocks ahead of the one being read that the pair tiles prefetch: about as many
-        /// bytes ahead as [`AHEAD`] is for one group, as each step reads two. (32 read the
-        /// same or slower on cold 1024×3072 Q4_0 matmuls at 8–64 rows, docs/performance.md,
-        /// fourteenth session.)
+        /// Blocks ahead of the one being read that the pair tiles prefetch: as many bytes
+        /// ahead as [`AHEAD`] is for one group, as each step reads two. (32 read no better
+        /// on cold 1024×3072 Q4_0 matmuls at 8–64 rows, docs/performance.md, fourteenth
+        /// session.)
         const PAIR_AHEAD: usize = AHEAD / 2;
 
         /// Prefetches what the pair tile reads [`PAIR_AHEAD`] blocks past block `k`. Groups
