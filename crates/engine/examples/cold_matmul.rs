@@ -39,7 +39,10 @@ fn main() -> candle_core::Result<()> {
     let rows: Vec<usize> = flag("--rows")
         .unwrap_or_else(|| "1,2,4,8,9,16,32,64".into())
         .split(',')
-        .map(|r| r.parse().expect("--rows: a comma-separated list of batch heights"))
+        .map(|r| {
+            r.parse()
+                .expect("--rows: a comma-separated list of batch heights")
+        })
         .collect();
 
     let w = Tensor::randn(0f32, 0.02, (n, k), &Device::Cpu)?;

@@ -572,7 +572,11 @@ impl QuantMatrix {
             let groups = cols.start / gr..cols.end.div_ceil(gr);
             // The first row tile brings the task's weights from memory; the later ones find
             // them in cache (`task_cols` sizes a task for L2).
-            let rows = Rows { x: &x, mr, first: i0 == 0 };
+            let rows = Rows {
+                x: &x,
+                mr,
+                first: i0 == 0,
+            };
             tiles(self, kernel, groups, rows, &mut emit);
         }
     }
