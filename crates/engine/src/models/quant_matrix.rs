@@ -1262,24 +1262,34 @@ mod x86 {
     /// arithmetic, as the address may leave the allocation).
     #[inline(always)]
     fn prefetch_quants(p: *const u8, block_bytes: usize) {
-        for line in (0..block_bytes).step_by(64) {
-            // SAFETY: a prefetch reads nothing architecturally and never faults.
-            unsafe {
-                _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(AHEAD * block_bytes + line) as *const i8)
-            };
-        }
+        prefetch_lines(p.wrapping_add(AHEAD * block_bytes) as *const i8, block_bytes);
     }
 
     /// Prefetches the cache line of `values` (`per_block` of them per block: scales,
     /// minimums, sub-scales) [`AHEAD`] blocks past block `k`, once per line.
     #[inline(always)]
     fn prefetch_per_block<T>(values: &[T], per_block: usize, k: usize) {
-        let per_line = (64 / (per_block * size_of::<T>())).max(1);
-        if !values.is_empty() && k.is_multiple_of(per_line) {
+        if !values.is_empty() && starts_line(per_block * size_of::<T>(), k) {
             let p = values.as_ptr().wrapping_add((k + AHEAD) * per_block);
-            // SAFETY: as above.
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(p as *const i8) };
+            prefetch_lines(p as *const i8, 1);
         }
+    }
+
+    /// Prefetches every cache line of the `bytes` at `p` (wrapping arithmetic: the address
+    /// may leave the allocation).
+    #[inline(always)]
+    fn prefetch_lines(p: *const i8, bytes: usize) {
+        for line in (0..bytes).step_by(64) {
+            // SAFETY: a prefetch reads nothing architecturally and never faults.
+            unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(line)) };
+        }
+    }
+
+    /// Whether block `k` of values `bytes` a block long is where a new cache line's worth
+    /// starts: smaller per-block values are prefetched once per line, not once per block.
+    #[inline(always)]
+    fn starts_line(bytes: usize, k: usize) -> bool {
+        k.is_multiple_of((64 / bytes).max(1))
     }
 
     /// Whether `format` has 512-bit tiles on `kernel` (of [`MR`] activation rows).
@@ -2041,7 +2051,7 @@ mod x86 {
         #[inline(always)]
         fn prefetch_pair<T>(b: &[T], per_block: usize, k: usize, blocks: usize) {
             let bytes = per_block * size_of::<T>();
-            if b.is_empty() || (bytes < 64 && !k.is_multiple_of(64 / bytes)) {
+            if b.is_empty() || !starts_line(bytes, k) {
                 return;
             }
             let p = b.as_ptr().wrapping_add((k + PAIR_AHEAD) * per_block) as *const i8;
@@ -2051,13 +2061,8 @@ mod x86 {
             } else {
                 p.wrapping_add(group)
             };
-            for line in (0..bytes).step_by(64) {
-                // SAFETY: a prefetch reads nothing architecturally and never faults.
-                unsafe {
-                    _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(line));
-                    _mm_prefetch::<_MM_HINT_T0>(other.wrapping_add(line));
-                }
-            }
+            prefetch_lines(p, bytes);
+            prefetch_lines(other, bytes);
         }
 
         /// Group `a`'s 32 bytes at `pa` in the low half, group `b`'s at `pb` in the high.
