@@ -1996,7 +1996,7 @@ mod x86 {
         /// odd last group takes the 256-bit tile. In Q4_0/Q4_1 only the task's `first` row
         /// tile, which brings the weights from memory, prefetches: the later ones read them
         /// from cache, where the prefetches only took issue slots (cached 1024×3072 Q4_0 at
-        /// 16–256 rows, one thread: 530–550 GOP/s prefetching, 560–580 not).
+        /// 64–256 rows, one thread: 510–550 GOP/s prefetching, 570–580 not).
         ///
         /// # Safety
         /// The CPU must support AVX-512 F/BW/VL and VNNI (with AVX2, FMA and F16C).
