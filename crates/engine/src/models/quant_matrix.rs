@@ -1262,7 +1262,10 @@ mod x86 {
     /// arithmetic, as the address may leave the allocation).
     #[inline(always)]
     fn prefetch_quants(p: *const u8, block_bytes: usize) {
-        prefetch_lines(p.wrapping_add(AHEAD * block_bytes) as *const i8, block_bytes);
+        prefetch_lines(
+            p.wrapping_add(AHEAD * block_bytes) as *const i8,
+            block_bytes,
+        );
     }
 
     /// Prefetches the cache line of `values` (`per_block` of them per block: scales,
