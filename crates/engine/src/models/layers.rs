@@ -309,18 +309,22 @@ fn native_parts(weights: &[QTensor]) -> Result<Option<Vec<QuantMatrix>>> {
     Ok(Some(parts))
 }
 
-/// Rows of per-token work below which a parallel loop costs more than it saves.
-const MIN_PARALLEL_ROWS: usize = 16;
+/// Floats of per-token work one pool task takes: a parallel loop over less costs more than
+/// it saves, and Qwen3's per-head norms (rows of 128) in tasks of eight rows spent more
+/// time handing out tasks than normalizing.
+const TASK_FLOATS: usize = 8192;
 
 /// Runs `f` on each `width`-wide row of `x` (with its index), on the compute pool when
-/// there are enough rows. Rows are independent, so the result never depends on the split.
+/// there are at least two tasks' worth of rows. Rows are independent, so the result never
+/// depends on the split.
 pub(crate) fn for_each_row(
     x: &mut [f32],
     width: usize,
     f: impl Fn(usize, &mut [f32]) + Sync + Send,
 ) {
-    if x.len() / width.max(1) >= MIN_PARALLEL_ROWS {
-        let per_task = MIN_PARALLEL_ROWS / 2;
+    let width = width.max(1);
+    let per_task = TASK_FLOATS.div_ceil(width);
+    if x.len() / width >= 2 * per_task {
         ComputePool::global().for_each_chunk_mut(x, per_task * width, |t, rows| {
             for (i, row) in rows.chunks_exact_mut(width).enumerate() {
                 f(t * per_task + i, row);
@@ -360,12 +364,41 @@ impl RmsNorm {
 
     fn normalize(&self, row: &mut [f32]) {
         let width = self.weight.len();
-        let mean_sq = row.iter().map(|v| v * v).sum::<f32>() / width as f32;
+        let mean_sq = sum_of_squares(row) / width as f32;
         let inv = 1.0 / (mean_sq + self.eps).sqrt();
         for (v, w) in row.iter_mut().zip(&self.weight) {
             *v = *v * inv * w;
         }
     }
+}
+
+/// Lanes of [`sum_of_squares`]' partial sums.
+const SQUARE_LANES: usize = 16;
+
+/// `Σ v²` over `row` in a fixed order: element `i` into lane `i % 16` (elements past the
+/// last whole 16 into lanes `0..`), then the lanes pairwise, halves first. Sixteen
+/// independent sums let the compiler vectorise it on every target with the same bits; a
+/// single running sum waits on each add (a Qwen3-0.6B 512-token prefill spent ~6% of its
+/// time in its norms).
+fn sum_of_squares(row: &[f32]) -> f32 {
+    let mut lanes = [0f32; SQUARE_LANES];
+    let mut chunks = row.chunks_exact(SQUARE_LANES);
+    for c in &mut chunks {
+        for (l, v) in lanes.iter_mut().zip(c) {
+            *l += v * v;
+        }
+    }
+    for (l, v) in lanes.iter_mut().zip(chunks.remainder()) {
+        *l += v * v;
+    }
+    let mut n = SQUARE_LANES;
+    while n > 1 {
+        n /= 2;
+        for i in 0..n {
+            lanes[i] += lanes[i + n];
+        }
+    }
+    lanes[0]
 }
 
 /// Rotary position embedding with precomputed cos/sin tables.
