@@ -45,3 +45,46 @@ fn the_dtype_flag_parses_vllms_spellings() {
     assert!("fp8".parse::<KvCacheDtype>().is_err());
     assert_eq!(KvCacheDtype::Auto.resolve(), KvCacheDtype::F16);
 }
+
+/// A prefill-sized write runs on the compute pool, element range by element range; a row at
+/// a time it stays on one thread. Both store the same bits in every slot, keys transposed.
+#[test]
+fn a_parallel_write_of_many_rows_stores_what_row_by_row_writes_store() {
+    use tokenmill_engine::kv_cache::KvCache;
+    let (bs, width, rows) = (16, 8 * 128, 40);
+    // Scattered slots over several blocks, partly filled ones too, as a batch's are.
+    let slots: Vec<usize> = (0..rows).map(|r| (r * 7) % (6 * bs) + bs).collect();
+    let value = |r: usize, e: usize, kind: f32| ((r * 31 + e * 17) % 997) as f32 * kind - 3.3;
+    let keys: Vec<f32> = (0..rows * width)
+        .map(|i| value(i / width, i % width, 0.011))
+        .collect();
+    let values: Vec<f32> = (0..rows * width)
+        .map(|i| value(i / width, i % width, -0.007))
+        .collect();
+    for dtype in [KvCacheDtype::F32, KvCacheDtype::F16, KvCacheDtype::Bf16] {
+        let (mut together, mut alone) = (
+            KvCache::new(1, 8, bs, width, dtype),
+            KvCache::new(1, 8, bs, width, dtype),
+        );
+        together.write(0, &slots, &keys, &values);
+        for (r, &slot) in slots.iter().enumerate() {
+            let row = r * width..(r + 1) * width;
+            alone.write(0, &[slot], &keys[row.clone()], &values[row]);
+        }
+        let (mut a, mut b) = (vec![0f32; width], vec![0f32; width]);
+        if dtype == KvCacheDtype::F32 {
+            for (r, &slot) in slots.iter().enumerate() {
+                together.layer(0).key_row(slot, &mut a);
+                assert_eq!(a, keys[r * width..(r + 1) * width], "key of row {r}");
+            }
+        }
+        for slot in 0..8 * bs {
+            together.layer(0).key_row(slot, &mut a);
+            alone.layer(0).key_row(slot, &mut b);
+            assert_eq!(a, b, "{dtype:?} key of slot {slot}");
+            together.layer(0).value_row(slot, &mut a);
+            alone.layer(0).value_row(slot, &mut b);
+            assert_eq!(a, b, "{dtype:?} value of slot {slot}");
+        }
+    }
+}
