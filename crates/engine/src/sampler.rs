@@ -140,13 +140,41 @@ fn apply_penalties(logits: &mut [f32], ctx: &SamplingContext) {
 
 /// Lowest index wins ties, so greedy decoding is deterministic.
 pub fn argmax(logits: &[f32]) -> u32 {
-    let mut best = 0;
-    for (i, &l) in logits.iter().enumerate() {
-        if l > logits[best] {
-            best = i;
+    const LANES: usize = 16;
+    let Some(&first) = logits.first() else {
+        return 0;
+    };
+    // Lane `j` keeps the first greatest of elements `j`, `j + 16`, …; every lane starts at
+    // element 0, so a row no element beats (or one starting with NaN, which nothing beats)
+    // gives 0, and NaNs are never picked, as a plain scan. Sixteen independent lanes let
+    // the loop vectorise: a vocab-wide scan per sampled row was ~4% of a 16-row Qwen3-0.6B
+    // decode step on one compare at a time.
+    let (mut best, mut at) = ([first; LANES], [0u32; LANES]);
+    let mut chunks = logits.chunks_exact(LANES);
+    let mut base = 0u32;
+    for c in &mut chunks {
+        for j in 0..LANES {
+            if c[j] > best[j] {
+                best[j] = c[j];
+                at[j] = base + j as u32;
+            }
+        }
+        base += LANES as u32;
+    }
+    for (j, &l) in chunks.remainder().iter().enumerate() {
+        if l > best[j] {
+            best[j] = l;
+            at[j] = base + j as u32;
         }
     }
-    best as u32
+    // The greatest lane, the earliest element among equals.
+    let mut pick = 0;
+    for j in 1..LANES {
+        if best[j] > best[pick] || (best[j] == best[pick] && at[j] < at[pick]) {
+            pick = j;
+        }
+    }
+    at[pick]
 }
 
 /// `ln Σ eˡ` over a vocab row. Eight running sums (a fixed order, so the same bits in any

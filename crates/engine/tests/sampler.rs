@@ -255,3 +255,53 @@ fn a_logit_bias_moves_the_greedy_pick_but_not_the_reported_logprobs() {
     let want = log_softmax(&l, 3);
     assert!((logprob.unwrap() as f64 - want).abs() < 1e-4);
 }
+
+mod argmax_against_a_plain_scan {
+    //! The lane-wise argmax is a vectorisable rewrite of a one-at-a-time scan: the first
+    //! greatest element, NaNs never picked, and 0 when nothing beats element 0.
+    use proptest::prelude::*;
+    use tokenmill_engine::sampler::argmax;
+
+    fn scan(logits: &[f32]) -> u32 {
+        let mut best = 0;
+        for (i, &l) in logits.iter().enumerate() {
+            if l > logits[best] {
+                best = i;
+            }
+        }
+        best as u32
+    }
+
+    /// Few distinct values (so ties are common), infinities and NaNs.
+    fn value() -> impl Strategy<Value = f32> {
+        prop_oneof![
+            8 => (-3i32..3).prop_map(|v| v as f32),
+            1 => Just(f32::NAN),
+            1 => Just(f32::INFINITY),
+            1 => Just(f32::NEG_INFINITY),
+            2 => -1e3f32..1e3,
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+
+        #[test]
+        fn argmax_equals_a_plain_scan_on_ties_nans_and_infinities(
+            logits in prop::collection::vec(value(), 0..100),
+        ) {
+            prop_assert_eq!(argmax(&logits), scan(&logits));
+        }
+    }
+
+    #[test]
+    fn argmax_takes_the_first_of_equal_maxima_in_a_vocab_sized_row() {
+        let mut logits = vec![0.0f32; 151_936];
+        for at in [151_935, 70_001, 70_000, 17] {
+            logits[at] = 5.0;
+        }
+        assert_eq!(argmax(&logits), 17);
+        logits[0] = f32::NAN;
+        assert_eq!(argmax(&logits), 0);
+    }
+}
