@@ -1,8 +1,10 @@
 //! `CpuKernel`: which SIMD implementation the quantized kernels run, picked once per process.
 //!
 //! Sessions land on CPUs with different vector units (AVX2 only; AVX-512 with VNNI; Zen 4
-//! with AVX-VNNI), so the path is detected at run time, logged, and can be forced with
-//! `TOKENMILL_CPU_KERNEL=portable|avx2|avx_vnni|avx512_vnni` for tests and benchmarks.
+//! with AVX-VNNI; aarch64 with the dot-product extension), so the path is detected at run
+//! time, logged, and can be forced with
+//! `TOKENMILL_CPU_KERNEL=portable|avx2|avx_vnni|avx512_vnni|neon_dotprod` for tests and
+//! benchmarks.
 //! Every path produces the same bits as `Portable`; only its speed differs. AMX is never
 //! used: some VMs advertise it in cpuid and trap on its instructions.
 
@@ -18,6 +20,10 @@ pub enum CpuKernel {
     AvxVnni,
     /// AVX-512 F/BW/VL + VNNI (`vpdpbusd` on 256-bit registers via VL).
     Avx512Vnni,
+    /// aarch64 NEON with the dot-product extension (`sdot`, Armv8.2 and later); built only
+    /// for aarch64 targets.
+    #[cfg(target_arch = "aarch64")]
+    NeonDotprod,
 }
 
 /// The environment variable that forces a kernel.
@@ -26,11 +32,20 @@ pub const KERNEL_ENV: &str = "TOKENMILL_CPU_KERNEL";
 static ACTIVE: OnceLock<CpuKernel> = OnceLock::new();
 
 impl CpuKernel {
+    #[cfg(not(target_arch = "aarch64"))]
     pub const ALL: [CpuKernel; 4] = [
         CpuKernel::Portable,
         CpuKernel::Avx2,
         CpuKernel::AvxVnni,
         CpuKernel::Avx512Vnni,
+    ];
+    #[cfg(target_arch = "aarch64")]
+    pub const ALL: [CpuKernel; 5] = [
+        CpuKernel::Portable,
+        CpuKernel::Avx2,
+        CpuKernel::AvxVnni,
+        CpuKernel::Avx512Vnni,
+        CpuKernel::NeonDotprod,
     ];
 
     pub fn name(self) -> &'static str {
@@ -39,6 +54,8 @@ impl CpuKernel {
             CpuKernel::Avx2 => "avx2",
             CpuKernel::AvxVnni => "avx_vnni",
             CpuKernel::Avx512Vnni => "avx512_vnni",
+            #[cfg(target_arch = "aarch64")]
+            CpuKernel::NeonDotprod => "neon_dotprod",
         }
     }
 
@@ -64,6 +81,8 @@ impl CpuKernel {
                     && is_x86_feature_detected!("avx512vl")
                     && is_x86_feature_detected!("avx512vnni")
             }
+            #[cfg(target_arch = "aarch64")]
+            CpuKernel::NeonDotprod => std::arch::is_aarch64_feature_detected!("dotprod"),
             #[cfg(not(target_arch = "x86_64"))]
             _ => false,
         }

@@ -1129,7 +1129,17 @@ fn tiles(
 ) {
     let (format, x, mr) = (m.format, rows.x, rows.mr);
     match kernel {
-        CpuKernel::Portable => {
+        // SAFETY: `matmul_with` checked the CPU supports `kernel`.
+        #[cfg(target_arch = "x86_64")]
+        CpuKernel::Avx2 | CpuKernel::AvxVnni | CpuKernel::Avx512Vnni => unsafe {
+            x86::tiles(m, kernel, groups, rows, emit)
+        },
+        // SAFETY: as above. K-quants have no NEON tile yet and take the portable rows.
+        #[cfg(target_arch = "aarch64")]
+        CpuKernel::NeonDotprod if !format.is_k_quant() => unsafe {
+            neon::tiles(m, groups, x, mr, emit)
+        },
+        _ => {
             for g in groups {
                 let w = m.group(g);
                 let mut out = [[0f32; NR]; MR];
@@ -1143,11 +1153,6 @@ fn tiles(
                 emit(g, &out);
             }
         }
-        // SAFETY: `matmul_with` checked the CPU supports `kernel`.
-        #[cfg(target_arch = "x86_64")]
-        _ => unsafe { x86::tiles(m, kernel, groups, rows, emit) },
-        #[cfg(not(target_arch = "x86_64"))]
-        _ => unreachable!("only the portable kernel exists off x86_64"),
     }
 }
 
@@ -1192,6 +1197,9 @@ mod portable {
         x.iter().enumerate().map(|(e, &x)| w(e) * x as i32).sum()
     }
 }
+
+#[cfg(target_arch = "aarch64")]
+mod neon;
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
