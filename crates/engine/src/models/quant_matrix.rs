@@ -1207,7 +1207,7 @@ mod x86 {
     //! `simd_path!`; only the integer dot of four adjacent u8×i8 products differs.
     use super::{
         scale_and_inverse, CpuKernel, Group, QuantMatrix, Rows, Tile, WeightFormat, XRow, BLOCK,
-        K_NR, MR, NR, SUB,
+        K_NR, MR, MR_256, NR, SUB,
     };
     use std::arch::x86_64::*;
     use std::ops::Range;
@@ -1242,15 +1242,22 @@ mod x86 {
                 // A lone activation row keeps the 256-bit tile: decode is memory-bound, and
                 // two groups' streams at once ran it 1.2–1.7× slower, prefetched or not
                 // (docs/performance.md, tenth session).
-                CpuKernel::Avx512Vnni if has_zmm_tile(m.format, kernel) && mr > 1 => match mr {
-                    2 => zmm::tiles::<2>(m, groups, x, first, emit),
-                    3 => zmm::tiles::<3>(m, groups, x, first, emit),
-                    4 => zmm::tiles::<4>(m, groups, x, first, emit),
-                    5 => zmm::tiles::<5>(m, groups, x, first, emit),
-                    6 => zmm::tiles::<6>(m, groups, x, first, emit),
-                    7 => zmm::tiles::<7>(m, groups, x, first, emit),
-                    _ => zmm::tiles::<8>(m, groups, x, first, emit),
-                },
+                // K-quant pair tiles from five rows up: at four their per-block setup of
+                // two groups outweighed the wider dot (Q5K at 4 rows 0.8–0.9×).
+                CpuKernel::Avx512Vnni
+                    if has_zmm_tile(m.format, kernel)
+                        && mr > if m.format.is_k_quant() { MR_256 } else { 1 } =>
+                {
+                    match mr {
+                        2 => zmm::tiles::<2>(m, groups, x, first, emit),
+                        3 => zmm::tiles::<3>(m, groups, x, first, emit),
+                        4 => zmm::tiles::<4>(m, groups, x, first, emit),
+                        5 => zmm::tiles::<5>(m, groups, x, first, emit),
+                        6 => zmm::tiles::<6>(m, groups, x, first, emit),
+                        7 => zmm::tiles::<7>(m, groups, x, first, emit),
+                        _ => zmm::tiles::<8>(m, groups, x, first, emit),
+                    }
+                }
                 CpuKernel::Avx512Vnni => by_rows!(avx512_vnni),
                 CpuKernel::AvxVnni => by_rows!(avx_vnni),
                 _ => by_rows!(avx2),
@@ -1308,7 +1315,11 @@ mod x86 {
         kernel == CpuKernel::Avx512Vnni
             && matches!(
                 format,
-                WeightFormat::Q8_0 | WeightFormat::Q4_0 | WeightFormat::Q4_1
+                WeightFormat::Q8_0
+                    | WeightFormat::Q4_0
+                    | WeightFormat::Q4_1
+                    | WeightFormat::Q4K
+                    | WeightFormat::Q5K
             )
     }
 
@@ -2031,6 +2042,10 @@ mod x86 {
                         (WeightFormat::Q8_0, _) => q8_0::<R>(a, b, x, blocks),
                         (WeightFormat::Q4_0, true) => q4::<R, false, true>(a, b, x, blocks),
                         (WeightFormat::Q4_0, false) => q4::<R, false, false>(a, b, x, blocks),
+                        (WeightFormat::Q4K, true) => q4k::<R, false, true>(a, b, x, blocks),
+                        (WeightFormat::Q4K, false) => q4k::<R, false, false>(a, b, x, blocks),
+                        (WeightFormat::Q5K, true) => q4k::<R, true, true>(a, b, x, blocks),
+                        (WeightFormat::Q5K, false) => q4k::<R, true, false>(a, b, x, blocks),
                         (_, true) => q4::<R, true, true>(a, b, x, blocks),
                         (_, false) => q4::<R, true, false>(a, b, x, blocks),
                     }
@@ -2205,6 +2220,136 @@ mod x86 {
                 }
             }
             finish(&acc, Some(&mn))
+        }
+
+        /// [`super::avx512_vnni::q4k`] over K-quant groups `a` and `b` at once (Q4K, or
+        /// Q5K with `HIGH`): each 256-bit vector of the one-group tile becomes the low half
+        /// (`a`) and high half (`b`) of one 512-bit vector, so a row's block takes four
+        /// `vpdpbusd` for eight weight rows instead of four for four. Lanes `2j` and `2j + 1`
+        /// of each half hold weight row `j`'s half-block sums, paired as there; per lane the
+        /// same float steps, so the same bits.
+        ///
+        /// # Safety
+        /// The CPU must support the path's features.
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+        unsafe fn q4k<const R: usize, const HIGH: bool, const PREFETCH: bool>(
+            a: Group,
+            b: Group,
+            x: &[XRow; MR],
+            blocks: usize,
+        ) -> (Tile, Tile) {
+            let format = if HIGH {
+                WeightFormat::Q5K
+            } else {
+                WeightFormat::Q4K
+            };
+            check_group(&a, blocks, format);
+            check_group(&b, blocks, format);
+            debug_assert!(b.follows(&a), "a pair tile's groups lie end to end");
+            let qb = format.quant_bytes();
+            let pairs = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3);
+            let mut acc = [_mm512_setzero_ps(); R];
+            let mut mn = [_mm256_setzero_ps(); R];
+            let (mut da, mut db) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+            for k in 0..blocks {
+                // SAFETY: `check_rows` and `check_group` keep every load in bounds.
+                unsafe {
+                    if PREFETCH {
+                        prefetch_pair(b.quants, K_NR * qb, k, blocks);
+                        prefetch_pair(b.sub, 2 * K_NR, k, blocks);
+                    }
+                    let load = |g: &Group| {
+                        let p = g.quants.as_ptr().add(k * K_NR * qb);
+                        if HIGH {
+                            k_quants::<1>(p)
+                        } else {
+                            k_quants::<0>(p)
+                        }
+                    };
+                    let (qa, qbv) = (load(&a), load(&b));
+                    let q: [__m512i; 4] = std::array::from_fn(|c| {
+                        _mm512_inserti64x4::<1>(_mm512_castsi256_si512(qa[c]), qbv[c])
+                    });
+                    // `[d₀..d₃, dmin₀..dmin₃]` of each group, once per super-block.
+                    if k % SUB == 0 {
+                        let at = (k / SUB) * K_NR;
+                        let d = |g: &Group| {
+                            _mm256_set_m128(
+                                f16x4(g.mins.as_ptr().add(at)),
+                                f16x4(g.scales.as_ptr().add(at)),
+                            )
+                        };
+                        (da, db) = (d(&a), d(&b));
+                    }
+                    // Each group's `[dw₀..dw₃, mw₀..mw₃]`, as the one-group tile forms them.
+                    let scaled = |g: &Group, d: __m256| {
+                        let sub = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(
+                            g.sub.as_ptr().add(k * 2 * K_NR) as *const __m128i,
+                        )));
+                        _mm256_mul_ps(d, sub)
+                    };
+                    let (sa, sb) = (scaled(&a, da), scaled(&b, db));
+                    let dw = _mm512_insertf32x8::<1>(
+                        _mm512_castps256_ps512(_mm256_permutevar8x32_ps(sa, pairs)),
+                        _mm256_permutevar8x32_ps(sb, pairs),
+                    );
+                    for r in 0..R {
+                        let xp = x[r].copy.as_ptr().add(k * BLOCK) as *const i64;
+                        let mut h = _mm512_setzero_si512();
+                        for (c, &qc) in q.iter().enumerate() {
+                            let xc = _mm512_set1_epi64(std::ptr::read_unaligned(xp.add(c)));
+                            h = _mm512_dpbusd_epi32(h, qc, xc);
+                        }
+                        let whole = _mm512_add_epi32(h, _mm512_shuffle_epi32::<0b10_11_00_01>(h));
+                        let s = _mm512_mul_ps(_mm512_set1_ps(*x[r].scales.get_unchecked(k)), dw);
+                        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(whole), s, acc[r]);
+                    }
+                }
+            }
+            // The minimum term in a second pass over the (cached) scales, so the main loop
+            // keeps its registers; each element sees the same sequence.
+            for k in 0..blocks {
+                // SAFETY: as above.
+                unsafe {
+                    if k % SUB == 0 {
+                        let at = (k / SUB) * K_NR;
+                        (da, db) = (
+                            _mm256_castps128_ps256(f16x4(a.mins.as_ptr().add(at))),
+                            _mm256_castps128_ps256(f16x4(b.mins.as_ptr().add(at))),
+                        );
+                    }
+                    let m = |g: &Group| {
+                        _mm_cvtepi32_ps(_mm_cvtepu8_epi32(_mm_cvtsi32_si128(
+                            std::ptr::read_unaligned(
+                                g.sub.as_ptr().add(k * 2 * K_NR + K_NR) as *const i32
+                            ),
+                        )))
+                    };
+                    let mw = _mm256_set_m128(
+                        _mm_mul_ps(_mm256_castps256_ps128(db), m(&b)),
+                        _mm_mul_ps(_mm256_castps256_ps128(da), m(&a)),
+                    );
+                    for r in 0..R {
+                        let sum = _mm256_set1_ps(*x[r].sums.get_unchecked(k));
+                        mn[r] = _mm256_fmadd_ps(mw, sum, mn[r]);
+                    }
+                }
+            }
+            let (mut ta, mut tb) = ([[0f32; NR]; MR], [[0f32; NR]; MR]);
+            for r in 0..R {
+                let (mut lanes, mut m) = ([0f32; 16], [0f32; 8]);
+                // SAFETY: `lanes` is 16 f32s and `m` 8; storeu has no alignment requirement.
+                unsafe {
+                    _mm512_storeu_ps(lanes.as_mut_ptr(), acc[r]);
+                    _mm256_storeu_ps(m.as_mut_ptr(), mn[r]);
+                }
+                for j in 0..K_NR {
+                    ta[r][j] = lanes[2 * j] - m[j];
+                    tb[r][j] = lanes[8 + 2 * j] - m[K_NR + j];
+                }
+            }
+            (ta, tb)
         }
 
         /// [`super::avx512_vnni::q8_0`] over groups `a` and `b` at once.
