@@ -2091,6 +2091,14 @@ mod x86 {
             prefetch_lines(other, bytes);
         }
 
+        /// [`check_group`] for both groups of a pair tile, and (in debug builds) that `b`
+        /// lies right after `a`, as [`prefetch_pair`] assumes.
+        fn check_pair(a: &Group, b: &Group, blocks: usize, format: WeightFormat) {
+            check_group(a, blocks, format);
+            check_group(b, blocks, format);
+            debug_assert!(b.follows(a), "a pair tile's groups lie end to end");
+        }
+
         /// Group `a`'s 32 bytes at `pa` in the low half, group `b`'s at `pb` in the high.
         ///
         /// # Safety
@@ -2160,9 +2168,7 @@ mod x86 {
             } else {
                 WeightFormat::Q4_0
             };
-            check_group(&a, blocks, format);
-            check_group(&b, blocks, format);
-            debug_assert!(b.follows(&a), "a pair tile's groups lie end to end");
+            check_pair(&a, &b, blocks, format);
             let nib = _mm512_set1_epi8(0x0F);
             let mut acc = [_mm512_setzero_ps(); R];
             for k in 0..blocks {
@@ -2244,9 +2250,7 @@ mod x86 {
             } else {
                 WeightFormat::Q4K
             };
-            check_group(&a, blocks, format);
-            check_group(&b, blocks, format);
-            debug_assert!(b.follows(&a), "a pair tile's groups lie end to end");
+            check_pair(&a, &b, blocks, format);
             let qb = format.quant_bytes();
             let pairs = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3);
             let mut acc = [_mm512_setzero_ps(); R];
@@ -2364,9 +2368,7 @@ mod x86 {
             x: &[XRow; MR],
             blocks: usize,
         ) -> (Tile, Tile) {
-            check_group(&a, blocks, WeightFormat::Q8_0);
-            check_group(&b, blocks, WeightFormat::Q8_0);
-            debug_assert!(b.follows(&a), "a pair tile's groups lie end to end");
+            check_pair(&a, &b, blocks, WeightFormat::Q8_0);
             let mut acc = [_mm512_setzero_ps(); R];
             for k in 0..blocks {
                 // SAFETY: `check_rows` and `check_group` keep every load in bounds.
