@@ -1320,6 +1320,7 @@ mod x86 {
                     | WeightFormat::Q4_1
                     | WeightFormat::Q4K
                     | WeightFormat::Q5K
+                    | WeightFormat::Q6K
             )
     }
 
@@ -2046,6 +2047,8 @@ mod x86 {
                         (WeightFormat::Q4K, false) => q4k::<R, false, false>(a, b, x, blocks),
                         (WeightFormat::Q5K, true) => q4k::<R, true, true>(a, b, x, blocks),
                         (WeightFormat::Q5K, false) => q4k::<R, true, false>(a, b, x, blocks),
+                        (WeightFormat::Q6K, true) => q6k::<R, true>(a, b, x, blocks),
+                        (WeightFormat::Q6K, false) => q6k::<R, false>(a, b, x, blocks),
                         (_, true) => q4::<R, true, true>(a, b, x, blocks),
                         (_, false) => q4::<R, true, false>(a, b, x, blocks),
                     }
@@ -2340,6 +2343,14 @@ mod x86 {
                     }
                 }
             }
+            finish_k_pair(&acc, &mn)
+        }
+
+        /// Both K-quant groups' tiles: weight row `j`'s lane `2j` of each half of `acc`
+        /// less its minimum term (`a`'s four in `mn`'s low lanes, `b`'s in the high).
+        #[inline]
+        #[target_feature(enable = "avx2,avx512f")]
+        fn finish_k_pair<const R: usize>(acc: &[__m512; R], mn: &[__m256; R]) -> (Tile, Tile) {
             let (mut ta, mut tb) = ([[0f32; NR]; MR], [[0f32; NR]; MR]);
             for r in 0..R {
                 let (mut lanes, mut m) = ([0f32; 16], [0f32; 8]);
@@ -2354,6 +2365,82 @@ mod x86 {
                 }
             }
             (ta, tb)
+        }
+
+        /// [`super::avx512_vnni::q6k`] over Q6K groups `a` and `b` at once, as [`q4k`]
+        /// widens the Q4K tile: per lane the same integer halves, offsets, sub-scale
+        /// products and float steps, so the same bits.
+        ///
+        /// # Safety
+        /// The CPU must support the path's features.
+        #[inline]
+        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+        unsafe fn q6k<const R: usize, const PREFETCH: bool>(
+            a: Group,
+            b: Group,
+            x: &[XRow; MR],
+            blocks: usize,
+        ) -> (Tile, Tile) {
+            check_pair(&a, &b, blocks, WeightFormat::Q6K);
+            let qb = WeightFormat::Q6K.quant_bytes();
+            let pairs = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3);
+            // Sub-scales `[lo₀..lo₃, hi₀..hi₃]` into the half sums' lane order.
+            let order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+            let mut acc = [_mm512_setzero_ps(); R];
+            let mut dw = _mm512_setzero_ps();
+            for k in 0..blocks {
+                // SAFETY: `check_rows` and `check_pair` keep every load in bounds.
+                unsafe {
+                    if PREFETCH {
+                        prefetch_pair(b.quants, K_NR * qb, k, blocks);
+                        prefetch_pair(b.sub, 2 * K_NR, k, blocks);
+                    }
+                    let (qa, qbv) = (
+                        k_quants::<2>(a.quants.as_ptr().add(k * K_NR * qb)),
+                        k_quants::<2>(b.quants.as_ptr().add(k * K_NR * qb)),
+                    );
+                    let q: [__m512i; 4] = std::array::from_fn(|c| {
+                        _mm512_inserti64x4::<1>(_mm512_castsi256_si512(qa[c]), qbv[c])
+                    });
+                    let sc_of = |g: &Group| {
+                        _mm256_permutevar8x32_epi32(
+                            _mm256_cvtepi8_epi32(_mm_loadl_epi64(
+                                g.sub.as_ptr().add(k * 2 * K_NR) as *const __m128i
+                            )),
+                            order,
+                        )
+                    };
+                    let sc = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(sc_of(&a)), sc_of(&b));
+                    if k % SUB == 0 {
+                        let at = (k / SUB) * K_NR;
+                        let d = |g: &Group| {
+                            _mm256_permutevar8x32_ps(
+                                _mm256_castps128_ps256(f16x4(g.scales.as_ptr().add(at))),
+                                pairs,
+                            )
+                        };
+                        dw = _mm512_insertf32x8::<1>(_mm512_castps256_ps512(d(&a)), d(&b));
+                    }
+                    for r in 0..R {
+                        let xp = x[r].copy.as_ptr().add(k * BLOCK) as *const i64;
+                        let mut h = _mm512_setzero_si512();
+                        for (c, &qc) in q.iter().enumerate() {
+                            let xc = _mm512_set1_epi64(std::ptr::read_unaligned(xp.add(c)));
+                            h = _mm512_dpbusd_epi32(h, qc, xc);
+                        }
+                        // [−32Σx_lo, −32Σx_hi] repeated: the offset of 32, exactly.
+                        let off =
+                            std::ptr::read_unaligned(x[r].offsets.as_ptr().add(k) as *const i64);
+                        let halves = _mm512_add_epi32(h, _mm512_set1_epi64(off));
+                        let prod = _mm512_mullo_epi32(halves, sc);
+                        let whole =
+                            _mm512_add_epi32(prod, _mm512_shuffle_epi32::<0b10_11_00_01>(prod));
+                        let s = _mm512_mul_ps(_mm512_set1_ps(*x[r].scales.get_unchecked(k)), dw);
+                        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(whole), s, acc[r]);
+                    }
+                }
+            }
+            finish_k_pair(&acc, &[_mm256_setzero_ps(); R])
         }
 
         /// [`super::avx512_vnni::q8_0`] over groups `a` and `b` at once.
