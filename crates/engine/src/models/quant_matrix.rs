@@ -2266,18 +2266,11 @@ mod x86 {
                         prefetch_pair(b.quants, K_NR * qb, k, blocks);
                         prefetch_pair(b.sub, 2 * K_NR, k, blocks);
                     }
-                    let load = |g: &Group| {
-                        let p = g.quants.as_ptr().add(k * K_NR * qb);
-                        if HIGH {
-                            k_quants::<1>(p)
-                        } else {
-                            k_quants::<0>(p)
-                        }
+                    let q = if HIGH {
+                        k_pair_quants::<1>(&a, &b, k * K_NR * qb)
+                    } else {
+                        k_pair_quants::<0>(&a, &b, k * K_NR * qb)
                     };
-                    let (qa, qbv) = (load(&a), load(&b));
-                    let q: [__m512i; 4] = std::array::from_fn(|c| {
-                        _mm512_inserti64x4::<1>(_mm512_castsi256_si512(qa[c]), qbv[c])
-                    });
                     // `[d₀..d₃, dmin₀..dmin₃]` of each group, once per super-block.
                     if k % SUB == 0 {
                         let at = (k / SUB) * K_NR;
@@ -2302,12 +2295,7 @@ mod x86 {
                         _mm256_permutevar8x32_ps(sb, pairs),
                     );
                     for r in 0..R {
-                        let xp = x[r].copy.as_ptr().add(k * BLOCK) as *const i64;
-                        let mut h = _mm512_setzero_si512();
-                        for (c, &qc) in q.iter().enumerate() {
-                            let xc = _mm512_set1_epi64(std::ptr::read_unaligned(xp.add(c)));
-                            h = _mm512_dpbusd_epi32(h, qc, xc);
-                        }
+                        let h = k_pair_dot(&q, x[r].copy.as_ptr().add(k * BLOCK));
                         let whole = _mm512_add_epi32(h, _mm512_shuffle_epi32::<0b10_11_00_01>(h));
                         let s = _mm512_mul_ps(_mm512_set1_ps(*x[r].scales.get_unchecked(k)), dw);
                         acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(whole), s, acc[r]);
@@ -2344,6 +2332,46 @@ mod x86 {
                 }
             }
             finish_k_pair(&acc, &mn)
+        }
+
+        /// Block quants of K-quant groups `a` (low halves) and `b` (high) at byte `at` of
+        /// each, as [`k_quants`] widens one group's.
+        ///
+        /// # Safety
+        /// Both groups must hold a block's quants at `at`.
+        #[inline]
+        #[target_feature(enable = "avx2,avx512f")]
+        unsafe fn k_pair_quants<const EXTRA: usize>(
+            a: &Group,
+            b: &Group,
+            at: usize,
+        ) -> [__m512i; 4] {
+            // SAFETY: the caller's contract.
+            let (qa, qb) = unsafe {
+                (
+                    k_quants::<EXTRA>(a.quants.as_ptr().add(at)),
+                    k_quants::<EXTRA>(b.quants.as_ptr().add(at)),
+                )
+            };
+            std::array::from_fn(|c| _mm512_inserti64x4::<1>(_mm512_castsi256_si512(qa[c]), qb[c]))
+        }
+
+        /// One activation block (its four arranged chunks of eight at `xp`) against a K-quant
+        /// pair's block: per lane the half-block sums, as `chunk4` gives one group's.
+        ///
+        /// # Safety
+        /// `xp` must point at 32 readable bytes.
+        #[inline]
+        #[target_feature(enable = "avx2,avx512f,avx512vnni")]
+        unsafe fn k_pair_dot(q: &[__m512i; 4], xp: *const i8) -> __m512i {
+            let xp = xp as *const i64;
+            let mut h = _mm512_setzero_si512();
+            for (c, &qc) in q.iter().enumerate() {
+                // SAFETY: the caller's contract; unaligned 8-byte reads.
+                let xc = _mm512_set1_epi64(unsafe { std::ptr::read_unaligned(xp.add(c)) });
+                h = _mm512_dpbusd_epi32(h, qc, xc);
+            }
+            h
         }
 
         /// Both K-quant groups' tiles: weight row `j`'s lane `2j` of each half of `acc`
@@ -2395,13 +2423,7 @@ mod x86 {
                         prefetch_pair(b.quants, K_NR * qb, k, blocks);
                         prefetch_pair(b.sub, 2 * K_NR, k, blocks);
                     }
-                    let (qa, qbv) = (
-                        k_quants::<2>(a.quants.as_ptr().add(k * K_NR * qb)),
-                        k_quants::<2>(b.quants.as_ptr().add(k * K_NR * qb)),
-                    );
-                    let q: [__m512i; 4] = std::array::from_fn(|c| {
-                        _mm512_inserti64x4::<1>(_mm512_castsi256_si512(qa[c]), qbv[c])
-                    });
+                    let q = k_pair_quants::<2>(&a, &b, k * K_NR * qb);
                     let sc_of = |g: &Group| {
                         _mm256_permutevar8x32_epi32(
                             _mm256_cvtepi8_epi32(_mm_loadl_epi64(
@@ -2422,12 +2444,7 @@ mod x86 {
                         dw = _mm512_insertf32x8::<1>(_mm512_castps256_ps512(d(&a)), d(&b));
                     }
                     for r in 0..R {
-                        let xp = x[r].copy.as_ptr().add(k * BLOCK) as *const i64;
-                        let mut h = _mm512_setzero_si512();
-                        for (c, &qc) in q.iter().enumerate() {
-                            let xc = _mm512_set1_epi64(std::ptr::read_unaligned(xp.add(c)));
-                            h = _mm512_dpbusd_epi32(h, qc, xc);
-                        }
+                        let h = k_pair_dot(&q, x[r].copy.as_ptr().add(k * BLOCK));
                         // [−32Σx_lo, −32Σx_hi] repeated: the offset of 32, exactly.
                         let off =
                             std::ptr::read_unaligned(x[r].offsets.as_ptr().add(k) as *const i64);
