@@ -190,7 +190,8 @@ impl KvCache {
         assert!(keys.len() == slots.len() * w && values.len() == slots.len() * w);
         let layer = &mut self.layers[layer];
         let (key_slab, value_slab) = (layer.keys.raw(), layer.values.raw());
-        let key_at = |slot: usize, col: usize| (slot / bs) * bs * w + slot % bs + col * bs;
+        let layer = &*layer;
+        let key_at = |slot: usize, col: usize| layer.key_start(slot) + col * bs;
         let store = |cols: Range<usize>| {
             for (row, &slot) in slots.iter().enumerate() {
                 // A decode row's key lines were last touched a step ago: ask for the next
