@@ -638,6 +638,7 @@ impl Group<'_> {
 
     /// Whether every buffer of this group starts where `prev`'s ends: consecutive groups of
     /// one matrix, which the 512-bit pair tiles' prefetch relies on.
+    #[cfg(target_arch = "x86_64")]
     fn follows(&self, prev: &Group) -> bool {
         fn after<T>(prev: &[T], next: &[T]) -> bool {
             prev.as_ptr_range().end == next.as_ptr()
@@ -1102,7 +1103,10 @@ fn tile_rows(format: WeightFormat, kernel: CpuKernel) -> usize {
     #[cfg(target_arch = "x86_64")]
     let wide = x86::has_zmm_tile(format, kernel);
     #[cfg(not(target_arch = "x86_64"))]
-    let wide = false;
+    let wide = {
+        let _ = (format, kernel);
+        false
+    };
     if wide {
         MR
     } else {
@@ -1116,6 +1120,8 @@ fn tile_rows(format: WeightFormat, kernel: CpuKernel) -> usize {
 struct Rows<'r, 'a> {
     x: &'r [XRow<'a>; MR],
     mr: usize,
+    // Only the x86 512-bit tiles tell first row tiles apart.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     first: bool,
 }
 
@@ -1198,6 +1204,41 @@ mod portable {
     }
 }
 
+/// Checks every read of the activation rows a tile of `blocks` blocks makes is in
+/// bounds, so the loops can use raw loads. Once per run of groups.
+fn check_rows<const R: usize>(x: &[XRow; MR], blocks: usize, format: WeightFormat) {
+    for row in &x[..R] {
+        assert!(row.quants.len() >= blocks * BLOCK && row.scales.len() >= blocks);
+        match format {
+            WeightFormat::Q8_0 => assert!(row.copy.len() >= blocks * BLOCK),
+            WeightFormat::Q4_0 => assert!(row.offsets.len() >= blocks),
+            WeightFormat::Q4_1 => assert!(row.sums.len() >= blocks),
+            WeightFormat::Q6K => {
+                assert!(row.offsets.len() >= blocks && row.copy.len() >= blocks * BLOCK)
+            }
+            WeightFormat::Q4K | WeightFormat::Q5K => {
+                assert!(row.sums.len() >= blocks && row.copy.len() >= blocks * BLOCK)
+            }
+        }
+    }
+}
+
+/// Checks every read of one weight group is in bounds, for the `blocks` its rows were
+/// checked for.
+#[inline(always)]
+fn check_group(w: &Group, blocks: usize, format: WeightFormat) {
+    let gr = format.group_rows();
+    assert!(w.rows == gr && w.blocks() == blocks);
+    assert!(w.quants.len() >= blocks * gr * format.quant_bytes());
+    assert!(format != WeightFormat::Q4_1 || w.mins.len() >= blocks * gr);
+    assert!(format != WeightFormat::Q8_0 || w.sums.len() >= blocks * gr);
+    if format.is_k_quant() {
+        let supers = blocks.div_ceil(SUB) * gr;
+        assert!(w.sub.len() >= 2 * blocks * gr && w.scales.len() >= supers);
+        assert!(format == WeightFormat::Q6K || w.mins.len() >= supers);
+    }
+}
+
 #[cfg(target_arch = "aarch64")]
 mod neon;
 
@@ -1206,8 +1247,8 @@ mod x86 {
     //! The SIMD paths. One tile body per format, stamped out per instruction set by
     //! `simd_path!`; only the integer dot of four adjacent u8×i8 products differs.
     use super::{
-        scale_and_inverse, CpuKernel, Group, QuantMatrix, Rows, Tile, WeightFormat, XRow, BLOCK,
-        K_NR, MR, MR_256, NR, SUB,
+        check_group, check_rows, scale_and_inverse, CpuKernel, Group, QuantMatrix, Rows, Tile,
+        WeightFormat, XRow, BLOCK, K_NR, MR, MR_256, NR, SUB,
     };
     use std::arch::x86_64::*;
     use std::ops::Range;
@@ -1624,41 +1665,6 @@ mod x86 {
             _mm_storeu_ps(m.as_mut_ptr(), mn);
         }
         std::array::from_fn(|j| lanes[2 * j] - m[j])
-    }
-
-    /// Checks every read of the activation rows a tile of `blocks` blocks makes is in
-    /// bounds, so the loops can use raw loads. Once per run of groups.
-    fn check_rows<const R: usize>(x: &[XRow; MR], blocks: usize, format: WeightFormat) {
-        for row in &x[..R] {
-            assert!(row.quants.len() >= blocks * BLOCK && row.scales.len() >= blocks);
-            match format {
-                WeightFormat::Q8_0 => assert!(row.copy.len() >= blocks * BLOCK),
-                WeightFormat::Q4_0 => assert!(row.offsets.len() >= blocks),
-                WeightFormat::Q4_1 => assert!(row.sums.len() >= blocks),
-                WeightFormat::Q6K => {
-                    assert!(row.offsets.len() >= blocks && row.copy.len() >= blocks * BLOCK)
-                }
-                WeightFormat::Q4K | WeightFormat::Q5K => {
-                    assert!(row.sums.len() >= blocks && row.copy.len() >= blocks * BLOCK)
-                }
-            }
-        }
-    }
-
-    /// Checks every read of one weight group is in bounds, for the `blocks` its rows were
-    /// checked for.
-    #[inline(always)]
-    fn check_group(w: &Group, blocks: usize, format: WeightFormat) {
-        let gr = format.group_rows();
-        assert!(w.rows == gr && w.blocks() == blocks);
-        assert!(w.quants.len() >= blocks * gr * format.quant_bytes());
-        assert!(format != WeightFormat::Q4_1 || w.mins.len() >= blocks * gr);
-        assert!(format != WeightFormat::Q8_0 || w.sums.len() >= blocks * gr);
-        if format.is_k_quant() {
-            let supers = blocks.div_ceil(SUB) * gr;
-            assert!(w.sub.len() >= 2 * blocks * gr && w.scales.len() >= supers);
-            assert!(format == WeightFormat::Q6K || w.mins.len() >= supers);
-        }
     }
 
     macro_rules! simd_path {
@@ -2258,7 +2264,7 @@ mod x86 {
             let pairs = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3);
             let mut acc = [_mm512_setzero_ps(); R];
             let mut mn = [_mm256_setzero_ps(); R];
-            let (mut da, mut db) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+            let (mut da, mut db) = (_mm_setzero_ps(), _mm_setzero_ps());
             for k in 0..blocks {
                 // SAFETY: `check_rows` and `check_group` keep every load in bounds.
                 unsafe {
@@ -2271,28 +2277,25 @@ mod x86 {
                     } else {
                         k_pair_quants::<0>(&a, &b, k * K_NR * qb)
                     };
-                    // `[d₀..d₃, dmin₀..dmin₃]` of each group, once per super-block.
+                    // Each group's `d₀..d₃`, once per super-block.
                     if k % SUB == 0 {
                         let at = (k / SUB) * K_NR;
-                        let d = |g: &Group| {
-                            _mm256_set_m128(
-                                f16x4(g.mins.as_ptr().add(at)),
-                                f16x4(g.scales.as_ptr().add(at)),
-                            )
-                        };
-                        (da, db) = (d(&a), d(&b));
+                        (da, db) = (
+                            f16x4(a.scales.as_ptr().add(at)),
+                            f16x4(b.scales.as_ptr().add(at)),
+                        );
                     }
-                    // Each group's `[dw₀..dw₃, mw₀..mw₃]`, as the one-group tile forms them.
-                    let scaled = |g: &Group, d: __m256| {
-                        let sub = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(
-                            g.sub.as_ptr().add(k * 2 * K_NR) as *const __m128i,
+                    // Each group's `dw₀..dw₃ = d·sc`, as the one-group tile forms them, in
+                    // the lanes of their half sums.
+                    let scaled = |g: &Group, d: __m128| {
+                        let sc = _mm_cvtepi32_ps(_mm_cvtepu8_epi32(_mm_cvtsi32_si128(
+                            std::ptr::read_unaligned(g.sub.as_ptr().add(k * 2 * K_NR) as *const i32),
                         )));
-                        _mm256_mul_ps(d, sub)
+                        _mm256_permutevar8x32_ps(_mm256_castps128_ps256(_mm_mul_ps(d, sc)), pairs)
                     };
-                    let (sa, sb) = (scaled(&a, da), scaled(&b, db));
                     let dw = _mm512_insertf32x8::<1>(
-                        _mm512_castps256_ps512(_mm256_permutevar8x32_ps(sa, pairs)),
-                        _mm256_permutevar8x32_ps(sb, pairs),
+                        _mm512_castps256_ps512(scaled(&a, da)),
+                        scaled(&b, db),
                     );
                     for r in 0..R {
                         let h = k_pair_dot(&q, x[r].copy.as_ptr().add(k * BLOCK));
@@ -2304,14 +2307,16 @@ mod x86 {
             }
             // The minimum term in a second pass over the (cached) scales, so the main loop
             // keeps its registers; each element sees the same sequence.
+            let (mut ma, mut mb) = (_mm_setzero_ps(), _mm_setzero_ps());
             for k in 0..blocks {
                 // SAFETY: as above.
                 unsafe {
+                    // Each group's `dmin₀..dmin₃`, once per super-block.
                     if k % SUB == 0 {
                         let at = (k / SUB) * K_NR;
-                        (da, db) = (
-                            _mm256_castps128_ps256(f16x4(a.mins.as_ptr().add(at))),
-                            _mm256_castps128_ps256(f16x4(b.mins.as_ptr().add(at))),
+                        (ma, mb) = (
+                            f16x4(a.mins.as_ptr().add(at)),
+                            f16x4(b.mins.as_ptr().add(at)),
                         );
                     }
                     let m = |g: &Group| {
@@ -2321,10 +2326,7 @@ mod x86 {
                             ),
                         )))
                     };
-                    let mw = _mm256_set_m128(
-                        _mm_mul_ps(_mm256_castps256_ps128(db), m(&b)),
-                        _mm_mul_ps(_mm256_castps256_ps128(da), m(&a)),
-                    );
+                    let mw = _mm256_set_m128(_mm_mul_ps(mb, m(&b)), _mm_mul_ps(ma, m(&a)));
                     for r in 0..R {
                         let sum = _mm256_set1_ps(*x[r].sums.get_unchecked(k));
                         mn[r] = _mm256_fmadd_ps(mw, sum, mn[r]);

@@ -10,7 +10,7 @@
 //!
 //! `sdot`'s intrinsics are not stable Rust yet, so one instruction is inline assembly.
 
-use super::{f16, Group, Tile, WeightFormat, XRow, BLOCK, MR, NR};
+use super::{check_group, check_rows, f16, Group, Tile, WeightFormat, XRow, BLOCK, MR, NR};
 use std::arch::aarch64::*;
 use std::arch::asm;
 
@@ -98,17 +98,11 @@ unsafe fn tiles_of<const R: usize>(
     emit: &mut impl FnMut(usize, &Tile),
 ) {
     let (format, blocks) = (m.format, m.cols / BLOCK);
-    for row in &x[..R] {
-        assert!(row.quants.len() >= blocks * BLOCK && row.scales.len() >= blocks);
-        assert!(format != WeightFormat::Q4_0 || row.offsets.len() >= blocks);
-        assert!(format != WeightFormat::Q4_1 || row.sums.len() >= blocks);
-    }
+    check_rows::<R>(x, blocks, format);
     for g in groups {
         let w = m.group(g);
-        assert!(w.rows == NR && w.scales.len() >= blocks * NR);
-        assert!(w.quants.len() >= blocks * NR * format.quant_bytes());
-        assert!(format != WeightFormat::Q4_1 || w.mins.len() >= blocks * NR);
-        // SAFETY: the CPU has the features (caller's contract); the asserts above bound
+        check_group(&w, blocks, format);
+        // SAFETY: the CPU has the features (caller's contract); the checks above bound
         // every load.
         let tile = unsafe {
             match format {
