@@ -88,3 +88,55 @@ fn a_parallel_write_of_many_rows_stores_what_row_by_row_writes_store() {
         }
     }
 }
+
+/// The f16 cache rounds each value as `half` does (to nearest, ties to even): subnormals,
+/// halfway cases, overflow to infinity, signed zeros and NaN, in rows whose width leaves a
+/// tail past the eight-wide conversion.
+#[test]
+fn the_f16_cache_rounds_every_value_as_half_does() {
+    use half::f16;
+    use tokenmill_engine::kv_cache::KvCache;
+    let (bs, width) = (16, 36);
+    let specials = [
+        0.0,
+        -0.0,
+        1.0 + f32::EPSILON,
+        1.000_488_3, // halfway between two f16 values: rounds to even
+        1.001_464_8, // halfway, rounds up to even
+        65_504.0,    // f16's largest
+        65_520.0,    // rounds to infinity
+        -1e9,        // overflows
+        6.0e-8,      // f16 subnormal range
+        -3.0e-5,     // subnormal
+        1e-10,       // underflows to zero
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+        f32::MIN_POSITIVE,
+    ];
+    let mut values: Vec<f32> = specials.to_vec();
+    // Then a sweep of ordinary values with many low mantissa bits set.
+    values.extend((0..3 * width).map(|i| (i as f32 * 0.618_034).sin() * 1_000.0 / (1 + i) as f32));
+    let rows = values.len() / width;
+    let values = &values[..rows * width];
+    let slots: Vec<usize> = (0..rows).collect();
+    let mut cache = KvCache::new(1, 1 + rows / bs, bs, width, KvCacheDtype::F16);
+    cache.write(0, &slots, values, values);
+    let mut got = vec![0f32; width];
+    for (r, want) in values.chunks_exact(width).enumerate() {
+        for (kind, read) in [("key", true), ("value", false)] {
+            if read {
+                cache.layer(0).key_row(r, &mut got);
+            } else {
+                cache.layer(0).value_row(r, &mut got);
+            }
+            for (e, (&g, &x)) in got.iter().zip(want).enumerate() {
+                let h = f16::from_f32(x).to_f32();
+                assert!(
+                    g.to_bits() == h.to_bits() || (g.is_nan() && h.is_nan()),
+                    "{kind} row {r} element {e}: {x:e} stored as {g:e}, half gives {h:e}"
+                );
+            }
+        }
+    }
+}
