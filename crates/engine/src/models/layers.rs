@@ -353,23 +353,63 @@ impl RmsNorm {
 
     /// Normalizes every `weight.len()`-wide row of `x` in place.
     pub fn forward_inplace(&self, x: &mut [f32]) {
-        for_each_row(x, self.weight.len(), |_, row| self.normalize(row));
+        let kernel = CpuKernel::active();
+        for_each_row(x, self.weight.len(), |_, row| {
+            self.norm_row(None, row, kernel)
+        });
     }
 
-    /// `out = norm(x)`, row by row.
+    /// `out = norm(x)`, row by row, in one pass over `x` (no copy first).
     pub fn forward_into(&self, x: &[f32], out: &mut [f32]) {
-        out.copy_from_slice(x);
-        self.forward_inplace(out);
+        assert_eq!(x.len(), out.len(), "norm input and output sizes differ");
+        let (kernel, width) = (CpuKernel::active(), self.weight.len());
+        for_each_row(out, width, |r, row| {
+            self.norm_row(Some(&x[r * width..(r + 1) * width]), row, kernel)
+        });
     }
 
-    fn normalize(&self, row: &mut [f32]) {
-        let width = self.weight.len();
-        let mean_sq = sum_of_squares(row) / width as f32;
-        let inv = 1.0 / (mean_sq + self.eps).sqrt();
-        for (v, w) in row.iter_mut().zip(&self.weight) {
-            *v = *v * inv * w;
+    /// The norm of `src` (of `row` itself where `None`) into `row`.
+    #[inline(always)]
+    fn norm_row(&self, src: Option<&[f32]>, row: &mut [f32], kernel: CpuKernel) {
+        match kernel {
+            CpuKernel::Portable => norm_row(&self.weight, self.eps, src, row),
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: every kernel but the portable one implies AVX2 (`CpuKernel`).
+            _ => unsafe { norm_row_avx2(&self.weight, self.eps, src, row) },
+            #[cfg(not(target_arch = "x86_64"))]
+            _ => norm_row(&self.weight, self.eps, src, row),
         }
     }
+}
+
+/// RMSNorm of `src` (of `row` itself where `None`) into `row`: `v / rms · weight`.
+#[inline(always)]
+fn norm_row(weight: &[f32], eps: f32, src: Option<&[f32]>, row: &mut [f32]) {
+    let mean_sq = sum_of_squares(src.unwrap_or(row)) / weight.len() as f32;
+    let inv = 1.0 / (mean_sq + eps).sqrt();
+    match src {
+        Some(src) => {
+            for ((o, v), w) in row.iter_mut().zip(src).zip(weight) {
+                *o = v * inv * w;
+            }
+        }
+        None => {
+            for (v, w) in row.iter_mut().zip(weight) {
+                *v = *v * inv * w;
+            }
+        }
+    }
+}
+
+/// [`norm_row`] compiled for AVX2: the baseline x86-64 target vectorises it in 128-bit SSE
+/// only. The same operations per lane (Rust never fuses `a * b + c`), so the same bits.
+///
+/// # Safety
+/// The CPU must have AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn norm_row_avx2(weight: &[f32], eps: f32, src: Option<&[f32]>, row: &mut [f32]) {
+    norm_row(weight, eps, src, row)
 }
 
 /// Lanes of [`sum_of_squares`]' partial sums.
@@ -380,6 +420,7 @@ const SQUARE_LANES: usize = 16;
 /// independent sums let the compiler vectorise it on every target with the same bits; a
 /// single running sum waits on each add (a Qwen3-0.6B 512-token prefill spent ~6% of its
 /// time in its norms).
+#[inline(always)]
 fn sum_of_squares(row: &[f32]) -> f32 {
     let mut lanes = [0f32; SQUARE_LANES];
     let mut chunks = row.chunks_exact(SQUARE_LANES);
@@ -442,24 +483,73 @@ impl Rope {
     /// Rotates every head of `x` (`[rows, heads * head_dim]`), row `r` at `positions[r]`.
     pub fn apply(&self, x: &mut [f32], positions: &[usize]) {
         let width = x.len() / positions.len().max(1);
-        for_each_row(x, width, |r, row| self.rotate(row, positions[r]));
+        let kernel = CpuKernel::active();
+        let half = self.head_dim / 2;
+        for_each_row(x, width, |r, row| {
+            let at = positions[r] * half..(positions[r] + 1) * half;
+            let turn = Turn {
+                style: self.style,
+                head_dim: self.head_dim,
+                cos: &self.cos[at.clone()],
+                sin: &self.sin[at],
+            };
+            turn.rotate_on(kernel, row);
+        });
+    }
+}
+
+/// One position's rotation: its cos/sin table rows.
+struct Turn<'a> {
+    style: RopeStyle,
+    head_dim: usize,
+    cos: &'a [f32],
+    sin: &'a [f32],
+}
+
+impl Turn<'_> {
+    /// [`Self::rotate`] in the widest build `kernel` allows.
+    #[inline(always)]
+    fn rotate_on(&self, kernel: CpuKernel, row: &mut [f32]) {
+        match kernel {
+            CpuKernel::Portable => self.rotate(row),
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: every kernel but the portable one implies AVX2 (`CpuKernel`).
+            _ => unsafe { self.rotate_avx2(row) },
+            #[cfg(not(target_arch = "x86_64"))]
+            _ => self.rotate(row),
+        }
     }
 
-    fn rotate(&self, row: &mut [f32], pos: usize) {
+    /// Rotates every head of one row.
+    #[inline(always)]
+    fn rotate(&self, row: &mut [f32]) {
         let half = self.head_dim / 2;
-        let cos = &self.cos[pos * half..(pos + 1) * half];
-        let sin = &self.sin[pos * half..(pos + 1) * half];
         for head in row.chunks_exact_mut(self.head_dim) {
-            for i in 0..half {
-                let (a, b) = match self.style {
-                    RopeStyle::AdjacentPairs => (2 * i, 2 * i + 1),
-                    RopeStyle::HalfSplit => (i, i + half),
-                };
-                let (x0, x1) = (head[a], head[b]);
-                head[a] = x0 * cos[i] - x1 * sin[i];
-                head[b] = x0 * sin[i] + x1 * cos[i];
+            match self.style {
+                RopeStyle::HalfSplit => {
+                    let (lo, hi) = head.split_at_mut(half);
+                    for (((x0, x1), &c), &s) in lo.iter_mut().zip(hi).zip(self.cos).zip(self.sin) {
+                        (*x0, *x1) = (*x0 * c - *x1 * s, *x0 * s + *x1 * c);
+                    }
+                }
+                RopeStyle::AdjacentPairs => {
+                    for ((pair, &c), &s) in head.chunks_exact_mut(2).zip(self.cos).zip(self.sin) {
+                        let (x0, x1) = (pair[0], pair[1]);
+                        (pair[0], pair[1]) = (x0 * c - x1 * s, x0 * s + x1 * c);
+                    }
+                }
             }
         }
+    }
+
+    /// [`Self::rotate`] compiled for AVX2 (the same operations per lane, so the same bits).
+    ///
+    /// # Safety
+    /// The CPU must have AVX2.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    unsafe fn rotate_avx2(&self, row: &mut [f32]) {
+        self.rotate(row)
     }
 }
 
@@ -585,7 +675,8 @@ pub fn exp(x: f32) -> f32 {
     // Adding and removing 1.5·2²³ rounds to the nearest integer (ties to even).
     const ROUND: f32 = 12_582_912.0;
     let x = x.clamp(-87.0, 88.0);
-    let n = (x * LOG2E + ROUND) - ROUND;
+    let t = x * LOG2E + ROUND;
+    let n = t - ROUND;
     let r = (x - n * LN2_HI) - n * LN2_LO;
     let p = 1.0 / 720.0;
     let p = p * r + 1.0 / 120.0;
@@ -594,7 +685,12 @@ pub fn exp(x: f32) -> f32 {
     let p = p * r + 0.5;
     let p = p * r + 1.0;
     let p = p * r + 1.0;
-    p * f32::from_bits(((n as i32 + 127) as u32) << 23)
+    // `n` (−126 ≤ n ≤ 127) sits exactly in `t`'s low mantissa bits, so the scale's exponent comes
+    // from them: `n as i32` would be the same integer, but Rust's saturating float→int
+    // conversion kept loops over `exp` from vectorising (eight scalar conversions with
+    // NaN and range checks per eight lanes, most of a SwiGLU).
+    let biased = t.to_bits().wrapping_sub(ROUND.to_bits()).wrapping_add(127);
+    p * f32::from_bits(biased << 23)
 }
 
 /// The token embedding table. Rows are read on demand from the quantized table when the
@@ -656,6 +752,35 @@ impl Embedding {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `exp` reads its power of two from the rounding constant's mantissa bits; taking it
+    /// with a float→int conversion instead gives the same bits for every input, NaN and the
+    /// clamped ranges included (a sweep over every 251st f32 bit pattern).
+    #[test]
+    fn exp_takes_its_exponent_from_the_rounding_bits_exactly_as_a_conversion_would() {
+        fn by_conversion(x: f32) -> f32 {
+            const ROUND: f32 = 12_582_912.0;
+            let x = x.clamp(-87.0, 88.0);
+            let n = (x * std::f32::consts::LOG2_E + ROUND) - ROUND;
+            let r = (x - n * 0.693_145_75) - n * 1.428_606_8e-6;
+            let mut p = 1.0 / 720.0;
+            for c in [1.0 / 120.0, 1.0 / 24.0, 1.0 / 6.0, 0.5, 1.0, 1.0] {
+                p = p * r + c;
+            }
+            p * f32::from_bits(((n as i32 + 127) as u32) << 23)
+        }
+        for bits in (0..=u32::MAX)
+            .step_by(251)
+            .chain([0x7F80_0000, 0xFF80_0000])
+        {
+            let x = f32::from_bits(bits);
+            let (got, want) = (exp(x), by_conversion(x));
+            assert!(
+                got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()),
+                "exp({x:e}) = {got:e}, by conversion {want:e}"
+            );
+        }
+    }
 
     /// `[n, k]` weights quantized by candle into `dtype`.
     fn qtensor(n: usize, k: usize, seed: u32, dtype: GgmlDType) -> QTensor {
@@ -732,6 +857,69 @@ mod tests {
         let mut want = vec![0.0; 2 * n];
         swiglu_into(&g, &u, &mut want, n);
         assert_eq!(out, want);
+    }
+
+    #[test]
+    fn norms_and_rope_give_the_portable_bits_on_every_kernel_this_cpu_runs() {
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        let mut seed = 0x2545_F491_u32;
+        let mut next = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 17;
+            seed ^= seed << 5;
+            (seed as f32 / u32::MAX as f32 - 0.5) * 8.0
+        };
+        // Widths with tails past every vector width; head dims of the models we run.
+        for width in [1024, 576, 100, 7] {
+            let norm = RmsNorm {
+                weight: (0..width).map(|_| next()).collect(),
+                eps: 1e-6,
+            };
+            let x: Vec<f32> = (0..width).map(|_| next()).collect();
+            let mut want = vec![0.0; width];
+            norm.norm_row(Some(&x), &mut want, CpuKernel::Portable);
+            for kernel in CpuKernel::supported() {
+                let (mut into, mut inplace) = (vec![f32::NAN; width], x.clone());
+                norm.norm_row(Some(&x), &mut into, kernel);
+                norm.norm_row(None, &mut inplace, kernel);
+                assert_eq!(
+                    bits(&into),
+                    bits(&want),
+                    "{kernel} norm into, width {width}"
+                );
+                assert_eq!(
+                    bits(&inplace),
+                    bits(&want),
+                    "{kernel} norm in place, width {width}"
+                );
+            }
+        }
+        for (style, head_dim) in [
+            (RopeStyle::HalfSplit, 128),
+            (RopeStyle::AdjacentPairs, 64),
+            (RopeStyle::HalfSplit, 10),
+        ] {
+            let (cos, sin): (Vec<f32>, Vec<f32>) =
+                (0..head_dim / 2).map(|_| (next(), next())).unzip();
+            let turn = Turn {
+                style,
+                head_dim,
+                cos: &cos,
+                sin: &sin,
+            };
+            let x: Vec<f32> = (0..3 * head_dim).map(|_| next()).collect();
+            let mut want = x.clone();
+            turn.rotate_on(CpuKernel::Portable, &mut want);
+            for kernel in CpuKernel::supported() {
+                let mut got = x.clone();
+                turn.rotate_on(kernel, &mut got);
+                assert_eq!(
+                    bits(&got),
+                    bits(&want),
+                    "{kernel} {style:?} rope, head dim {head_dim}"
+                );
+            }
+        }
     }
 
     #[test]
