@@ -768,41 +768,7 @@ fn f16_chunk<'a>(
         values,
         first_value: (block * bs + offset) * width + kv_head * d,
         value_stride: width,
-    }
-}
-
-/// Requests into L2 one KV head's keys and values of the chunk at position `start` (up to
-/// `pos`): the lone-row tile asks for head `h` of the next chunk just before it folds head
-/// `h` of this one, so the requests spread over the chunk's work instead of queueing all at
-/// once (`attention_bench --rows 1 --cold`, 16 Qwen3-0.6B sequences: 0.61–0.69 ms a layer
-/// with the whole next chunk requested up front, 0.38–0.45 this way).
-#[cfg(target_arch = "x86_64")]
-fn prefetch_head_l2(
-    slabs: (&[u16], &[u16]),
-    table: &[BlockId],
-    shape: AttentionShape,
-    kv_head: usize,
-    start: usize,
-    pos: usize,
-) {
-    use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T1};
-    const LINE: usize = 64 / 2;
-    let c = f16_chunk(slabs, table, shape, kv_head, start);
-    let (d, n) = (shape.head_dim, (pos - start + 1).min(CHUNK));
-    let keys = (c.first_key..c.first_key + d * shape.block_size).step_by(LINE);
-    for at in keys.filter(|&at| at < c.keys.len()) {
-        // SAFETY: `at` is inside the slab; a prefetch reads nothing architecturally.
-        unsafe { _mm_prefetch::<_MM_HINT_T1>(c.keys.as_ptr().add(at) as *const i8) };
-    }
-    for p in 0..n {
-        let row = c.first_value + p * c.value_stride;
-        for at in (row..row + d)
-            .step_by(LINE)
-            .filter(|&at| at < c.values.len())
-        {
-            // SAFETY: as above.
-            unsafe { _mm_prefetch::<_MM_HINT_T1>(c.values.as_ptr().add(at) as *const i8) };
-        }
+        next: None,
     }
 }
 
@@ -1045,6 +1011,9 @@ mod avx2 {
         pub values: &'a [u16],
         pub first_value: usize,
         pub value_stride: usize,
+        /// The next chunk's first key and value elements (same head, same slabs), which
+        /// the 512-bit fold asks for line by line as it goes.
+        pub next: Option<(usize, usize)>,
     }
 
     /// A prefill tile's widened chunk: keys `[d, CHUNK]` (transposed), values `[CHUNK, d]`.
@@ -1063,6 +1032,8 @@ mod avx2 {
         pub values32: *const f32,
         pub key_stride: usize,
         pub value_stride: usize,
+        /// The next chunk's keys and values, to prefetch while this one folds.
+        pub ahead: Option<(*const u16, *const u16)>,
     }
 
     impl Source {
@@ -1078,6 +1049,13 @@ mod avx2 {
                 values32: std::ptr::null(),
                 key_stride: c.key_stride,
                 value_stride: c.value_stride,
+                // Prefetch addresses need not be in bounds: a prefetch never faults.
+                ahead: c.next.map(|(k, v)| {
+                    (
+                        c.keys.as_ptr().wrapping_add(k),
+                        c.values.as_ptr().wrapping_add(v),
+                    )
+                }),
             }
         }
 
@@ -1092,8 +1070,32 @@ mod avx2 {
                 values32: c.values.as_ptr(),
                 key_stride: CHUNK,
                 value_stride: d,
+                ahead: None,
             }
         }
+    }
+
+    /// Asks for line `e` of the next chunk `c.ahead` names (if any): its `d / 2` key lines
+    /// at even `e`, its `d / 2` value lines at odd, so a fold that calls this once per key
+    /// row it reads (`e` in `0..d`) spreads the next chunk's requests over its own work.
+    /// (Asked for all at once before each head's fold, Qwen3-0.6B's 16-sequence decode
+    /// attention read 0.39–0.56 ms a layer cold, and SmolLM2's 64-sequence one 0.40–0.49;
+    /// this way 0.41–0.46 and 0.32–0.36, `attention_bench --rows 1 --cold`.)
+    #[inline(always)]
+    pub(super) fn prefetch_ahead(c: &Source, e: usize, d: usize) {
+        let Some((keys, values)) = c.ahead else {
+            return;
+        };
+        // A line holds two key rows of `CHUNK` f16s (a block's keys are `[d][CHUNK]`), or
+        // 32 elements of one position's values.
+        let line = if e.is_multiple_of(2) {
+            keys.wrapping_add(e * c.key_stride)
+        } else {
+            let (l, per_row) = (e / 2, d / 32);
+            values.wrapping_add(l / per_row * c.value_stride + l % per_row * 32)
+        };
+        // SAFETY: a prefetch reads nothing architecturally and never faults.
+        unsafe { _mm_prefetch::<_MM_HINT_T1>(line as *const i8) };
     }
 
     /// Folds one chunk, read straight from an f16 cache, into every query head of one
@@ -1173,6 +1175,12 @@ mod avx2 {
                 sum: &mut state.sum[h..h + take],
                 acc: &mut state.acc[h * d..(h + take) * d],
             };
+            // The next chunk is asked for once, by the first run of heads.
+            let src = if h == 0 {
+                src
+            } else {
+                Source { ahead: None, ..src }
+            };
             // SAFETY: the caller bounds every read of `src`; `heads` is `take` heads.
             unsafe {
                 match take {
@@ -1224,6 +1232,9 @@ mod avx2 {
                     for quad in 0..d / 4 {
                         for u in 0..4 {
                             let e = 4 * quad + u;
+                            if half == 0 {
+                                prefetch_ahead(&c, e, d);
+                            }
                             let k = load(c.keys16, c.keys32, e * c.key_stride + 8 * half);
                             for (h, p) in part.iter_mut().enumerate() {
                                 let qe = _mm256_set1_ps(*q.add(h * d + e));
@@ -1307,7 +1318,7 @@ mod avx2 {
 /// registers of accumulator per head); others take the `avx2` fold.
 #[cfg(target_arch = "x86_64")]
 mod zmm {
-    use super::avx2::{F16Chunk, F32Chunk, HeadStates, Source};
+    use super::avx2::{prefetch_ahead, F16Chunk, F32Chunk, HeadStates, Source};
     use super::{exp2, CHUNK};
     use std::arch::x86_64::*;
 
@@ -1379,6 +1390,12 @@ mod zmm {
                 sum: &mut state.sum[h..h + take],
                 acc: &mut state.acc[h * d..(h + take) * d],
             };
+            // The next chunk is asked for once, by the first run of heads.
+            let src = if h == 0 {
+                src
+            } else {
+                Source { ahead: None, ..src }
+            };
             // SAFETY: the caller bounds every read of `src`; `heads` is `take` heads.
             unsafe {
                 match take {
@@ -1429,6 +1446,7 @@ mod zmm {
                 for quad in 0..d / 4 {
                     for u in 0..4 {
                         let e = 4 * quad + u;
+                        prefetch_ahead(&c, e, d);
                         let k = load(c.keys16, c.keys32, e * c.key_stride);
                         for (h, p) in part.iter_mut().enumerate() {
                             let qe = _mm512_set1_ps(*q.add(h * d + e));
@@ -1645,10 +1663,11 @@ impl TileJob<'_> {
             for start in (lo..(lo + PARTITION).min(pos + 1)).step_by(CHUNK) {
                 let valid = (pos - start + 1).min(CHUNK);
                 for kv_head in 0..ctx.shape.num_kv_heads {
+                    let mut chunk = f16_chunk(slabs, self.table, ctx.shape, kv_head, start);
                     if start + CHUNK <= pos {
-                        prefetch_head_l2(slabs, self.table, ctx.shape, kv_head, start + CHUNK, pos);
+                        let next = f16_chunk(slabs, self.table, ctx.shape, kv_head, start + CHUNK);
+                        chunk.next = Some((next.first_key, next.first_value));
                     }
-                    let chunk = f16_chunk(slabs, self.table, ctx.shape, kv_head, start);
                     let (h0, h1) = (kv_head * g, (kv_head + 1) * g);
                     let state = avx2::HeadStates {
                         max: &mut partition.max[h0..h1],
