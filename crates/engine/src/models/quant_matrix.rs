@@ -834,8 +834,19 @@ fn part<T>(v: &[T], at: Range<usize>) -> &[T] {
     }
 }
 
+/// `Σ v`, in sixteen lanes so the compiler vectorises it (as one running sum it stayed
+/// scalar, byte by byte: 1.3% of a 2,048-token Qwen3-0.6B prefill). Integer sums are exact
+/// in any order.
 fn sum_i8(v: &[i8]) -> i32 {
-    v.iter().map(|&q| q as i32).sum()
+    let mut lanes = [0i32; 16];
+    let mut chunks = v.chunks_exact(16);
+    for c in &mut chunks {
+        for (l, &q) in lanes.iter_mut().zip(c) {
+            *l += q as i32;
+        }
+    }
+    let tail: i32 = chunks.remainder().iter().map(|&q| q as i32).sum();
+    lanes.iter().sum::<i32>() + tail
 }
 
 fn quantize_row(src: &[f32], dst: &mut [i8], scales: &mut [f32], kernel: CpuKernel) {
