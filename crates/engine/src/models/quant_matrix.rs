@@ -708,90 +708,65 @@ impl QuantizedActivations {
         self.sums.resize(sums, 0.0);
         // Only VNNI tiles of two or more rows read Q8_0's biased copy.
         let biased = m > 1 && matches!(kernel, CpuKernel::AvxVnni | CpuKernel::Avx512Vnni);
-        let row = |((src, dst), (d, copy)): RowBufs| {
-            quantize_row(src, dst, d, kernel);
+        let (quants, scales) = (Shards::new(&mut self.quants), Shards::new(&mut self.scales));
+        let copies = Shards::new(&mut self.copy);
+        let (offsets, sums) = (Shards::new(&mut self.offsets), Shards::new(&mut self.sums));
+        // Each row whole, its block offsets or sums right after its quants while they are
+        // in L1 (a second pass over every block read them back from further out).
+        let rows = |rows: Range<usize>| {
+            let (at, b) = (
+                rows.start * k..rows.end * k,
+                rows.start * blocks..rows.end * blocks,
+            );
+            // SAFETY: each call takes the disjoint ranges of its own rows.
+            let (q, d, c) = unsafe {
+                (
+                    quants.range(at.clone()),
+                    scales.range(b.clone()),
+                    copies.range(at.clone()),
+                )
+            };
+            quantize_row(&x[at], q, d, kernel);
             match format {
                 WeightFormat::Q4_0 | WeightFormat::Q4_1 => {}
                 WeightFormat::Q8_0 if !biased => {}
                 WeightFormat::Q8_0 => {
-                    for (c, &q) in copy.iter_mut().zip(dst.iter()) {
+                    for (c, &q) in c.iter_mut().zip(q.iter()) {
                         *c = (q as u8 ^ 0x80) as i8;
                     }
                 }
-                _ => arrange_chunks(dst, copy),
+                _ => q
+                    .chunks_exact(k)
+                    .zip(c.chunks_exact_mut(k))
+                    .for_each(|(q, c)| arrange_chunks(q, c)),
+            }
+            let blocks_of = q.chunks_exact(BLOCK);
+            if !offsets.is_empty() {
+                // SAFETY: as above.
+                let o = unsafe { offsets.range(b.clone()) };
+                for (o, block) in o.iter_mut().zip(blocks_of.clone()) {
+                    let (lo, hi) = block.split_at(BLOCK / 2);
+                    *o = if format == WeightFormat::Q6K {
+                        [-32 * sum_i8(lo), -32 * sum_i8(hi)]
+                    } else {
+                        [-8 * sum_i8(block), 0]
+                    };
+                }
+            }
+            if !sums.is_empty() {
+                // SAFETY: as above.
+                let o = unsafe { sums.range(b) };
+                for ((o, block), d) in o.iter_mut().zip(blocks_of).zip(d.iter()) {
+                    *o = d * sum_i8(block) as f32;
+                }
             }
         };
         // Every per-row step runs on the pool when the batch is large enough to pay for it.
-        let parallel = m * k >= MIN_PARALLEL_QUANTIZE;
-        if parallel {
-            let pool = ComputePool::global();
-            let (quants, scales) = (Shards::new(&mut self.quants), Shards::new(&mut self.scales));
-            let copies = Shards::new(&mut self.copy);
-            pool.for_each_range(m, (MIN_PARALLEL_QUANTIZE / (4 * k)).max(1), |rows| {
-                let (at, b) = (
-                    rows.start * k..rows.end * k,
-                    rows.start * blocks..rows.end * blocks,
-                );
-                // SAFETY: each task takes the disjoint ranges of its own rows.
-                let (q, d, c) = unsafe {
-                    (
-                        quants.range(at.clone()),
-                        scales.range(b),
-                        copies.range(at.clone()),
-                    )
-                };
-                x[at]
-                    .chunks_exact(k)
-                    .zip(q.chunks_exact_mut(k))
-                    .zip(d.chunks_exact_mut(blocks).zip(c.chunks_exact_mut(k)))
-                    .for_each(row);
-            });
+        if m * k >= MIN_PARALLEL_QUANTIZE {
+            let min = (MIN_PARALLEL_QUANTIZE / (4 * k)).max(1);
+            ComputePool::global().for_each_range(m, min, rows);
         } else {
-            x.chunks_exact(k)
-                .zip(self.quants.chunks_exact_mut(k))
-                .zip(
-                    self.scales
-                        .chunks_exact_mut(blocks)
-                        .zip(self.copy.chunks_exact_mut(k)),
-                )
-                .for_each(row);
-        }
-        let (quants, scales) = (&self.quants, &self.scales);
-        let offset = |(o, b): (&mut [i32; 2], &[i8])| {
-            let (lo, hi) = b.split_at(BLOCK / 2);
-            *o = if format == WeightFormat::Q6K {
-                [-32 * sum_i8(lo), -32 * sum_i8(hi)]
-            } else {
-                [-8 * sum_i8(b), 0]
-            };
-        };
-        let sum = |((o, b), d): ((&mut f32, &[i8]), &f32)| *o = d * sum_i8(b) as f32;
-        if parallel {
-            let pool = ComputePool::global();
-            let min = (MIN_PARALLEL_QUANTIZE / BLOCK / 4).max(1);
-            let (offsets, sums) = (Shards::new(&mut self.offsets), Shards::new(&mut self.sums));
-            pool.for_each_range(offsets.len(), min, |r| {
-                // SAFETY: each task takes its own blocks.
-                let o = unsafe { offsets.range(r.clone()) };
-                let b = quants[r.start * BLOCK..r.end * BLOCK].chunks_exact(BLOCK);
-                o.iter_mut().zip(b).for_each(offset);
-            });
-            pool.for_each_range(sums.len(), min, |r| {
-                // SAFETY: each task takes its own blocks.
-                let o = unsafe { sums.range(r.clone()) };
-                let b = quants[r.start * BLOCK..r.end * BLOCK].chunks_exact(BLOCK);
-                o.iter_mut().zip(b).zip(&scales[r]).for_each(sum);
-            });
-        } else {
-            self.offsets
-                .iter_mut()
-                .zip(quants.chunks_exact(BLOCK))
-                .for_each(offset);
-            self.sums
-                .iter_mut()
-                .zip(quants.chunks_exact(BLOCK))
-                .zip(scales)
-                .for_each(sum);
+            rows(0..m);
         }
     }
 
@@ -808,7 +783,6 @@ impl QuantizedActivations {
 }
 
 /// One activation row's source, quants, block scales and tile copy.
-type RowBufs<'a> = ((&'a [f32], &'a mut [i8]), (&'a mut [f32], &'a mut [i8]));
 
 /// Each block's four chunks of eight (chunk `c`: quants `4c..4c+4` then `16+4c..16+4c+4`,
 /// as `k_quants` groups the weights), so a K-quant tile broadcasts a chunk with one load.
