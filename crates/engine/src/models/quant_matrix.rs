@@ -782,8 +782,6 @@ impl QuantizedActivations {
     }
 }
 
-/// One activation row's source, quants, block scales and tile copy.
-
 /// Each block's four chunks of eight (chunk `c`: quants `4c..4c+4` then `16+4c..16+4c+4`,
 /// as `k_quants` groups the weights), so a K-quant tile broadcasts a chunk with one load.
 fn arrange_chunks(quants: &[i8], chunks: &mut [i8]) {
