@@ -822,20 +822,19 @@ fn sum_i8(v: &[i8]) -> i32 {
 }
 
 fn quantize_row(src: &[f32], dst: &mut [i8], scales: &mut [f32], kernel: CpuKernel) {
+    #[cfg(target_arch = "x86_64")]
+    if kernel != CpuKernel::Portable {
+        // SAFETY: every SIMD path requires AVX2, checked by `matmul_with`.
+        unsafe { x86::quantize_row(src, dst, scales) };
+        return;
+    }
     for ((src, dst), d) in src
         .chunks_exact(BLOCK)
         .zip(dst.chunks_exact_mut(BLOCK))
         .zip(scales)
     {
         if let (Ok(src), Ok(dst)) = (src.try_into(), dst.try_into()) {
-            *d = match kernel {
-                CpuKernel::Portable => quantize_block(src, dst),
-                // SAFETY: every SIMD path requires AVX2, checked by `matmul_with`.
-                #[cfg(target_arch = "x86_64")]
-                _ => unsafe { x86::quantize_block(src, dst) },
-                #[cfg(not(target_arch = "x86_64"))]
-                _ => quantize_block(src, dst),
-            };
+            *d = quantize_block(src, dst);
         }
     }
 }
@@ -1075,7 +1074,11 @@ fn quantize_block(src: &[f32; BLOCK], dst: &mut [i8; BLOCK]) -> f32 {
 /// The block scale and the multiplier that maps the block onto [−127, 127].
 fn scale_and_inverse(amax: f32) -> (f32, f32) {
     let d = amax / 127.0;
-    (d, if d != 0.0 { 1.0 / d } else { 0.0 })
+    // A block below ~3.7e-37 has no finite inverse: it quantizes to zeros. (An infinite
+    // one made `±0 · ∞` NaN, which the scalar rounding and the vector clamps turned into
+    // different bytes.)
+    let id = 1.0 / d;
+    (d, if id.is_finite() { id } else { 0.0 })
 }
 
 /// One tile's result: `[activation row][weight row in group]`.
@@ -1348,13 +1351,33 @@ mod x86 {
             )
     }
 
+    /// [`super::quantize_row`] on AVX2: the block loop inside the target feature, so each
+    /// block's code is inlined rather than called.
+    ///
+    /// # Safety
+    /// The CPU must support AVX2.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn quantize_row(src: &[f32], dst: &mut [i8], scales: &mut [f32]) {
+        for ((s, d), sc) in src
+            .chunks_exact(BLOCK)
+            .zip(dst.chunks_exact_mut(BLOCK))
+            .zip(scales)
+        {
+            if let (Ok(s), Ok(d)) = (s.try_into(), d.try_into()) {
+                // SAFETY: the CPU has AVX2 (this function's contract).
+                *sc = unsafe { quantize_block(s, d) };
+            }
+        }
+    }
+
     /// Vectorized [`super::quantize_block`], bit for bit: `f32::round` is a libm call on
     /// baseline x86-64, which would cost more than the matmul for small `n`.
     ///
     /// # Safety
     /// The CPU must support AVX2.
+    #[inline]
     #[target_feature(enable = "avx2")]
-    pub(super) unsafe fn quantize_block(src: &[f32; BLOCK], dst: &mut [i8; BLOCK]) -> f32 {
+    unsafe fn quantize_block(src: &[f32; BLOCK], dst: &mut [i8; BLOCK]) -> f32 {
         let p = src.as_ptr();
         // SAFETY: `src` holds 32 f32s, four unaligned 8-wide loads.
         let v = unsafe {
@@ -2520,4 +2543,39 @@ mod x86 {
         chunk4_avx512_vnni,
         chunk4_avx512_vnni
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Activation rows quantize to the same bytes and scales on every kernel: ties at
+    /// exactly half a step (both signs), the clamp at ±127, zero blocks, signed zeros and
+    /// sub-normal scales, and ordinary values.
+    #[test]
+    fn activation_rows_quantize_to_the_portable_bytes_on_every_kernel_this_cpu_runs() {
+        let mut x: Vec<f32> = Vec::new();
+        // amax 127 makes the step 1, so k + 0.5 is an exact tie.
+        x.extend((0..BLOCK).map(|i| if i == 0 { 127.0 } else { i as f32 - 15.5 }));
+        x.extend((0..BLOCK).map(|i| if i == 3 { -127.0 } else { 0.5 - i as f32 }));
+        x.extend([0.0f32; BLOCK]);
+        x.extend((0..BLOCK).map(|i| if i % 2 == 0 { -0.0 } else { 1e-40 }));
+        let mut seed = 0x1234_5678_u32;
+        x.extend((0..8 * BLOCK).map(|_| {
+            seed ^= seed << 13;
+            seed ^= seed >> 17;
+            seed ^= seed << 5;
+            (seed as f32 / u32::MAX as f32 - 0.5) * 7.0
+        }));
+        let blocks = x.len() / BLOCK;
+        let quantize = |kernel| {
+            let (mut q, mut d) = (vec![0i8; x.len()], vec![0f32; blocks]);
+            quantize_row(&x, &mut q, &mut d, kernel);
+            (q, d.iter().map(|v| v.to_bits()).collect::<Vec<_>>())
+        };
+        let want = quantize(CpuKernel::Portable);
+        for kernel in CpuKernel::supported() {
+            assert_eq!(quantize(kernel), want, "{kernel}");
+        }
+    }
 }
