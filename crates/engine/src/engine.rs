@@ -5,6 +5,7 @@
 
 use crate::block_manager::BlockManager;
 use crate::checkpoint::Checkpoint;
+use crate::compute_pool::{ComputePool, Shards};
 use crate::cpu_kernel::CpuKernel;
 use crate::error::{EngineError, Result};
 use crate::kv_cache::KvCacheDtype;
@@ -485,13 +486,22 @@ impl Engine {
                 Some(cell) => (id, sample_constrained(cell, ahead, logits, &ctx)),
             }
         };
-        // A lone row has nothing to share: the rayon pool (asleep, as the forward pass runs
-        // on its own pool) would only add a wake-up to every one-user step.
-        let sampled = if sampling.len() > 1 {
-            sampling.par_iter().map(sample_row).collect()
-        } else {
-            sampling.iter().map(sample_row).collect()
-        };
+        // On the compute pool, whose threads still spin from the forward pass: on rayon's
+        // (asleep since the last step) the pool's spinning helper took a core from them,
+        // and a lone row there would only add a wake-up to every one-user step.
+        let mut sampled = Vec::with_capacity(sampling.len());
+        sampled.resize_with(sampling.len(), || None);
+        {
+            let slots = Shards::new(&mut sampled[..]);
+            ComputePool::global().run(sampling.len(), &|i| {
+                // SAFETY: task `i` alone writes slot `i`.
+                unsafe { slots.range(i..i + 1)[0] = Some(sample_row(&sampling[i])) };
+            });
+        }
+        let sampled = sampled
+            .into_iter()
+            .map(|s| s.expect("every row was sampled"))
+            .collect();
         (prompt_scores, sampled)
     }
 
