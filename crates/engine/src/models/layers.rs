@@ -480,8 +480,10 @@ impl Rope {
         self.cos.len() / (self.head_dim / 2)
     }
 
-    /// Rotates every head of `x` (`[rows, heads * head_dim]`), row `r` at `positions[r]`.
-    pub fn apply(&self, x: &mut [f32], positions: &[usize]) {
+    /// Rotates every head of `x` (`[rows, heads * head_dim]`), row `r` at `positions[r]`,
+    /// after normalizing each head by `head_norm` where given (Qwen3's q/k norms): one pass
+    /// and one parallel loop over the rows for both steps.
+    pub fn apply(&self, x: &mut [f32], positions: &[usize], head_norm: Option<&RmsNorm>) {
         let width = x.len() / positions.len().max(1);
         let kernel = CpuKernel::active();
         let half = self.head_dim / 2;
@@ -493,6 +495,11 @@ impl Rope {
                 cos: &self.cos[at.clone()],
                 sin: &self.sin[at],
             };
+            if let Some(norm) = head_norm {
+                for head in row.chunks_exact_mut(self.head_dim) {
+                    norm.norm_row(None, head, kernel);
+                }
+            }
             turn.rotate_on(kernel, row);
         });
     }
@@ -920,6 +927,36 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// Qwen3's per-head norm folded into RoPE's pass gives the bits of normalizing every
+    /// head first and rotating after, row by row at each row's position.
+    #[test]
+    fn rope_with_a_head_norm_equals_the_norm_then_the_rotation() {
+        let (head_dim, heads, rows, max_pos) = (16, 3, 5, 9);
+        let half = head_dim / 2;
+        let wave = |i: usize| ((i as f32) * 0.37).sin();
+        let rope = Rope {
+            style: RopeStyle::HalfSplit,
+            head_dim,
+            cos: (0..max_pos * half).map(|i| wave(i).abs()).collect(),
+            sin: (0..max_pos * half).map(|i| wave(i + 7)).collect(),
+        };
+        let norm = RmsNorm {
+            weight: (0..head_dim).map(|i| 1.0 + wave(i + 3)).collect(),
+            eps: 1e-6,
+        };
+        let positions = [4, 0, 8, 3, 3];
+        let x: Vec<f32> = (0..rows * heads * head_dim)
+            .map(|i| wave(i) * 5.0)
+            .collect();
+        let mut fused = x.clone();
+        rope.apply(&mut fused, &positions, Some(&norm));
+        let mut apart = x;
+        norm.forward_inplace(&mut apart);
+        rope.apply(&mut apart, &positions, None);
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&fused), bits(&apart));
     }
 
     #[test]

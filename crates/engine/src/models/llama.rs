@@ -295,7 +295,7 @@ impl Llama {
             &mut s.quantized,
         )?;
         // 2. Qwen2's biases belong to the projection, so they come before anything else
-        //    touches q/k/v; Qwen3 instead normalizes each head before rotating it.
+        //    touches q/k/v; Qwen3 instead normalizes each head before rotating it (step 3).
         if let Some(bias) = &b.attn_qkv_bias {
             let (bq, rest) = bias.split_at(c.num_heads * c.head_dim);
             let (bk, bv) = rest.split_at(c.num_kv_heads * c.head_dim);
@@ -303,14 +303,13 @@ impl Llama {
             add_bias(&mut s.k, bk);
             add_bias(&mut s.v, bv);
         }
-        if let (Some(qn), Some(kn)) = (&b.attn_q_norm, &b.attn_k_norm) {
-            qn.forward_inplace(&mut s.q);
-            kn.forward_inplace(&mut s.k);
-        }
-        // 3. Rotate by position, store k/v in the paged cache (before reading: a chunk
-        //    attends to its own earlier tokens).
-        self.rope.apply(&mut s.q, &batch.positions);
-        self.rope.apply(&mut s.k, &batch.positions);
+        // 3. (Normalize each head, then) rotate by position, in one pass; store k/v in the
+        //    paged cache (before reading: a chunk attends to its own earlier tokens).
+        let norms = b.attn_q_norm.as_ref().zip(b.attn_k_norm.as_ref());
+        self.rope
+            .apply(&mut s.q, &batch.positions, norms.map(|(q, _)| q));
+        self.rope
+            .apply(&mut s.k, &batch.positions, norms.map(|(_, k)| k));
         kv.write(layer, &batch.slots, &s.k, &s.v);
         // 4. Attend through block tables; x += o_proj(attn): [T, hidden]
         let shape = AttentionShape {
