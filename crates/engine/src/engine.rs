@@ -465,7 +465,7 @@ impl Engine {
                     .is_some_and(|s| s.constraint.is_some())
             })
             .count();
-        let ahead = constrained <= (rayon::current_num_threads() / 2).max(1);
+        let ahead = constrained <= (ComputePool::global().threads() / 2).max(1);
         let sample_row = |&(row, id): &(usize, SeqId)| {
             let seq = self
                 .scheduler

@@ -1012,7 +1012,7 @@ mod avx2 {
         pub first_value: usize,
         pub value_stride: usize,
         /// The next chunk's first key and value elements (same head, same slabs), which
-        /// the 512-bit fold asks for line by line as it goes.
+        /// the fold asks for line by line as it goes ([`prefetch_ahead`]).
         pub next: Option<(usize, usize)>,
     }
 
