@@ -487,6 +487,89 @@ fn stacked_projections_in_different_k_quants_each_run_in_their_own_bits() {
     }
 }
 
+/// An RMSNorm weight of `k` values around 1, as a file holds it (F32).
+fn norm_weight(rng: &mut Rng, k: usize) -> QTensor {
+    let w: Vec<f32> = (0..k).map(|_| 1.0 + rng.unit() * 0.5).collect();
+    QTensor::quantize(
+        &Tensor::from_vec(w, k, &Device::Cpu).unwrap(),
+        GgmlDType::F32,
+    )
+    .unwrap()
+}
+
+/// 1 to 80 rows: the last is past the size from which quantization runs on the pool.
+#[test]
+fn a_norm_fused_into_the_activation_quantization_gives_the_bits_of_normalizing_first() {
+    use tokenmill_engine::models::layers::{GateUp, Linear, RmsNorm};
+    use tokenmill_engine::models::WeightMode;
+    let (k, n) = (1024, 24);
+    let norm = RmsNorm::new(norm_weight(&mut Rng(90), k), 1e-6).unwrap();
+    let dtypes = [
+        GgmlDType::Q4_0,
+        GgmlDType::Q4_1,
+        GgmlDType::Q8_0,
+        GgmlDType::Q4K,
+        GgmlDType::Q6K,
+    ];
+    for (i, dtype) in dtypes.into_iter().enumerate() {
+        let seed = 91 + 3 * i as u64;
+        let weights = |s: u64| ggml_weights(&mut Rng(s), dtype, n, k).1;
+        for mode in [WeightMode::Quantized, WeightMode::F32] {
+            let (q, v) = (weights(seed), weights(seed + 1));
+            let linear = Linear::stacked(&[q, v], mode).unwrap();
+            let gate_up = GateUp::new(weights(seed + 2), weights(seed), mode).unwrap();
+            // Native pairs take the fused path; f32 weights normalize into the scratch.
+            assert_eq!(
+                gate_up.is_paired(),
+                mode == WeightMode::Quantized,
+                "{dtype:?}"
+            );
+            for m in [1, 3, 9, 80] {
+                let x = Rng(m as u64).vec(m * k, 3.0);
+                let mut act = QuantizedActivations::default();
+                // First the norm alone, then each layer on its output.
+                let mut normed = vec![0f32; m * k];
+                norm.forward_into(&x, &mut normed);
+                let (mut wq, mut wv) = (vec![0f32; m * n], vec![0f32; m * n]);
+                linear
+                    .forward_split_into(&normed, m, &mut [&mut wq, &mut wv], &mut act)
+                    .unwrap();
+                let (mut g, mut u, mut want) =
+                    (vec![0f32; m * n], vec![0f32; m * n], vec![0f32; m * n]);
+                gate_up
+                    .forward_into(&normed, m, [&mut g, &mut u], &mut want, &mut act)
+                    .unwrap();
+                // Fused: the layers take `x` and the norm.
+                let mut scratch = vec![f32::NAN; m * k];
+                let (mut yq, mut yv) = (vec![f32::NAN; m * n], vec![f32::NAN; m * n]);
+                linear
+                    .forward_normed_split_into(
+                        &norm,
+                        &x,
+                        m,
+                        &mut [&mut yq, &mut yv],
+                        (&mut scratch, &mut act),
+                    )
+                    .unwrap();
+                let mut got = vec![f32::NAN; m * n];
+                gate_up
+                    .forward_normed_into(
+                        &norm,
+                        &x,
+                        m,
+                        [&mut g, &mut u],
+                        &mut got,
+                        (&mut scratch, &mut act),
+                    )
+                    .unwrap();
+                let case = format!("{dtype:?} {mode:?} m={m}");
+                assert_eq!((bits(&yq), bits(&yv)), (bits(&wq), bits(&wv)), "{case}");
+                assert_eq!(bits(&got), bits(&want), "{case}");
+            }
+        }
+    }
+}
+
 #[test]
 fn outputs_split_inside_a_weight_group_get_the_same_bits_as_one_output() {
     use tokenmill_engine::models::quant_matrix::QuantizedActivations;

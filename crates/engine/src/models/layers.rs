@@ -4,7 +4,7 @@
 //! candle, so the rest of the forward pass reads as ordinary loops.
 
 use super::dense_matrix::DenseMatrix;
-use super::quant_matrix::{QuantMatrix, QuantizedActivations, WeightFormat};
+use super::quant_matrix::{Input, QuantMatrix, QuantizedActivations, RowNorm, WeightFormat};
 use crate::compute_pool::ComputePool;
 use crate::cpu_kernel::CpuKernel;
 use crate::error::Result;
@@ -157,6 +157,34 @@ impl Linear {
             }
         }
         Ok(())
+    }
+
+    /// [`forward_split_into`](Self::forward_split_into) of `norm(x)`: on a native matrix
+    /// the norm runs inside the activation quantization ([`Input`]); other weights read
+    /// the rows normalized into `normed` (`[rows, in]`) first.
+    pub fn forward_normed_split_into(
+        &self,
+        norm: &RmsNorm,
+        x: &[f32],
+        rows: usize,
+        outs: &mut [&mut [f32]],
+        scratch: (&mut [f32], &mut QuantizedActivations),
+    ) -> Result<()> {
+        let (normed, act) = scratch;
+        match &self.weight {
+            Weight::Quant(w) if rows > 0 => {
+                let x = Input {
+                    x,
+                    norm: Some(norm),
+                };
+                w.matmul_split_into(x, rows, outs, act);
+                Ok(())
+            }
+            _ => {
+                norm.forward_into(x, normed);
+                self.forward_split_into(normed, rows, outs, act)
+            }
+        }
     }
 
     /// A stacked layer's outputs straight into their own matrices (`[rows, width_i]`).
@@ -379,6 +407,12 @@ impl RmsNorm {
             #[cfg(not(target_arch = "x86_64"))]
             _ => norm_row(&self.weight, self.eps, src, row),
         }
+    }
+}
+
+impl RowNorm for RmsNorm {
+    fn norm_into(&self, src: &[f32], dst: &mut [f32]) {
+        self.norm_row(Some(src), dst, CpuKernel::active())
     }
 }
 
@@ -629,6 +663,35 @@ impl GateUp {
             }
         }
         Ok(())
+    }
+
+    /// [`forward_into`](Self::forward_into) of `norm(x)`, the norm inside the activation
+    /// quantization where the pairs are native ([`Linear::forward_normed_split_into`]).
+    pub fn forward_normed_into(
+        &self,
+        norm: &RmsNorm,
+        x: &[f32],
+        rows: usize,
+        [gate, up]: [&mut [f32]; 2],
+        out: &mut [f32],
+        scratch: (&mut [f32], &mut QuantizedActivations),
+    ) -> Result<()> {
+        let (normed, act) = scratch;
+        match &self.weight {
+            GateUpWeight::Paired(q) => {
+                let kernel = CpuKernel::active();
+                let x = Input {
+                    x,
+                    norm: Some(norm),
+                };
+                q.matmul_pairs_into(x, rows, out, act, |g, u, o| swiglu_slice(g, u, o, kernel));
+                Ok(())
+            }
+            GateUpWeight::Stacked(_) => {
+                norm.forward_into(x, normed);
+                self.forward_into(normed, rows, [gate, up], out, act)
+            }
+        }
     }
 }
 

@@ -286,13 +286,14 @@ impl Llama {
     ) -> Result<()> {
         let c = &self.config;
         let t = batch.num_tokens();
-        // 1. normed = norm(x); q [T, heads*d], k/v [T, kv_heads*d] straight from one matmul
-        b.attn_norm.forward_into(&s.x, &mut s.normed);
-        b.attn_qkv.forward_split_into(
-            &s.normed,
+        // 1. q [T, heads*d], k/v [T, kv_heads*d] = qkv(norm(x)) straight from one matmul,
+        //    the norm inside its activation quantization
+        b.attn_qkv.forward_normed_split_into(
+            &b.attn_norm,
+            &s.x,
             t,
             &mut [&mut s.q[..], &mut s.k[..], &mut s.v[..]],
-            &mut s.quantized,
+            (&mut s.normed, &mut s.quantized),
         )?;
         // 2. Qwen2's biases belong to the projection, so they come before anything else
         //    touches q/k/v; Qwen3 instead normalizes each head before rotating it (step 3).
@@ -332,19 +333,20 @@ impl Llama {
         t: usize,
         s: &mut ForwardScratch,
     ) -> Result<()> {
-        b.ffn_norm.forward_into(&s.x, &mut s.normed);
         match &b.ffn {
             FeedForward::Dense { gate_up, down } => {
-                gate_up.forward_into(
-                    &s.normed,
+                gate_up.forward_normed_into(
+                    &b.ffn_norm,
+                    &s.x,
                     t,
                     [&mut s.gate[..], &mut s.up[..]],
                     &mut s.act,
-                    &mut s.quantized,
+                    (&mut s.normed, &mut s.quantized),
                 )?;
                 down.forward_add_into(&s.act, t, &mut s.x, &mut s.quantized)
             }
             FeedForward::Sparse(moe) => {
+                b.ffn_norm.forward_into(&s.x, &mut s.normed);
                 s.active_experts[layer] = moe.forward_add_into(
                     &s.normed,
                     &mut s.x,

@@ -399,24 +399,24 @@ impl QuantMatrix {
     ) {
         let mut outs = [y];
         let out = OutputWriter::new(&mut outs, m, self.rows, true);
-        self.run(x, m, &out, CpuKernel::active(), act);
+        self.run(x.into(), m, &out, CpuKernel::active(), act);
     }
 
     /// The result's columns written to several matrices side by side (stacked Q/K/V or
     /// gate/up), `outs[i]` being `[m, width_i]` with `Σ width_i = n`, so no split copy
-    /// follows.
+    /// follows. `x` may carry a norm its rows go through first ([`Input`]).
     ///
     /// # Panics
     /// If the widths do not add up to `n`, or `x` is not `[m, k]`.
-    pub fn matmul_split_into(
+    pub fn matmul_split_into<'a>(
         &self,
-        x: &[f32],
+        x: impl Into<Input<'a>>,
         m: usize,
         outs: &mut [&mut [f32]],
         act: &mut QuantizedActivations,
     ) {
         let out = OutputWriter::new(outs, m, self.rows, false);
-        self.run(x, m, &out, CpuKernel::active(), act);
+        self.run(x.into(), m, &out, CpuKernel::active(), act);
     }
 
     /// On a matrix from [`interleave_pairs`](Self::interleave_pairs): `out[m, n / 2]` holds
@@ -427,9 +427,9 @@ impl QuantMatrix {
     ///
     /// # Panics
     /// If `x` is not `[m, k]` or `out` not `[m, n / 2]`.
-    pub fn matmul_pairs_into(
+    pub fn matmul_pairs_into<'a>(
         &self,
-        x: &[f32],
+        x: impl Into<Input<'a>>,
         m: usize,
         out: &mut [f32],
         act: &mut QuantizedActivations,
@@ -445,7 +445,7 @@ impl QuantMatrix {
             combine,
             _out: PhantomData,
         };
-        self.run(x, m, &sink, CpuKernel::active(), act);
+        self.run(x.into(), m, &sink, CpuKernel::active(), act);
     }
 
     /// [`matmul_into`](Self::matmul_into) on a chosen path, so tests and benchmarks can
@@ -457,19 +457,26 @@ impl QuantMatrix {
         let mut outs = [y];
         let out = OutputWriter::new(&mut outs, m, self.rows, false);
         ACT_SCRATCH.with(|cell| match cell.try_borrow_mut() {
-            Ok(mut act) => self.run(x, m, &out, kernel, &mut act),
-            Err(_) => self.run(x, m, &out, kernel, &mut QuantizedActivations::default()),
+            Ok(mut act) => self.run(x.into(), m, &out, kernel, &mut act),
+            Err(_) => self.run(
+                x.into(),
+                m,
+                &out,
+                kernel,
+                &mut QuantizedActivations::default(),
+            ),
         });
     }
 
     fn run(
         &self,
-        x: &[f32],
+        x: Input,
         m: usize,
         out: &impl TileSink,
         kernel: CpuKernel,
         act: &mut QuantizedActivations,
     ) {
+        let Input { x, norm } = x;
         assert!(
             kernel.is_supported(),
             "this CPU cannot run the {kernel} kernel"
@@ -483,7 +490,7 @@ impl QuantMatrix {
             return;
         }
         let n = self.rows;
-        act.quantize(x, m, self.cols, self.format, kernel);
+        act.quantize(Input { x, norm }, m, self.cols, self.format, kernel);
         let act = &*act;
         let task_cols = self.task_cols(m, out.groups_per_step());
         let run = |t: usize| {
@@ -656,6 +663,39 @@ thread_local! {
     static ACT_SCRATCH: RefCell<QuantizedActivations> = RefCell::new(QuantizedActivations::default());
 }
 
+/// A matmul's activation rows `x` (`[m, k]`), and a norm each row goes through first when
+/// given: RMSNorm fused into the quantization, so the normalized rows never reach memory
+/// and the norm takes no parallel loop of its own. Each row is normalized exactly as the
+/// norm alone would, so the same quantized bits.
+#[derive(Clone, Copy)]
+pub struct Input<'a> {
+    pub x: &'a [f32],
+    pub norm: Option<&'a dyn RowNorm>,
+}
+
+impl<'a> From<&'a [f32]> for Input<'a> {
+    fn from(x: &'a [f32]) -> Self {
+        Self { x, norm: None }
+    }
+}
+
+impl<'a> From<&'a Vec<f32>> for Input<'a> {
+    fn from(x: &'a Vec<f32>) -> Self {
+        Self { x, norm: None }
+    }
+}
+
+/// A per-row transform of activations (RMSNorm), applied as they are quantized.
+pub trait RowNorm: Sync {
+    /// `dst = norm(src)`, both one row wide.
+    fn norm_into(&self, src: &[f32], dst: &mut [f32]);
+}
+
+thread_local! {
+    /// One normalized row on its way to quantization ([`Input::norm`]).
+    static NORMED_ROW: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
 /// Activations quantized per row: `quants[m][k]`, per-block `scales[m][k / 32]`, and what
 /// each weight format needs besides. A forward pass owns one and lends it to every matmul,
 /// so its buffers grow once and are reused.
@@ -690,7 +730,8 @@ struct XRow<'a> {
 }
 
 impl QuantizedActivations {
-    fn quantize(&mut self, x: &[f32], m: usize, k: usize, format: WeightFormat, kernel: CpuKernel) {
+    fn quantize(&mut self, x: Input, m: usize, k: usize, format: WeightFormat, kernel: CpuKernel) {
+        let Input { x, norm } = x;
         let blocks = k / BLOCK;
         self.m = m;
         self.k = k;
@@ -726,7 +767,18 @@ impl QuantizedActivations {
                     copies.range(at.clone()),
                 )
             };
-            quantize_row(&x[at], q, d, kernel);
+            match norm {
+                None => quantize_row(&x[at], q, d, kernel),
+                // Each row normalized into a buffer that stays in L1, then quantized.
+                Some(norm) => NORMED_ROW.with_borrow_mut(|row| {
+                    row.resize(k, 0.0);
+                    let rows = x[at].chunks_exact(k).zip(q.chunks_exact_mut(k));
+                    for ((src, q), d) in rows.zip(d.chunks_exact_mut(blocks)) {
+                        norm.norm_into(src, row);
+                        quantize_row(row, q, d, kernel);
+                    }
+                }),
+            }
             match format {
                 WeightFormat::Q4_0 | WeightFormat::Q4_1 => {}
                 WeightFormat::Q8_0 if !biased => {}
