@@ -12,7 +12,7 @@ use std::time::Instant;
 use tokenmill_engine::block_manager::{BlockId, BlockManager};
 use tokenmill_engine::compute_pool::ComputePool;
 use tokenmill_engine::forward_batch::ForwardBatch;
-use tokenmill_engine::kv_cache::{KvCache, KvCacheDtype};
+use tokenmill_engine::kv_cache::{KvCache, KvCacheDtype, KvHeads};
 use tokenmill_engine::paged_attention::{paged_attention_into, AttentionShape};
 
 /// A named head shape: query heads, KV heads, head dim.
@@ -149,7 +149,11 @@ fn setup(shape: AttentionShape, case: &Case, rng: &mut StdRng) -> (KvCache, Forw
     let ids = BlockManager::new(total, BLOCK, false)
         .allocate(total)
         .expect("a fresh pool holds every block");
-    let mut kv = KvCache::new(1, total, BLOCK, width, KvCacheDtype::F16);
+    let heads = KvHeads {
+        num_kv_heads: shape.num_kv_heads,
+        head_dim: shape.head_dim,
+    };
+    let mut kv = KvCache::new(1, total, BLOCK, heads, KvCacheDtype::F16);
     let mut batch = ForwardBatch::default();
     for table in ids.chunks(per_seq) {
         let table: Vec<BlockId> = table.to_vec();

@@ -3,7 +3,7 @@
 
 use crate::error::Result;
 use crate::forward_batch::ForwardBatch;
-use crate::kv_cache::{KvCache, KvCacheDtype};
+use crate::kv_cache::{KvCache, KvCacheDtype, KvHeads};
 use crate::models::Llama;
 
 pub struct ModelRunner {
@@ -32,7 +32,10 @@ impl ModelRunner {
             c.num_layers,
             num_blocks,
             block_size,
-            c.num_kv_heads * c.head_dim,
+            KvHeads {
+                num_kv_heads: c.num_kv_heads,
+                head_dim: c.head_dim,
+            },
             kv_dtype,
         );
         let logits = Logits {

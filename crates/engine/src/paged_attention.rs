@@ -734,7 +734,7 @@ impl<R: Rows> Span<'_, R> {
                 }
             }
             for i in 0..run {
-                let at = (block * bs + offset + i) * width + self.kv_head * d;
+                let at = ((block * num_kv_heads + self.kv_head) * bs + offset + i) * d;
                 self.rows
                     .value(at, &mut bufs.values[(j + i) * d..(j + i + 1) * d]);
             }
@@ -766,8 +766,8 @@ fn f16_chunk<'a>(
         first_key: (block * width + kv_head * d) * bs + offset,
         key_stride: bs,
         values,
-        first_value: (block * bs + offset) * width + kv_head * d,
-        value_stride: width,
+        first_value: ((block * shape.num_kv_heads + kv_head) * bs + offset) * d,
+        value_stride: d,
         next: None,
     }
 }

@@ -11,7 +11,7 @@ use rand::{Rng, SeedableRng};
 use tokenmill_engine::block_manager::{BlockId, BlockManager};
 use tokenmill_engine::cpu_kernel::CpuKernel;
 use tokenmill_engine::forward_batch::ForwardBatch;
-use tokenmill_engine::kv_cache::{KvCache, KvCacheDtype};
+use tokenmill_engine::kv_cache::{KvCache, KvCacheDtype, KvHeads};
 use tokenmill_engine::paged_attention::{
     exp2, paged_attention, paged_attention_into, paged_attention_with, AttentionShape, PARTITION,
 };
@@ -53,7 +53,11 @@ impl Case {
         let total: usize = blocks.iter().sum();
         let mut ids = BlockManager::new(total, bs, false).allocate(total).unwrap();
         ids.shuffle(rng);
-        let mut kv = KvCache::new(1, total, bs, width, dtype);
+        let heads = KvHeads {
+            num_kv_heads: shape.num_kv_heads,
+            head_dim: shape.head_dim,
+        };
+        let mut kv = KvCache::new(1, total, bs, heads, dtype);
         let mut tables = Vec::new();
         let mut cached = Vec::new();
         for (spec, n) in seqs.iter().zip(blocks) {
@@ -349,7 +353,11 @@ fn half_caches_store_what_half_rounds_to_nearest_even() {
     ]
     .to_vec();
     for dtype in [KvCacheDtype::F16, KvCacheDtype::Bf16, KvCacheDtype::F32] {
-        let mut kv = KvCache::new(1, 2, 2, width, dtype);
+        let heads = KvHeads {
+            num_kv_heads: 2,
+            head_dim: width / 2,
+        };
+        let mut kv = KvCache::new(1, 2, 2, heads, dtype);
         kv.write(0, &[3], &values, &values);
         let mut back = vec![0.0; width];
         kv.layer(0).key_row(3, &mut back);

@@ -8,7 +8,7 @@ use common::tiny_llama::{self, GgufSpec};
 use std::path::Path;
 use tokenmill_engine::checkpoint::{self, Checkpoint};
 use tokenmill_engine::forward_batch::ForwardBatch;
-use tokenmill_engine::kv_cache::{KvCache, KvCacheDtype};
+use tokenmill_engine::kv_cache::{KvCache, KvCacheDtype, KvHeads};
 use tokenmill_engine::models::{Llama, WeightMode};
 use tokenmill_engine::{Engine, EngineConfig};
 
@@ -20,7 +20,10 @@ fn logits_of(path: &Path, prompt: &[u32]) -> Vec<f32> {
         c.num_layers,
         8,
         16,
-        c.num_kv_heads * c.head_dim,
+        KvHeads {
+            num_kv_heads: c.num_kv_heads,
+            head_dim: c.head_dim,
+        },
         KvCacheDtype::F32,
     );
     // Block ids are only minted by a block manager.

@@ -50,8 +50,20 @@ fn the_dtype_flag_parses_vllms_spellings() {
 /// a time it stays on one thread. Both store the same bits in every slot, keys transposed.
 #[test]
 fn a_parallel_write_of_many_rows_stores_what_row_by_row_writes_store() {
+    use tokenmill_engine::kv_cache::KvHeads;
+    // Qwen3-0.6B's heads, and heads of 48 whose ends fall inside a task's columns.
+    for (num_kv_heads, head_dim) in [(8, 128), (7, 48)] {
+        let heads = KvHeads {
+            num_kv_heads,
+            head_dim,
+        };
+        write_in_parallel_and_row_by_row(heads);
+    }
+}
+
+fn write_in_parallel_and_row_by_row(heads: tokenmill_engine::kv_cache::KvHeads) {
     use tokenmill_engine::kv_cache::KvCache;
-    let (bs, width, rows) = (16, 8 * 128, 40);
+    let (bs, width, rows) = (16, heads.width(), 40);
     // Scattered slots over several blocks, partly filled ones too, as a batch's are.
     let slots: Vec<usize> = (0..rows).map(|r| (r * 7) % (6 * bs) + bs).collect();
     let value = |r: usize, e: usize, kind: f32| ((r * 31 + e * 17) % 997) as f32 * kind - 3.3;
@@ -63,8 +75,8 @@ fn a_parallel_write_of_many_rows_stores_what_row_by_row_writes_store() {
         .collect();
     for dtype in [KvCacheDtype::F32, KvCacheDtype::F16, KvCacheDtype::Bf16] {
         let (mut together, mut alone) = (
-            KvCache::new(1, 8, bs, width, dtype),
-            KvCache::new(1, 8, bs, width, dtype),
+            KvCache::new(1, 8, bs, heads, dtype),
+            KvCache::new(1, 8, bs, heads, dtype),
         );
         together.write(0, &slots, &keys, &values);
         for (r, &slot) in slots.iter().enumerate() {
@@ -76,6 +88,8 @@ fn a_parallel_write_of_many_rows_stores_what_row_by_row_writes_store() {
             for (r, &slot) in slots.iter().enumerate() {
                 together.layer(0).key_row(slot, &mut a);
                 assert_eq!(a, keys[r * width..(r + 1) * width], "key of row {r}");
+                together.layer(0).value_row(slot, &mut a);
+                assert_eq!(a, values[r * width..(r + 1) * width], "value of row {r}");
             }
         }
         for slot in 0..8 * bs {
@@ -95,8 +109,12 @@ fn a_parallel_write_of_many_rows_stores_what_row_by_row_writes_store() {
 #[test]
 fn the_f16_cache_rounds_every_value_as_half_does() {
     use half::f16;
-    use tokenmill_engine::kv_cache::KvCache;
+    use tokenmill_engine::kv_cache::{KvCache, KvHeads};
     let (bs, width) = (16, 36);
+    let heads = KvHeads {
+        num_kv_heads: 3,
+        head_dim: 12,
+    };
     let specials = [
         0.0,
         -0.0,
@@ -120,7 +138,7 @@ fn the_f16_cache_rounds_every_value_as_half_does() {
     let rows = values.len() / width;
     let values = &values[..rows * width];
     let slots: Vec<usize> = (0..rows).collect();
-    let mut cache = KvCache::new(1, 1 + rows / bs, bs, width, KvCacheDtype::F16);
+    let mut cache = KvCache::new(1, 1 + rows / bs, bs, heads, KvCacheDtype::F16);
     cache.write(0, &slots, values, values);
     let mut got = vec![0f32; width];
     for (r, want) in values.chunks_exact(width).enumerate() {
