@@ -589,6 +589,36 @@ fn outputs_split_inside_a_weight_group_get_the_same_bits_as_one_output() {
     }
 }
 
+/// Widths 40, 24 and 64 (whole weight groups, one pair of groups straddling two outputs),
+/// and the residual add, on this process's path against the portable one; 1 to 17 rows.
+#[test]
+fn split_and_residual_outputs_get_the_bits_of_one_plain_matmul() {
+    let (k, n) = (256, 128);
+    for (format, dtype) in FORMATS {
+        let w = packed(format, dtype, 85, n, k);
+        for m in [1, 2, 5, 8, 9, 17] {
+            let x = Rng(86 + m as u64).vec(m * k, 1.0);
+            let whole = matmul(&w, &x, m, CpuKernel::Portable);
+            let (mut a, mut b, mut c) =
+                (vec![0f32; m * 40], vec![0f32; m * 24], vec![0f32; m * 64]);
+            let mut act = QuantizedActivations::default();
+            w.matmul_split_into(&x, m, &mut [&mut a, &mut b, &mut c], &mut act);
+            for (r, row) in whole.chunks_exact(n).enumerate() {
+                let case = format!("{format:?} m={m} row {r}");
+                assert_eq!(bits(&row[..40]), bits(&a[r * 40..(r + 1) * 40]), "{case}");
+                assert_eq!(bits(&row[40..64]), bits(&b[r * 24..(r + 1) * 24]), "{case}");
+                assert_eq!(bits(&row[64..]), bits(&c[r * 64..(r + 1) * 64]), "{case}");
+            }
+            // The residual add: each element plus the product, rounded once.
+            let base = Rng(87).vec(m * n, 4.0);
+            let mut y = base.clone();
+            w.matmul_add_into(&x, m, &mut y, &mut act);
+            let want: Vec<f32> = base.iter().zip(&whole).map(|(b, p)| b + p).collect();
+            assert_eq!(bits(&y), bits(&want), "{format:?} m={m} added");
+        }
+    }
+}
+
 /// A nonlinear combination, so a tile paired with the wrong partner, row or column shows.
 fn combine(a: &[f32], b: &[f32], out: &mut [f32]) {
     for ((o, &a), &b) in out.iter_mut().zip(a).zip(b) {
