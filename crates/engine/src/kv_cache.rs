@@ -124,7 +124,6 @@ pub struct KvCache {
     block_size: usize,
     /// `num_kv_heads * head_dim`
     width: usize,
-    head_dim: usize,
     dtype: KvCacheDtype,
     layers: Vec<KvLayer>,
 }
@@ -197,7 +196,6 @@ impl KvCache {
         Self {
             block_size,
             width,
-            head_dim,
             dtype: dtype.resolve(),
             layers,
         }
@@ -221,11 +219,11 @@ impl KvCache {
     /// storing a range of elements for every row: rows of one block then fill each key
     /// line's positions in turn while it is in cache, and the tasks' elements are disjoint.
     pub fn write(&mut self, layer: usize, slots: &[usize], keys: &[f32], values: &[f32]) {
-        let (w, bs, hd) = (self.width, self.block_size, self.head_dim.max(1));
+        let (w, bs) = (self.width, self.block_size);
         assert!(keys.len() == slots.len() * w && values.len() == slots.len() * w);
         let layer = &mut self.layers[layer];
         let (key_slab, value_slab) = (layer.keys.raw(), layer.values.raw());
-        let layer = &*layer;
+        let (layer, hd) = (&*layer, layer.head_dim);
         let key_at = |slot: usize, col: usize| layer.key_start(slot) + col * bs;
         let store = |cols: Range<usize>| {
             for (row, &slot) in slots.iter().enumerate() {
@@ -251,7 +249,7 @@ impl KvCache {
                 // The value in runs that end at each KV head's end (contiguous within it).
                 let mut col = cols.start;
                 while col < cols.end {
-                    let end = (col / hd + 1).saturating_mul(hd).min(cols.end);
+                    let end = ((col / hd + 1) * hd).min(cols.end);
                     let value = &values[row * w + col..row * w + end];
                     // SAFETY: as above.
                     unsafe { value_slab.store(layer.value_start(slot, col), 1, value) };

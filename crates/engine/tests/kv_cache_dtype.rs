@@ -110,11 +110,11 @@ fn write_in_parallel_and_row_by_row(heads: tokenmill_engine::kv_cache::KvHeads) 
 fn the_f16_cache_rounds_every_value_as_half_does() {
     use half::f16;
     use tokenmill_engine::kv_cache::{KvCache, KvHeads};
-    let (bs, width) = (16, 36);
     let heads = KvHeads {
         num_kv_heads: 3,
         head_dim: 12,
     };
+    let (bs, width) = (16, heads.width());
     let specials = [
         0.0,
         -0.0,

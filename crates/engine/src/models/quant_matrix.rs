@@ -476,13 +476,12 @@ impl QuantMatrix {
         kernel: CpuKernel,
         act: &mut QuantizedActivations,
     ) {
-        let Input { x, norm } = x;
         assert!(
             kernel.is_supported(),
             "this CPU cannot run the {kernel} kernel"
         );
         assert_eq!(
-            x.len(),
+            x.x.len(),
             m * self.cols,
             "QuantMatrix::matmul: x is not [m, k]"
         );
@@ -490,7 +489,7 @@ impl QuantMatrix {
             return;
         }
         let n = self.rows;
-        act.quantize(Input { x, norm }, m, self.cols, self.format, kernel);
+        act.quantize(x, m, self.cols, self.format, kernel);
         let act = &*act;
         let task_cols = self.task_cols(m, out.groups_per_step());
         let run = |t: usize| {
