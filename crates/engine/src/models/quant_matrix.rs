@@ -693,6 +693,8 @@ pub trait RowNorm: Sync {
 thread_local! {
     /// One normalized row on its way to quantization ([`Input::norm`]).
     static NORMED_ROW: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+    /// The half-block sums of the rows a task quantizes ([`quantize_row`]).
+    static HALF_SUMS: RefCell<Vec<[i32; 2]>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Activations quantized per row: `quants[m][k]`, per-block `scales[m][k / 32]`, and what
@@ -766,51 +768,56 @@ impl QuantizedActivations {
                     copies.range(at.clone()),
                 )
             };
-            match norm {
-                None => quantize_row(&x[at], q, d, kernel),
-                // Each row normalized into a buffer that stays in L1, then quantized.
-                Some(norm) => NORMED_ROW.with_borrow_mut(|row| {
-                    row.resize(k, 0.0);
-                    let rows = x[at].chunks_exact(k).zip(q.chunks_exact_mut(k));
-                    for ((src, q), d) in rows.zip(d.chunks_exact_mut(blocks)) {
-                        norm.norm_into(src, row);
-                        quantize_row(row, q, d, kernel);
+            // The formats with an offset or a minimum term need each block's sum of quants
+            // (Q6K per half), which the quantizer forms while the block is in registers.
+            let wants_sums = format != WeightFormat::Q8_0;
+            HALF_SUMS.with_borrow_mut(|halves| {
+                halves.resize(if wants_sums { b.len() } else { 0 }, [0; 2]);
+                match norm {
+                    None => quantize_row(&x[at], q, d, halves, kernel),
+                    // Each row normalized into a buffer that stays in L1, then quantized.
+                    Some(norm) => NORMED_ROW.with_borrow_mut(|row| {
+                        row.resize(k, 0.0);
+                        let rows = x[at].chunks_exact(k).zip(q.chunks_exact_mut(k));
+                        let mut h = halves.chunks_mut(blocks);
+                        for ((src, q), d) in rows.zip(d.chunks_exact_mut(blocks)) {
+                            norm.norm_into(src, row);
+                            quantize_row(row, q, d, h.next().unwrap_or_default(), kernel);
+                        }
+                    }),
+                }
+                match format {
+                    WeightFormat::Q4_0 | WeightFormat::Q4_1 => {}
+                    WeightFormat::Q8_0 if !biased => {}
+                    WeightFormat::Q8_0 => {
+                        for (c, &q) in c.iter_mut().zip(q.iter()) {
+                            *c = (q as u8 ^ 0x80) as i8;
+                        }
                     }
-                }),
-            }
-            match format {
-                WeightFormat::Q4_0 | WeightFormat::Q4_1 => {}
-                WeightFormat::Q8_0 if !biased => {}
-                WeightFormat::Q8_0 => {
-                    for (c, &q) in c.iter_mut().zip(q.iter()) {
-                        *c = (q as u8 ^ 0x80) as i8;
+                    _ => q
+                        .chunks_exact(k)
+                        .zip(c.chunks_exact_mut(k))
+                        .for_each(|(q, c)| arrange_chunks(q, c)),
+                }
+                if !offsets.is_empty() {
+                    // SAFETY: as above.
+                    let o = unsafe { offsets.range(b.clone()) };
+                    for (o, &[lo, hi]) in o.iter_mut().zip(halves.iter()) {
+                        *o = if format == WeightFormat::Q6K {
+                            [-32 * lo, -32 * hi]
+                        } else {
+                            [-8 * (lo + hi), 0]
+                        };
                     }
                 }
-                _ => q
-                    .chunks_exact(k)
-                    .zip(c.chunks_exact_mut(k))
-                    .for_each(|(q, c)| arrange_chunks(q, c)),
-            }
-            let blocks_of = q.chunks_exact(BLOCK);
-            if !offsets.is_empty() {
-                // SAFETY: as above.
-                let o = unsafe { offsets.range(b.clone()) };
-                for (o, block) in o.iter_mut().zip(blocks_of.clone()) {
-                    let (lo, hi) = block.split_at(BLOCK / 2);
-                    *o = if format == WeightFormat::Q6K {
-                        [-32 * sum_i8(lo), -32 * sum_i8(hi)]
-                    } else {
-                        [-8 * sum_i8(block), 0]
-                    };
+                if !sums.is_empty() {
+                    // SAFETY: as above.
+                    let o = unsafe { sums.range(b) };
+                    for ((o, &[lo, hi]), d) in o.iter_mut().zip(halves.iter()).zip(d.iter()) {
+                        *o = d * (lo + hi) as f32;
+                    }
                 }
-            }
-            if !sums.is_empty() {
-                // SAFETY: as above.
-                let o = unsafe { sums.range(b) };
-                for ((o, block), d) in o.iter_mut().zip(blocks_of).zip(d.iter()) {
-                    *o = d * sum_i8(block) as f32;
-                }
-            }
+            });
         };
         // Every per-row step runs on the pool when the batch is large enough to pay for it.
         if m * k >= MIN_PARALLEL_QUANTIZE {
@@ -872,11 +879,28 @@ fn sum_i8(v: &[i8]) -> i32 {
     lanes.iter().sum::<i32>() + tail
 }
 
-fn quantize_row(src: &[f32], dst: &mut [i8], scales: &mut [f32], kernel: CpuKernel) {
+/// Quantizes `src` block by block into `dst` and `scales`; when `halves` is not empty
+/// (one entry per block), also each block's sums of quants over its first and second
+/// sixteen.
+fn quantize_row(
+    src: &[f32],
+    dst: &mut [i8],
+    scales: &mut [f32],
+    halves: &mut [[i32; 2]],
+    kernel: CpuKernel,
+) {
+    assert!(halves.is_empty() || halves.len() == scales.len().min(src.len() / BLOCK));
     #[cfg(target_arch = "x86_64")]
     if kernel != CpuKernel::Portable {
-        // SAFETY: every SIMD path requires AVX2, checked by `matmul_with`.
-        unsafe { x86::quantize_row(src, dst, scales) };
+        // SAFETY: every SIMD path requires AVX2, checked by `matmul_with`; AVX-512 is
+        // `Avx512Vnni`'s.
+        unsafe {
+            if kernel == CpuKernel::Avx512Vnni {
+                x86::quantize_row_avx512(src, dst, scales, halves)
+            } else {
+                x86::quantize_row(src, dst, scales, halves)
+            }
+        };
         return;
     }
     for ((src, dst), d) in src
@@ -887,6 +911,10 @@ fn quantize_row(src: &[f32], dst: &mut [i8], scales: &mut [f32], kernel: CpuKern
         if let (Ok(src), Ok(dst)) = (src.try_into(), dst.try_into()) {
             *d = quantize_block(src, dst);
         }
+    }
+    for (h, q) in halves.iter_mut().zip(dst.chunks_exact(BLOCK)) {
+        let (lo, hi) = q.split_at(BLOCK / 2);
+        *h = [sum_i8(lo), sum_i8(hi)];
     }
 }
 
@@ -1408,17 +1436,112 @@ mod x86 {
     /// # Safety
     /// The CPU must support AVX2.
     #[target_feature(enable = "avx2")]
-    pub(super) unsafe fn quantize_row(src: &[f32], dst: &mut [i8], scales: &mut [f32]) {
-        for ((s, d), sc) in src
+    pub(super) unsafe fn quantize_row(
+        src: &[f32],
+        dst: &mut [i8],
+        scales: &mut [f32],
+        halves: &mut [[i32; 2]],
+    ) {
+        let blocks = src
             .chunks_exact(BLOCK)
             .zip(dst.chunks_exact_mut(BLOCK))
-            .zip(scales)
-        {
+            .zip(scales);
+        for (b, ((s, d), sc)) in blocks.enumerate() {
             if let (Ok(s), Ok(d)) = (s.try_into(), d.try_into()) {
                 // SAFETY: the CPU has AVX2 (this function's contract).
-                *sc = unsafe { quantize_block(s, d) };
+                let (scale, bytes) = unsafe { quantize_block(s, d) };
+                *sc = scale;
+                if let Some(h) = halves.get_mut(b) {
+                    *h = half_sums(bytes);
+                }
             }
         }
+    }
+
+    /// [`quantize_row`] on 512-bit registers: a block is two of them.
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512 F/BW/VL (and AVX2).
+    #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
+    pub(super) unsafe fn quantize_row_avx512(
+        src: &[f32],
+        dst: &mut [i8],
+        scales: &mut [f32],
+        halves: &mut [[i32; 2]],
+    ) {
+        let blocks = src
+            .chunks_exact(BLOCK)
+            .zip(dst.chunks_exact_mut(BLOCK))
+            .zip(scales);
+        for (b, ((s, d), sc)) in blocks.enumerate() {
+            if let (Ok(s), Ok(d)) = (s.try_into(), d.try_into()) {
+                // SAFETY: the CPU has the features (this function's contract).
+                let (scale, bytes) = unsafe { quantize_block_avx512(s, d) };
+                *sc = scale;
+                if let Some(h) = halves.get_mut(b) {
+                    *h = half_sums(bytes);
+                }
+            }
+        }
+    }
+
+    /// A block's 32 quants in order: the sums of the first and the last sixteen. `psadbw`
+    /// sums unsigned bytes, so each quant is biased by 128 first and the bias taken back.
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn half_sums(bytes: __m256i) -> [i32; 2] {
+        let u = _mm256_xor_si256(bytes, _mm256_set1_epi8(i8::MIN));
+        // Four sums of eight bytes each, in 64-bit lanes.
+        let s = _mm256_sad_epu8(u, _mm256_setzero_si256());
+        let pair = |x: __m128i| _mm_cvtsi128_si32(_mm_add_epi64(x, _mm_unpackhi_epi64(x, x)));
+        let bias = 16 * 128;
+        [
+            pair(_mm256_castsi256_si128(s)) - bias,
+            pair(_mm256_extracti128_si256::<1>(s)) - bias,
+        ]
+    }
+
+    /// [`quantize_block`] on two 512-bit registers, bit for bit; also returns the quants.
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512 F/BW/VL (and AVX2).
+    #[inline]
+    #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
+    unsafe fn quantize_block_avx512(src: &[f32; BLOCK], dst: &mut [i8; BLOCK]) -> (f32, __m256i) {
+        let p = src.as_ptr();
+        // SAFETY: `src` holds 32 f32s, two unaligned 16-wide loads.
+        let v = unsafe { [_mm512_loadu_ps(p), _mm512_loadu_ps(p.add(16))] };
+        let amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v[0]), _mm512_abs_ps(v[1])));
+        let (d, id) = scale_and_inverse(amax);
+        let id = _mm512_set1_ps(id);
+        let bytes = _mm256_inserti128_si256::<1>(
+            _mm256_castsi128_si256(_mm512_cvtsepi32_epi8(to_i32_avx512(v[0], id))),
+            _mm512_cvtsepi32_epi8(to_i32_avx512(v[1], id)),
+        );
+        // SAFETY: `dst` is 32 bytes; storeu has no alignment requirement.
+        unsafe { _mm256_storeu_si256(dst.as_mut_ptr() as *mut __m256i, bytes) };
+        (d, bytes)
+    }
+
+    /// [`to_i32`] on sixteen lanes, step for step: truncate, step away from zero where the
+    /// dropped fraction is ≥ 0.5, clamp, convert.
+    #[inline]
+    #[target_feature(enable = "avx2,avx512f")]
+    fn to_i32_avx512(v: __m512, id: __m512) -> __m512i {
+        let y = _mm512_mul_ps(v, id);
+        let t = _mm512_roundscale_ps::<{ _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC }>(y);
+        let away = _mm512_cmp_ps_mask::<_CMP_GE_OQ>(
+            _mm512_abs_ps(_mm512_sub_ps(y, t)),
+            _mm512_set1_ps(0.5),
+        );
+        let sign = _mm512_and_si512(_mm512_castps_si512(y), _mm512_set1_epi32(i32::MIN));
+        let unit = _mm512_or_si512(sign, _mm512_castps_si512(_mm512_set1_ps(1.0)));
+        let r = _mm512_mask_add_ps(t, away, t, _mm512_castsi512_ps(unit));
+        let r = _mm512_min_ps(
+            _mm512_max_ps(r, _mm512_set1_ps(-127.0)),
+            _mm512_set1_ps(127.0),
+        );
+        _mm512_cvttps_epi32(r)
     }
 
     /// Vectorized [`super::quantize_block`], bit for bit: `f32::round` is a libm call on
@@ -1428,7 +1551,7 @@ mod x86 {
     /// The CPU must support AVX2.
     #[inline]
     #[target_feature(enable = "avx2")]
-    unsafe fn quantize_block(src: &[f32; BLOCK], dst: &mut [i8; BLOCK]) -> f32 {
+    unsafe fn quantize_block(src: &[f32; BLOCK], dst: &mut [i8; BLOCK]) -> (f32, __m256i) {
         let p = src.as_ptr();
         // SAFETY: `src` holds 32 f32s, four unaligned 8-wide loads.
         let v = unsafe {
@@ -1462,7 +1585,7 @@ mod x86 {
         let ordered = _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
         // SAFETY: `dst` is 32 bytes; storeu has no alignment requirement.
         unsafe { _mm256_storeu_si256(dst.as_mut_ptr() as *mut __m256i, ordered) };
-        d
+        (d, ordered)
     }
 
     #[inline]
@@ -2621,10 +2744,15 @@ mod tests {
         let blocks = x.len() / BLOCK;
         let quantize = |kernel| {
             let (mut q, mut d) = (vec![0i8; x.len()], vec![0f32; blocks]);
-            quantize_row(&x, &mut q, &mut d, kernel);
-            (q, d.iter().map(|v| v.to_bits()).collect::<Vec<_>>())
+            let mut halves = vec![[0i32; 2]; blocks];
+            quantize_row(&x, &mut q, &mut d, &mut halves, kernel);
+            (q, d.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), halves)
         };
         let want = quantize(CpuKernel::Portable);
+        for (h, q) in want.2.iter().zip(want.0.chunks_exact(BLOCK)) {
+            let sum = |q: &[i8]| q.iter().map(|&v| v as i32).sum::<i32>();
+            assert_eq!(*h, [sum(&q[..16]), sum(&q[16..])]);
+        }
         for kernel in CpuKernel::supported() {
             assert_eq!(quantize(kernel), want, "{kernel}");
         }
