@@ -87,8 +87,11 @@ fn int8_peak(threads: usize) -> f64 {
     (threads * ITERS * 8 * 32 * 2) as f64 / t.elapsed().as_secs_f64() / 1e9
 }
 
-/// Independent accumulator chains of the VNNI peak: enough to cover the latency.
-const CH: usize = 16;
+/// Independent accumulator chains of the VNNI peak: enough to cover the latency, with the
+/// two operands shared so every chain stays in registers. (Sixteen chains, each with its
+/// own operand, needed 33 registers and `black_box` a reload each round: 624 GOP/s a thread
+/// where `vpdpbusd` zmm runs ~1,000 on Zen 5, docs/performance.md, eighteenth session.)
+const CH: usize = 12;
 
 /// [`int8_peak`] for `vpdpbusd` on `bytes`-wide registers (32: ymm, 64: zmm).
 #[cfg(target_arch = "x86_64")]
@@ -116,17 +119,13 @@ fn vnni_peak(threads: usize, bytes: usize) -> f64 {
 #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl,avx512vnni")]
 unsafe fn vnni_chains_ymm(iters: usize) -> i32 {
     use std::arch::x86_64::*;
-    let a = _mm256_set1_epi8(3);
-    let mut b = [_mm256_set1_epi8(1); CH];
-    let mut acc = [_mm256_setzero_si256(); CH];
-    for (i, v) in b.iter_mut().enumerate() {
-        *v = _mm256_set1_epi8(i as i8 - 4);
-    }
+    let (a, b) = (_mm256_set1_epi8(3), _mm256_set1_epi8(-4));
+    // Distinct starting sums, so no two chains are the same computation to merge.
+    let mut acc: [__m256i; CH] = std::array::from_fn(|i| _mm256_set1_epi32(i as i32));
     for _ in 0..iters {
-        for j in 0..CH {
-            acc[j] = _mm256_dpbusd_epi32(acc[j], a, b[j]);
+        for x in acc.iter_mut() {
+            *x = _mm256_dpbusd_epi32(*x, a, b);
         }
-        b[0] = std::hint::black_box(b[0]);
     }
     let total = acc
         .iter()
@@ -138,17 +137,13 @@ unsafe fn vnni_chains_ymm(iters: usize) -> i32 {
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 unsafe fn vnni_chains_zmm(iters: usize) -> i32 {
     use std::arch::x86_64::*;
-    let a = _mm512_set1_epi8(3);
-    let mut b = [_mm512_set1_epi8(1); CH];
-    let mut acc = [_mm512_setzero_si512(); CH];
-    for (i, v) in b.iter_mut().enumerate() {
-        *v = _mm512_set1_epi8(i as i8 - 4);
-    }
+    let (a, b) = (_mm512_set1_epi8(3), _mm512_set1_epi8(-4));
+    // Distinct starting sums, so no two chains are the same computation to merge.
+    let mut acc: [__m512i; CH] = std::array::from_fn(|i| _mm512_set1_epi32(i as i32));
     for _ in 0..iters {
-        for j in 0..CH {
-            acc[j] = _mm512_dpbusd_epi32(acc[j], a, b[j]);
+        for x in acc.iter_mut() {
+            *x = _mm512_dpbusd_epi32(*x, a, b);
         }
-        b[0] = std::hint::black_box(b[0]);
     }
     let total = acc
         .iter()
@@ -160,19 +155,15 @@ unsafe fn vnni_chains_zmm(iters: usize) -> i32 {
 #[target_feature(enable = "avx2")]
 unsafe fn int8_chains(iters: usize) -> i32 {
     use std::arch::x86_64::*;
-    let ones = _mm256_set1_epi16(1);
-    let a = _mm256_set1_epi8(3);
-    let mut b = [_mm256_set1_epi8(1); 8];
-    let mut acc = [_mm256_setzero_si256(); 8];
-    for (i, v) in b.iter_mut().enumerate() {
-        *v = _mm256_set1_epi8(i as i8 - 4);
-    }
+    let (ones, a) = (_mm256_set1_epi16(1), _mm256_set1_epi8(3));
+    // Each chain multiplies its own running sum's bytes, so no product is the same in two
+    // chains or two rounds (nothing to hoist or merge), and 16 registers hold them all.
+    let mut acc: [__m256i; 8] = std::array::from_fn(|i| _mm256_set1_epi32(i as i32));
     for _ in 0..iters {
-        for j in 0..8 {
-            let d = _mm256_madd_epi16(_mm256_maddubs_epi16(a, b[j]), ones);
-            acc[j] = _mm256_add_epi32(acc[j], d);
+        for x in acc.iter_mut() {
+            let d = _mm256_madd_epi16(_mm256_maddubs_epi16(a, *x), ones);
+            *x = _mm256_add_epi32(*x, d);
         }
-        b[0] = std::hint::black_box(b[0]);
     }
     let mut lanes = [0i32; 8];
     let total = acc
