@@ -531,6 +531,7 @@ impl QuantMatrix {
     }
 
     /// The blocks of weight group `g`.
+    #[inline]
     fn group(&self, g: usize) -> Group<'_> {
         if self.format.is_k_quant() {
             return self.group_k(g);
@@ -2282,6 +2283,7 @@ mod x86 {
 
         /// [`check_group`] for both groups of a pair tile, and (in debug builds) that `b`
         /// lies right after `a`, as [`prefetch_pair`] assumes.
+        #[inline(always)]
         fn check_pair(a: &Group, b: &Group, blocks: usize, format: WeightFormat) {
             check_group(a, blocks, format);
             check_group(b, blocks, format);
