@@ -337,6 +337,31 @@ impl Isa {
         }
     }
 
+    /// How many query heads [`fold_batch_f32`](Self::fold_batch_f32) takes at head dim `d`,
+    /// where it runs at all.
+    #[cfg(target_arch = "x86_64")]
+    fn batch_heads(self, d: usize) -> Option<usize> {
+        (self == Isa::Avx512 && zmm::covers(d)).then_some(zmm::BATCH)
+    }
+
+    /// [`fold_f32`](Self::fold_f32) over heads that all see the whole chunk, phase by phase.
+    ///
+    /// # Safety
+    /// As [`fold_f32`](Self::fold_f32), and `batch_heads(d)` is `Some`.
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    unsafe fn fold_batch_f32(
+        self,
+        q: &[f32],
+        chunk: &avx2::F32Chunk,
+        d: usize,
+        heads: avx2::HeadStates,
+    ) {
+        assert!(self.batch_heads(d).is_some());
+        // SAFETY: the caller's contract; the assert above.
+        unsafe { zmm::fold_batch_f32(q, chunk, d, heads) }
+    }
+
     /// [`fold_f32`](Self::fold_f32) from an f16 cache's chunk in place.
     ///
     /// # Safety
@@ -634,10 +659,15 @@ impl<R: Rows> Span<'_, R> {
                 if R::AVX2 && d.is_multiple_of(32) {
                     // Rows that all see the whole chunk fold as one run of heads (their
                     // states and queries lie side by side), so a key vector serves more
-                    // heads and their softmax steps overlap.
+                    // heads and their softmax steps overlap: on 512-bit registers as many
+                    // rows as a batch holds, phase by phase, otherwise a register's worth.
+                    let most = match self.isa.batch_heads(d) {
+                        Some(heads) => heads.max(g),
+                        None => FOLD_HEADS,
+                    };
                     let mut n = 1;
                     while valid == CHUNK
-                        && (n + 1) * g <= FOLD_HEADS
+                        && (n + 1) * g <= most
                         && self
                             .positions
                             .get(r + n)
@@ -657,7 +687,14 @@ impl<R: Rows> Span<'_, R> {
                     let q = &queries[r * g * d..(r + n) * g * d];
                     // SAFETY: `AVX2` rows are only built when the CPU has AVX2, FMA and F16C;
                     // `isa` is the build's, so `Avx512` only where the CPU has AVX-512.
-                    unsafe { self.isa.fold_f32(q, &chunk, d, valid, heads) };
+                    unsafe {
+                        let batch = self.isa.batch_heads(d).unwrap_or(0);
+                        if valid == CHUNK && n * g > FOLD_HEADS && n * g <= batch {
+                            self.isa.fold_batch_f32(q, &chunk, d, heads)
+                        } else {
+                            self.isa.fold_f32(q, &chunk, d, valid, heads)
+                        }
+                    };
                     r += n;
                     continue;
                 }
@@ -1426,67 +1463,191 @@ mod zmm {
         #[allow(clippy::needless_range_loop)]
         unsafe fn fold<const G: usize, const F16: bool>(self, c: Source, d: usize, valid: usize) {
             assert!(self.q.len() == G * d && self.acc.len() == G * d && self.max.len() == G);
-            // Sixteen elements at `at` of the key rows or value rows, widened.
-            let load = |p16: *const u16, p32: *const f32, at: usize| {
-                // SAFETY: the caller bounds every `at` this fold forms.
-                unsafe {
-                    if F16 {
-                        _mm512_cvtph_ps(_mm256_loadu_si256(p16.add(at) as *const __m256i))
-                    } else {
-                        _mm512_loadu_ps(p32.add(at))
-                    }
-                }
-            };
             // SAFETY: the caller bounds `c`'s reads; the assert above bounds `q` and `acc`.
             unsafe {
-                // Scores of the chunk's sixteen positions: per head four partial sums over
-                // the head dim (dims ≡ u mod 4), as `chunk_scores`.
-                let q = self.q.as_ptr();
-                let mut part = [[_mm512_setzero_ps(); 4]; G];
-                for quad in 0..d / 4 {
-                    for u in 0..4 {
-                        let e = 4 * quad + u;
-                        prefetch_ahead(&c, e, d);
-                        let k = load(c.keys16, c.keys32, e * c.key_stride);
-                        for (h, p) in part.iter_mut().enumerate() {
-                            let qe = _mm512_set1_ps(*q.add(h * d + e));
-                            p[u] = _mm512_fmadd_ps(qe, k, p[u]);
-                        }
-                    }
-                }
+                let s = scores::<G, F16>(self.q.as_ptr(), &c, d);
                 let mut alpha = [0.0f32; G];
                 let mut w = [[0.0f32; CHUNK]; G];
                 for h in 0..G {
-                    let p = &part[h];
-                    let s = _mm512_add_ps(_mm512_add_ps(p[0], p[1]), _mm512_add_ps(p[2], p[3]));
-                    (alpha[h], w[h]) = softmax_step(s, valid, &mut self.max[h], &mut self.sum[h]);
+                    (alpha[h], w[h]) =
+                        softmax_step(s[h], valid, &mut self.max[h], &mut self.sum[h]);
                 }
-                // acc = acc · alpha + Σ_j p_j v_j per head, j in order, 64 lanes at a time.
-                let acc = self.acc.as_mut_ptr();
-                for base in (0..d).step_by(64) {
-                    let mut a: [[__m512; 4]; G] = std::array::from_fn(|h| {
-                        let al = _mm512_set1_ps(alpha[h]);
-                        std::array::from_fn(|i| {
-                            _mm512_mul_ps(_mm512_loadu_ps(acc.add(h * d + base + 16 * i)), al)
-                        })
-                    });
-                    for j in 0..valid {
-                        let row = j * c.value_stride + base;
-                        let wb: [__m512; G] = std::array::from_fn(|h| _mm512_set1_ps(w[h][j]));
-                        for i in 0..4 {
-                            let v = load(c.values16, c.values32, row + 16 * i);
-                            for h in 0..G {
-                                a[h][i] = _mm512_fmadd_ps(wb[h], v, a[h][i]);
-                            }
-                        }
-                    }
-                    for (h, ah) in a.iter().enumerate() {
-                        for (i, x) in ah.iter().enumerate() {
-                            _mm512_storeu_ps(acc.add(h * d + base + 16 * i), *x);
-                        }
+                accumulate::<G, F16>(self.acc.as_mut_ptr(), &c, d, valid, (&alpha, &w));
+            }
+        }
+    }
+
+    /// Sixteen elements at `at` of the key rows or value rows, widened.
+    ///
+    /// # Safety
+    /// The caller bounds `at` within the chunk `c` names.
+    #[inline(always)]
+    unsafe fn load<const F16: bool>(p16: *const u16, p32: *const f32, at: usize) -> __m512 {
+        // SAFETY: the caller's contract.
+        unsafe {
+            if F16 {
+                _mm512_cvtph_ps(_mm256_loadu_si256(p16.add(at) as *const __m256i))
+            } else {
+                _mm512_loadu_ps(p32.add(at))
+            }
+        }
+    }
+
+    /// Scores of the chunk's sixteen positions for the `G` query heads at `q` (`[G, d]`):
+    /// per head four partial sums over the head dim (dims ≡ u mod 4), as `chunk_scores`.
+    ///
+    /// # Safety
+    /// `q` holds `G · d` floats; `c` bounds `d` key rows of `CHUNK`.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx2,fma,f16c")]
+    unsafe fn scores<const G: usize, const F16: bool>(
+        q: *const f32,
+        c: &Source,
+        d: usize,
+    ) -> [__m512; G] {
+        // SAFETY: the caller's contract bounds every read.
+        unsafe {
+            let mut part = [[_mm512_setzero_ps(); 4]; G];
+            for quad in 0..d / 4 {
+                for u in 0..4 {
+                    let e = 4 * quad + u;
+                    prefetch_ahead(c, e, d);
+                    let k = load::<F16>(c.keys16, c.keys32, e * c.key_stride);
+                    for (h, p) in part.iter_mut().enumerate() {
+                        let qe = _mm512_set1_ps(*q.add(h * d + e));
+                        p[u] = _mm512_fmadd_ps(qe, k, p[u]);
                     }
                 }
             }
+            std::array::from_fn(|h| {
+                let p = &part[h];
+                _mm512_add_ps(_mm512_add_ps(p[0], p[1]), _mm512_add_ps(p[2], p[3]))
+            })
+        }
+    }
+
+    /// `acc = acc · alpha + Σ_j w_j v_j` for the `G` heads' accumulators at `acc` (`[G, d]`),
+    /// positions `j` in order, 64 lanes at a time.
+    ///
+    /// # Safety
+    /// `acc` holds `G · d` floats; `c` bounds `valid` value rows of `d`.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx2,fma,f16c")]
+    // One index walks several register arrays at once (heads, lanes).
+    #[allow(clippy::needless_range_loop)]
+    unsafe fn accumulate<const G: usize, const F16: bool>(
+        acc: *mut f32,
+        c: &Source,
+        d: usize,
+        valid: usize,
+        (alpha, w): (&[f32; G], &[[f32; CHUNK]; G]),
+    ) {
+        // SAFETY: the caller's contract bounds every read and write.
+        unsafe {
+            for base in (0..d).step_by(64) {
+                let mut a: [[__m512; 4]; G] = std::array::from_fn(|h| {
+                    let al = _mm512_set1_ps(alpha[h]);
+                    std::array::from_fn(|i| {
+                        _mm512_mul_ps(_mm512_loadu_ps(acc.add(h * d + base + 16 * i)), al)
+                    })
+                });
+                for j in 0..valid {
+                    let row = j * c.value_stride + base;
+                    let wb: [__m512; G] = std::array::from_fn(|h| _mm512_set1_ps(w[h][j]));
+                    for i in 0..4 {
+                        let v = load::<F16>(c.values16, c.values32, row + 16 * i);
+                        for h in 0..G {
+                            a[h][i] = _mm512_fmadd_ps(wb[h], v, a[h][i]);
+                        }
+                    }
+                }
+                for (h, ah) in a.iter().enumerate() {
+                    for (i, x) in ah.iter().enumerate() {
+                        _mm512_storeu_ps(acc.add(h * d + base + 16 * i), *x);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Most query heads [`fold_batch_f32`] takes at once (a 16-row prefill tile of two-head
+    /// groups).
+    pub(super) const BATCH: usize = 32;
+
+    /// [`fold_heads_f32`] for a chunk every one of the (up to [`BATCH`]) heads sees whole,
+    /// phase by phase: every head's scores, then every head's softmax step, then every
+    /// head's values. Each head performs the same operations in the same order as in
+    /// [`fold_heads_f32`], so the same bits; but the softmax steps, chains of dependent
+    /// reductions and `exp2`, no longer sit between a run of heads' multiply-adds and the
+    /// next's, where each run waited for its own.
+    ///
+    /// # Safety
+    /// As [`fold_heads_f32`].
+    #[inline]
+    #[target_feature(enable = "avx512f,avx2,fma,f16c")]
+    pub(super) unsafe fn fold_batch_f32(
+        queries: &[f32],
+        chunk: &F32Chunk,
+        d: usize,
+        state: HeadStates,
+    ) {
+        assert!(covers(d));
+        let n = queries.len() / d;
+        assert!(queries.len() == n * d && n <= BATCH);
+        assert!(state.max.len() == n && state.sum.len() == n && state.acc.len() == n * d);
+        let c = Source::f32(chunk, d, CHUNK);
+        let (q, acc) = (queries.as_ptr(), state.acc.as_mut_ptr());
+        // The runs of heads `fold_heads` takes (four fill the registers).
+        let take = |h: usize| if n - h == 5 { 3 } else { (n - h).min(4) };
+        let mut s = [_mm512_setzero_ps(); BATCH];
+        let mut h = 0;
+        while h < n {
+            let t = take(h);
+            // SAFETY: `Source::f32` bounds the chunk; the asserts bound `q` for `n` heads,
+            // and this run reads its own `t`.
+            unsafe {
+                let q = q.add(h * d);
+                match t {
+                    1 => s[h..h + 1].copy_from_slice(&scores::<1, false>(q, &c, d)),
+                    2 => s[h..h + 2].copy_from_slice(&scores::<2, false>(q, &c, d)),
+                    3 => s[h..h + 3].copy_from_slice(&scores::<3, false>(q, &c, d)),
+                    _ => s[h..h + 4].copy_from_slice(&scores::<4, false>(q, &c, d)),
+                }
+            }
+            h += t;
+        }
+        let mut alpha = [0.0f32; BATCH];
+        let mut w = [[0.0f32; CHUNK]; BATCH];
+        for h in 0..n {
+            (alpha[h], w[h]) = softmax_step(s[h], CHUNK, &mut state.max[h], &mut state.sum[h]);
+        }
+        let mut h = 0;
+        while h < n {
+            let t = take(h);
+            macro_rules! run {
+                ($g:literal) => {
+                    // SAFETY: as above, for `acc`.
+                    unsafe {
+                        accumulate::<$g, false>(
+                            acc.add(h * d),
+                            &c,
+                            d,
+                            CHUNK,
+                            (
+                                alpha[h..h + $g].try_into().expect("a run's alphas"),
+                                w[h..h + $g].try_into().expect("a run's weights"),
+                            ),
+                        )
+                    }
+                };
+            }
+            match t {
+                1 => run!(1),
+                2 => run!(2),
+                3 => run!(3),
+                _ => run!(4),
+            }
+            h += t;
         }
     }
 
