@@ -1498,8 +1498,9 @@ mod zmm {
     ///
     /// # Safety
     /// `q` holds `G · d` floats; `c` bounds `d` key rows of `CHUNK`.
-    #[inline]
-    #[target_feature(enable = "avx512f,avx2,fma,f16c")]
+    /// Inlined into the caller's target features (out of line, each call returned its
+    /// registers through memory).
+    #[inline(always)]
     unsafe fn scores<const G: usize, const F16: bool>(
         q: *const f32,
         c: &Source,
@@ -1531,8 +1532,8 @@ mod zmm {
     ///
     /// # Safety
     /// `acc` holds `G · d` floats; `c` bounds `valid` value rows of `d`.
-    #[inline]
-    #[target_feature(enable = "avx512f,avx2,fma,f16c")]
+    /// Inlined into the caller's target features, as [`scores`].
+    #[inline(always)]
     // One index walks several register arrays at once (heads, lanes).
     #[allow(clippy::needless_range_loop)]
     unsafe fn accumulate<const G: usize, const F16: bool>(
