@@ -1443,20 +1443,10 @@ mod x86 {
         scales: &mut [f32],
         halves: &mut [[i32; 2]],
     ) {
-        let blocks = src
-            .chunks_exact(BLOCK)
-            .zip(dst.chunks_exact_mut(BLOCK))
-            .zip(scales);
-        for (b, ((s, d), sc)) in blocks.enumerate() {
-            if let (Ok(s), Ok(d)) = (s.try_into(), d.try_into()) {
-                // SAFETY: the CPU has AVX2 (this function's contract).
-                let (scale, bytes) = unsafe { quantize_block(s, d) };
-                *sc = scale;
-                if let Some(h) = halves.get_mut(b) {
-                    *h = half_sums(bytes);
-                }
-            }
-        }
+        // SAFETY: the CPU has AVX2 (this function's contract).
+        quantize_blocks(src, dst, scales, halves, |s, d| unsafe {
+            quantize_block(s, d)
+        })
     }
 
     /// [`quantize_row`] on 512-bit registers: a block is two of them.
@@ -1470,17 +1460,36 @@ mod x86 {
         scales: &mut [f32],
         halves: &mut [[i32; 2]],
     ) {
+        // SAFETY: the CPU has the features (this function's contract).
+        quantize_blocks(src, dst, scales, halves, |s, d| unsafe {
+            quantize_block_avx512(s, d)
+        })
+    }
+
+    /// The block loop of both row quantizers, `block` quantizing one block and returning
+    /// its scale and quants; inlined into each caller's target features.
+    ///
+    /// # Safety
+    /// The CPU must support AVX2.
+    #[inline(always)]
+    unsafe fn quantize_blocks(
+        src: &[f32],
+        dst: &mut [i8],
+        scales: &mut [f32],
+        halves: &mut [[i32; 2]],
+        block: impl Fn(&[f32; BLOCK], &mut [i8; BLOCK]) -> (f32, __m256i),
+    ) {
         let blocks = src
             .chunks_exact(BLOCK)
             .zip(dst.chunks_exact_mut(BLOCK))
             .zip(scales);
         for (b, ((s, d), sc)) in blocks.enumerate() {
             if let (Ok(s), Ok(d)) = (s.try_into(), d.try_into()) {
-                // SAFETY: the CPU has the features (this function's contract).
-                let (scale, bytes) = unsafe { quantize_block_avx512(s, d) };
+                let (scale, bytes) = block(s, d);
                 *sc = scale;
                 if let Some(h) = halves.get_mut(b) {
-                    *h = half_sums(bytes);
+                    // SAFETY: the CPU has AVX2 (this function's contract).
+                    *h = unsafe { half_sums(bytes) };
                 }
             }
         }
