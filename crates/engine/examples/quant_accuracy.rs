@@ -7,7 +7,7 @@
 use tokenmill_engine::block_manager::BlockManager;
 use tokenmill_engine::checkpoint;
 use tokenmill_engine::forward_batch::ForwardBatch;
-use tokenmill_engine::kv_cache::{KvCache, KvCacheDtype, KvHeads};
+use tokenmill_engine::kv_cache::{KvCache, KvCacheDtype};
 use tokenmill_engine::models::{Llama, WeightMode};
 
 const BLOCK_SIZE: usize = 16;
@@ -21,10 +21,7 @@ fn all_logits(model: &Llama, prompt: &[u32]) -> Vec<f32> {
         c.num_layers,
         blocks,
         BLOCK_SIZE,
-        KvHeads {
-            num_kv_heads: c.num_kv_heads,
-            head_dim: c.head_dim,
-        },
+        c.kv_heads(),
         KvCacheDtype::F32,
     );
     // Block ids are only minted by a block manager.

@@ -1,5 +1,6 @@
 //! The shape of a decoder-only model, read from a checkpoint's metadata.
 
+use crate::kv_cache::KvHeads;
 use serde::Deserialize;
 
 /// The model families whose forward pass we implement.
@@ -119,6 +120,14 @@ pub struct ModelConfig {
 }
 
 impl ModelConfig {
+    /// The KV heads each token stores in the cache.
+    pub fn kv_heads(&self) -> KvHeads {
+        KvHeads {
+            num_kv_heads: self.num_kv_heads,
+            head_dim: self.head_dim,
+        }
+    }
+
     pub fn has_qk_norm(&self) -> bool {
         matches!(
             self.architecture,

@@ -3,7 +3,7 @@
 
 use crate::error::Result;
 use crate::forward_batch::ForwardBatch;
-use crate::kv_cache::{KvCache, KvCacheDtype, KvHeads};
+use crate::kv_cache::{KvCache, KvCacheDtype};
 use crate::models::Llama;
 
 pub struct ModelRunner {
@@ -28,16 +28,7 @@ impl Logits {
 impl ModelRunner {
     pub fn new(model: Llama, num_blocks: usize, block_size: usize, kv_dtype: KvCacheDtype) -> Self {
         let c = model.config();
-        let kv_cache = KvCache::new(
-            c.num_layers,
-            num_blocks,
-            block_size,
-            KvHeads {
-                num_kv_heads: c.num_kv_heads,
-                head_dim: c.head_dim,
-            },
-            kv_dtype,
-        );
+        let kv_cache = KvCache::new(c.num_layers, num_blocks, block_size, c.kv_heads(), kv_dtype);
         let logits = Logits {
             data: Vec::new(),
             vocab: model.config().vocab_size,

@@ -8,7 +8,7 @@ use common::tiny_llama::{self, GgufSpec};
 use std::path::Path;
 use tokenmill_engine::checkpoint::{self, Checkpoint};
 use tokenmill_engine::forward_batch::ForwardBatch;
-use tokenmill_engine::kv_cache::{KvCache, KvCacheDtype, KvHeads};
+use tokenmill_engine::kv_cache::{KvCache, KvCacheDtype};
 use tokenmill_engine::models::{Llama, WeightMode};
 use tokenmill_engine::{Engine, EngineConfig};
 
@@ -16,16 +16,7 @@ fn logits_of(path: &Path, prompt: &[u32]) -> Vec<f32> {
     let mut ckpt = checkpoint::open(path).unwrap();
     let model = Llama::load(ckpt.as_mut(), WeightMode::F32, 128).unwrap();
     let c = model.config().clone();
-    let mut kv = KvCache::new(
-        c.num_layers,
-        8,
-        16,
-        KvHeads {
-            num_kv_heads: c.num_kv_heads,
-            head_dim: c.head_dim,
-        },
-        KvCacheDtype::F32,
-    );
+    let mut kv = KvCache::new(c.num_layers, 8, 16, c.kv_heads(), KvCacheDtype::F32);
     // Block ids are only minted by a block manager.
     let table = tokenmill_engine::block_manager::BlockManager::new(8, 16, false)
         .allocate(8)

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use tokenmill_engine::block_manager::BlockManager;
 use tokenmill_engine::checkpoint::GgufCheckpoint;
 use tokenmill_engine::forward_batch::ForwardBatch;
-use tokenmill_engine::kv_cache::{KvCache, KvCacheDtype, KvHeads};
+use tokenmill_engine::kv_cache::{KvCache, KvCacheDtype};
 use tokenmill_engine::models::{Llama, WeightMode};
 
 struct Counting;
@@ -52,10 +52,7 @@ fn a_steady_state_forward_pass_allocates_nothing() {
         c.num_layers,
         blocks,
         block_size,
-        KvHeads {
-            num_kv_heads: c.num_kv_heads,
-            head_dim: c.head_dim,
-        },
+        c.kv_heads(),
         KvCacheDtype::F16,
     );
     let mut manager = BlockManager::new(blocks, block_size, false);

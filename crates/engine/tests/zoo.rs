@@ -17,7 +17,7 @@ use std::path::PathBuf;
 use tokenmill_engine::block_manager::{BlockId, BlockManager};
 use tokenmill_engine::checkpoint;
 use tokenmill_engine::forward_batch::ForwardBatch;
-use tokenmill_engine::kv_cache::{KvCache, KvCacheDtype, KvHeads};
+use tokenmill_engine::kv_cache::{KvCache, KvCacheDtype};
 use tokenmill_engine::models::{Llama, WeightMode};
 use tokenmill_engine::{Engine, EngineConfig, Request, SamplingParams};
 
@@ -112,10 +112,7 @@ fn kv_cache(model: &Llama, blocks: usize) -> KvCache {
         c.num_layers,
         blocks,
         BLOCK_SIZE,
-        KvHeads {
-            num_kv_heads: c.num_kv_heads,
-            head_dim: c.head_dim,
-        },
+        c.kv_heads(),
         KvCacheDtype::F32,
     )
 }

@@ -11,7 +11,7 @@ pub use reference::{golden, golden_case, model_path, Golden, GoldenCase};
 use tokenmill_engine::block_manager::BlockManager;
 use tokenmill_engine::checkpoint::GgufCheckpoint;
 use tokenmill_engine::forward_batch::ForwardBatch;
-use tokenmill_engine::kv_cache::{KvCache, KvCacheDtype, KvHeads};
+use tokenmill_engine::kv_cache::{KvCache, KvCacheDtype};
 use tokenmill_engine::models::{Llama, WeightMode};
 use tokenmill_engine::{Engine, EngineConfig};
 
@@ -37,10 +37,7 @@ pub fn prompt_logits(model: &Llama, prompt: &[u32], kv_dtype: KvCacheDtype) -> V
         c.num_layers,
         blocks,
         BLOCK_SIZE,
-        KvHeads {
-            num_kv_heads: c.num_kv_heads,
-            head_dim: c.head_dim,
-        },
+        c.kv_heads(),
         kv_dtype.resolve(),
     );
     // Block ids are only minted by a block manager.
