@@ -754,8 +754,8 @@ impl QuantizedActivations {
         let (quants, scales) = (Shards::new(&mut self.quants), Shards::new(&mut self.scales));
         let copies = Shards::new(&mut self.copy);
         let (offsets, sums) = (Shards::new(&mut self.offsets), Shards::new(&mut self.sums));
-        // Each row whole, its block offsets or sums right after its quants while they are
-        // in L1 (a second pass over every block read them back from further out).
+        // Each row whole, its block offsets or sums from the half sums the quantizer took
+        // while each block was in registers.
         let rows = |rows: Range<usize>| {
             let (at, b) = (
                 rows.start * k..rows.end * k,
@@ -769,9 +769,9 @@ impl QuantizedActivations {
                     copies.range(at.clone()),
                 )
             };
-            // The formats with an offset or a minimum term need each block's sum of quants
-            // (Q6K per half), which the quantizer forms while the block is in registers.
-            let wants_sums = format != WeightFormat::Q8_0;
+            // The formats with an offset or a minimum term (those buffers sized above) need
+            // each block's sum of quants (Q6K per half).
+            let wants_sums = !offsets.is_empty() || !sums.is_empty();
             HALF_SUMS.with_borrow_mut(|halves| {
                 halves.resize(if wants_sums { b.len() } else { 0 }, [0; 2]);
                 match norm {
