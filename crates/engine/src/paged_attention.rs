@@ -661,10 +661,8 @@ impl<R: Rows> Span<'_, R> {
                     // states and queries lie side by side), so a key vector serves more
                     // heads and their softmax steps overlap: on 512-bit registers as many
                     // rows as a batch holds, phase by phase, otherwise a register's worth.
-                    let most = match self.isa.batch_heads(d) {
-                        Some(heads) => heads.max(g),
-                        None => FOLD_HEADS,
-                    };
+                    let batch = self.isa.batch_heads(d);
+                    let most = batch.map_or(FOLD_HEADS, |heads| heads.max(g));
                     let mut n = 1;
                     while valid == CHUNK
                         && (n + 1) * g <= most
@@ -688,8 +686,11 @@ impl<R: Rows> Span<'_, R> {
                     // SAFETY: `AVX2` rows are only built when the CPU has AVX2, FMA and F16C;
                     // `isa` is the build's, so `Avx512` only where the CPU has AVX-512.
                     unsafe {
-                        let batch = self.isa.batch_heads(d).unwrap_or(0);
-                        if valid == CHUNK && n * g > FOLD_HEADS && n * g <= batch {
+                        let heads_in = n * g;
+                        if valid == CHUNK
+                            && heads_in > FOLD_HEADS
+                            && batch.is_some_and(|b| heads_in <= b)
+                        {
                             self.isa.fold_batch_f32(q, &chunk, d, heads)
                         } else {
                             self.isa.fold_f32(q, &chunk, d, valid, heads)
@@ -1418,9 +1419,7 @@ mod zmm {
         assert!(state.max.len() == g && state.sum.len() == g && state.acc.len() == g * d);
         let mut h = 0;
         while h < g {
-            // Four heads fill the 32 registers (16 partial sums or accumulators, 4
-            // weights); a three and a two beat a four and a one.
-            let take = if g - h == 5 { 3 } else { (g - h).min(4) };
+            let take = run_len(g - h);
             let heads = Heads {
                 q: &queries[h * d..(h + take) * d],
                 max: &mut state.max[h..h + take],
@@ -1443,6 +1442,17 @@ mod zmm {
                 }
             }
             h += take;
+        }
+    }
+
+    /// Heads in the next run when `left` remain: four fill the 32 registers (16 partial
+    /// sums or accumulators, 4 weights); a three and a two beat a four and a one.
+    #[inline(always)]
+    fn run_len(left: usize) -> usize {
+        if left == 5 {
+            3
+        } else {
+            left.min(4)
         }
     }
 
@@ -1496,10 +1506,11 @@ mod zmm {
     /// Scores of the chunk's sixteen positions for the `G` query heads at `q` (`[G, d]`):
     /// per head four partial sums over the head dim (dims ≡ u mod 4), as `chunk_scores`.
     ///
-    /// # Safety
-    /// `q` holds `G · d` floats; `c` bounds `d` key rows of `CHUNK`.
     /// Inlined into the caller's target features (out of line, each call returned its
     /// registers through memory).
+    ///
+    /// # Safety
+    /// `q` holds `G · d` floats; `c` bounds `d` key rows of `CHUNK`.
     #[inline(always)]
     unsafe fn scores<const G: usize, const F16: bool>(
         q: *const f32,
@@ -1530,9 +1541,10 @@ mod zmm {
     /// `acc = acc · alpha + Σ_j w_j v_j` for the `G` heads' accumulators at `acc` (`[G, d]`),
     /// positions `j` in order, 64 lanes at a time.
     ///
+    /// Inlined into the caller's target features, as [`scores`].
+    ///
     /// # Safety
     /// `acc` holds `G · d` floats; `c` bounds `valid` value rows of `d`.
-    /// Inlined into the caller's target features, as [`scores`].
     #[inline(always)]
     // One index walks several register arrays at once (heads, lanes).
     #[allow(clippy::needless_range_loop)]
@@ -1598,12 +1610,10 @@ mod zmm {
         assert!(state.max.len() == n && state.sum.len() == n && state.acc.len() == n * d);
         let c = Source::f32(chunk, d, CHUNK);
         let (q, acc) = (queries.as_ptr(), state.acc.as_mut_ptr());
-        // The runs of heads `fold_heads` takes (four fill the registers).
-        let take = |h: usize| if n - h == 5 { 3 } else { (n - h).min(4) };
         let mut s = [_mm512_setzero_ps(); BATCH];
         let mut h = 0;
         while h < n {
-            let t = take(h);
+            let t = run_len(n - h);
             // SAFETY: `Source::f32` bounds the chunk; the asserts bound `q` for `n` heads,
             // and this run reads its own `t`.
             unsafe {
@@ -1624,7 +1634,7 @@ mod zmm {
         }
         let mut h = 0;
         while h < n {
-            let t = take(h);
+            let t = run_len(n - h);
             macro_rules! run {
                 ($g:literal) => {
                     // SAFETY: as above, for `acc`.
