@@ -205,10 +205,28 @@ impl Llama {
         s.resize(self.scratch_shape(), t, s.sample_rows.len());
         // 1. Embed: x [T, hidden]
         self.token_embd.lookup_into(&batch.token_ids, &mut s.x);
-        // 2. Decoder blocks, each adding attention then MLP to the residual stream.
+        // 2. Decoder blocks, each adding attention then MLP to the residual stream. The
+        //    last one goes on with only the rows whose logits are wanted: every row's keys
+        //    and values are stored by then, and nothing reads the other rows' outputs.
+        let (q_width, last) = (
+            self.config.num_heads * self.config.head_dim,
+            self.blocks.len() - 1,
+        );
+        let mut rows = t;
         for (layer, block) in self.blocks.iter().enumerate() {
-            self.attention(block, layer, batch, kv, s)?;
-            self.feed_forward(block, layer, t, s)?;
+            // attn [T, heads*d]; x[..rows] += o_proj(attn[..rows]); x[..rows] += mlp(...)
+            self.attend(block, layer, batch, kv, s)?;
+            // (A sparse last layer keeps every row: its routing is reported for each.)
+            if layer == last && matches!(block.ffn, FeedForward::Dense { .. }) {
+                rows = keep_logit_rows(s, t, h, q_width);
+            }
+            block.attn_output.forward_add_into(
+                &s.attn[..rows * q_width],
+                rows,
+                &mut s.x[..rows * h],
+                &mut s.quantized,
+            )?;
+            self.feed_forward(block, layer, rows, s)?;
         }
         // 3. Logits only for the rows that sample or score a prompt: [S, hidden] → [S, vocab]
         for (dst, &r) in s.last.chunks_exact_mut(h).zip(&s.sample_rows) {
@@ -275,8 +293,9 @@ impl Llama {
         }
     }
 
-    /// `x += o_proj(attention(rope(qkv(norm(x)) + bias)))`, storing this layer's keys and values.
-    fn attention(
+    /// `attn = attention(rope(qkv(norm(x)) + bias))`, storing this layer's keys and values;
+    /// the caller adds `o_proj(attn)` to the residual.
+    fn attend(
         &self,
         b: &Block,
         layer: usize,
@@ -320,12 +339,11 @@ impl Llama {
             block_size: kv.block_size(),
         };
         paged_attention_into(&s.q, kv.layer(layer), batch, shape, &mut s.attn);
-        b.attn_output
-            .forward_add_into(&s.attn, t, &mut s.x, &mut s.quantized)
+        Ok(())
     }
 
-    /// `x += down(silu(gate(h)) · up(h))`, `h = norm(x)`, or on a sparse layer the same
-    /// through each token's experts, weighted by the router.
+    /// `x += down(silu(gate(h)) · up(h))`, `h = norm(x)`, over the first `t` rows, or on a
+    /// sparse layer the same through each token's experts, weighted by the router.
     fn feed_forward(
         &self,
         b: &Block,
@@ -335,15 +353,19 @@ impl Llama {
     ) -> Result<()> {
         match &b.ffn {
             FeedForward::Dense { gate_up, down } => {
+                // The buffers hold every row of the step; the last layer uses a prefix.
+                let hw = self.config.hidden_size;
+                let full = (s.x.len() / hw).max(1);
+                let (gw, iw) = (s.gate.len() / full, s.act.len() / full);
                 gate_up.forward_normed_into(
                     &b.ffn_norm,
-                    &s.x,
+                    &s.x[..t * hw],
                     t,
-                    [&mut s.gate[..], &mut s.up[..]],
-                    &mut s.act,
-                    (&mut s.normed, &mut s.quantized),
+                    [&mut s.gate[..t * gw], &mut s.up[..t * gw]],
+                    &mut s.act[..t * iw],
+                    (&mut s.normed[..t * hw], &mut s.quantized),
                 )?;
-                down.forward_add_into(&s.act, t, &mut s.x, &mut s.quantized)
+                down.forward_add_into(&s.act[..t * iw], t, &mut s.x[..t * hw], &mut s.quantized)
             }
             FeedForward::Sparse(moe) => {
                 b.ffn_norm.forward_into(&s.x, &mut s.normed);
@@ -358,6 +380,29 @@ impl Llama {
             }
         }
     }
+}
+
+/// Moves the rows whose logits are wanted (`s.sample_rows`, ascending) to the front of the
+/// residual `x` (`[t, hidden]`) and the attention output `attn` (`[t, attn_width]`), renumbers
+/// them `0..S`, and returns how many rows the last layer goes on with: `S`, or all `t` when
+/// every row is wanted.
+fn keep_logit_rows(s: &mut ForwardScratch, t: usize, hidden: usize, attn_width: usize) -> usize {
+    let n = s.sample_rows.len();
+    // Strictly ascending, so row `r` moves to `i ≤ r` before any later row overwrites it.
+    let ascending = s.sample_rows.windows(2).all(|w| w[0] < w[1]);
+    if n == t || !ascending {
+        return t;
+    }
+    for (i, &r) in s.sample_rows.iter().enumerate() {
+        if i != r {
+            s.x.copy_within(r * hidden..(r + 1) * hidden, i * hidden);
+            s.attn
+                .copy_within(r * attn_width..(r + 1) * attn_width, i * attn_width);
+        }
+    }
+    s.sample_rows.clear();
+    s.sample_rows.extend(0..n);
+    n
 }
 
 /// `x[r] += bias` for every `bias.len()`-wide row of `x`.
