@@ -514,10 +514,14 @@ impl QuantMatrix {
         let per_balance = groups.div_ceil(threads * 4);
         let group_bytes = (self.cols * gr * self.format.quant_bytes() / BLOCK).max(1);
         let per_cache = (TASK_WEIGHT_BYTES / group_bytes).max(1);
-        // One activation row has nothing to reuse, so only balance and cache matter; larger
-        // batches want wider tasks to amortize re-reading the activations.
+        // One activation row streams its weights once, with nothing to reuse: a thread's
+        // share in one task (as far as the cache allows) keeps its prefetched stream going
+        // where four tasks each started one cold and took a claim (SmolLM2's one-row step
+        // 2.53–2.58 → 2.25–2.26 ms, docs/performance.md, nineteenth session). Larger
+        // batches want several tasks a thread for balance, each at least two groups wide to
+        // amortize re-reading the activations.
         let want = if m == 1 {
-            per_balance
+            groups.div_ceil(threads)
         } else {
             per_balance.max(2)
         };
