@@ -505,25 +505,24 @@ impl QuantMatrix {
         }
     }
 
-    /// Output columns per parallel task: a multiple of `step` groups, small enough that
-    /// the threads get several tasks each (balance) and a task's weights fit in L2.
+    /// Output columns per parallel task: a multiple of `step` groups whose weights fit in L2,
+    /// one task a thread for a single activation row and several (balance) for more.
     fn task_cols(&self, m: usize, step: usize) -> usize {
         let threads = ComputePool::global().threads();
         let gr = self.format.group_rows();
         let groups = self.rows.div_ceil(gr);
-        let per_balance = groups.div_ceil(threads * 4);
         let group_bytes = (self.cols * gr * self.format.quant_bytes() / BLOCK).max(1);
         let per_cache = (TASK_WEIGHT_BYTES / group_bytes).max(1);
-        // One activation row streams its weights once, with nothing to reuse: a thread's
-        // share in one task (as far as the cache allows) keeps its prefetched stream going
-        // where four tasks each started one cold and took a claim (SmolLM2's one-row step
-        // 2.53–2.58 → 2.25–2.26 ms, docs/performance.md, nineteenth session). Larger
-        // batches want several tasks a thread for balance, each at least two groups wide to
-        // amortize re-reading the activations.
+        // One activation row streams its weights once, with nothing to reuse: one task a
+        // thread (as far as the cache allows) ran SmolLM2's one-row step in 2.25–2.26 ms
+        // where four took 2.53–2.58 (docs/performance.md, nineteenth session): fewer tasks
+        // start fewer weight streams and take fewer claims. Larger batches want several tasks
+        // a thread for balance, each at least two groups wide to amortize re-reading the
+        // activations.
         let want = if m == 1 {
             groups.div_ceil(threads)
         } else {
-            per_balance.max(2)
+            groups.div_ceil(threads * 4).max(2)
         };
         // Whole pairs of groups, so the AVX-512 tiles leave no group to the narrower one.
         let unit = if step.is_multiple_of(2) {
