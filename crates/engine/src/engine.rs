@@ -290,6 +290,13 @@ impl Engine {
         self.scheduler.has_unfinished()
     }
 
+    /// Idle work: backs the next slice of the KV pool's pages so later steps do not fault
+    /// them in ([`KvCache::fault_in_next`](crate::kv_cache::KvCache::fault_in_next));
+    /// `false` once the whole pool is backed. Call it only between steps.
+    pub fn fault_in_kv(&mut self) -> bool {
+        self.runner.fault_in_kv()
+    }
+
     /// Queues a request; its events arrive on the returned receiver.
     pub fn add_request(
         &mut self,

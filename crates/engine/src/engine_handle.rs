@@ -12,7 +12,7 @@ use crate::request::{Request, RequestEvent, SeqId};
 use crate::scheduler::SchedulerStats;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender, TryRecvError};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -46,6 +46,10 @@ pub const MAX_CONSECUTIVE_STEP_FAILURES: u32 = 3;
 
 /// The longest pause between two failing steps.
 const MAX_FAILURE_BACKOFF: Duration = Duration::from_secs(1);
+
+/// How long the engine waits with nothing to do before it starts backing the KV pool's
+/// pages: gaps between requests of a steady stream are shorter.
+const QUIET_BEFORE_FAULT_IN: Duration = Duration::from_millis(20);
 
 /// What `/health` reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -184,16 +188,17 @@ fn run(
     stopped: StoppedOnDrop,
 ) {
     let health = &stopped.0;
+    let mut faulting = true;
     loop {
-        // Idle: sleep until a command arrives instead of spinning.
+        // Idle: wait for a command, using the quiet to back the KV pool's pages.
         if !engine.has_unfinished() {
-            match commands.recv() {
-                Ok(cmd) => {
+            match next_command(&mut engine, &commands, &mut faulting) {
+                Some(cmd) => {
                     if !apply(&mut engine, cmd) {
                         return;
                     }
                 }
-                Err(_) => return,
+                None => return,
             }
         }
         while let Ok(cmd) = commands.try_recv() {
@@ -216,6 +221,41 @@ fn run(
             *s = engine.stats();
         }
     }
+}
+
+/// The idle engine's next command (`None` once every sender is gone). After
+/// [`QUIET_BEFORE_FAULT_IN`] without one, and until the pool is done (`faulting`), it backs
+/// the KV pool's pages a slice at a time, looking for a command between slices, so a
+/// fresh server's first requests do not pay those page faults inside their steps; a steady
+/// stream of requests never waits on it, and a request after a quiet spell waits at most
+/// one slice.
+fn next_command(
+    engine: &mut Engine,
+    commands: &Receiver<Command>,
+    faulting: &mut bool,
+) -> Option<Command> {
+    if !*faulting {
+        return commands.recv().ok();
+    }
+    match commands.recv_timeout(QUIET_BEFORE_FAULT_IN) {
+        Ok(cmd) => return Some(cmd),
+        Err(RecvTimeoutError::Disconnected) => return None,
+        Err(RecvTimeoutError::Timeout) => {}
+    }
+    let start = Instant::now();
+    while engine.fault_in_kv() {
+        match commands.try_recv() {
+            Ok(cmd) => return Some(cmd),
+            Err(TryRecvError::Disconnected) => return None,
+            Err(TryRecvError::Empty) => {}
+        }
+    }
+    tracing::info!(
+        "KV cache: every page backed (the last {:.2} s of idle time)",
+        start.elapsed().as_secs_f64()
+    );
+    *faulting = false;
+    commands.recv().ok()
 }
 
 /// One step with its panics caught at the step boundary, as an error message.

@@ -63,7 +63,8 @@ impl std::str::FromStr for KvCacheDtype {
 }
 
 /// One slab of rows. Half types are kept as their bits so a fresh pool is zeroed pages
-/// the OS hands out lazily, not gigabytes written at startup. Small pages, unlike the
+/// the OS hands out lazily, not gigabytes written at startup ([`KvCache::fault_in_next`]
+/// backs them while the engine is idle). Small pages, unlike the
 /// weights': every new block's first write faults its pages in, and a 2 MiB page costs
 /// that fault plus compaction (16-row Qwen3-0.6B steps spent 7.7–8.8 ms writing the KV on
 /// huge pages against 2.3–2.8 on small ones; docs/performance.md, eleventh session).
@@ -79,6 +80,25 @@ impl KvSlab {
             KvCacheDtype::F32 => Self::F32(vec![0.0; len]),
             KvCacheDtype::Bf16 => Self::Bf16(vec![0; len]),
             _ => Self::F16(vec![0; len]),
+        }
+    }
+
+    /// Reads and writes back one byte in every page that bytes `range` of the slab touch,
+    /// so the OS backs them now; the contents do not change.
+    fn touch_pages(&mut self, range: Range<usize>) {
+        let (base, len) = match self {
+            Self::F32(s) => (s.as_mut_ptr().cast::<u8>(), s.len() * 4),
+            Self::F16(s) | Self::Bf16(s) => (s.as_mut_ptr().cast::<u8>(), s.len() * 2),
+        };
+        let mut at = range.start;
+        while at < range.end.min(len) {
+            // SAFETY: `at < len` lies inside the slab, which `&mut self` holds alone.
+            // Volatile, so writing back an unchanged byte is not optimised away.
+            unsafe {
+                let p = base.add(at);
+                p.write_volatile(p.read_volatile());
+            }
+            at = (at / PAGE_BYTES + 1) * PAGE_BYTES;
         }
     }
 
@@ -106,6 +126,14 @@ impl KvSlab {
     }
 }
 
+/// Bytes of pages [`KvCache::fault_in_next`] touches in one call (at least one block's
+/// share of a slab): ~1 ms of page faults on the machine this was measured on (2 GiB took
+/// ~7 s), the most a request arriving meanwhile waits for it.
+const FAULT_IN_BYTES: usize = 256 << 10;
+
+/// The smallest page size: one touched byte in each backs the page.
+const PAGE_BYTES: usize = 4096;
+
 /// The KV heads each token stores: `num_kv_heads` of `head_dim` values, keys and values.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct KvHeads {
@@ -126,6 +154,10 @@ pub struct KvCache {
     width: usize,
     dtype: KvCacheDtype,
     layers: Vec<KvLayer>,
+    /// Where [`fault_in_next`](Self::fault_in_next) goes on: (first block, slab) not yet
+    /// touched; slab `2l` is layer `l`'s keys, `2l + 1` its values.
+    faulted: (usize, usize),
+    num_blocks: usize,
 }
 
 pub struct KvLayer {
@@ -198,7 +230,41 @@ impl KvCache {
             width,
             dtype: dtype.resolve(),
             layers,
+            faulted: (0, 0),
+            num_blocks,
         }
+    }
+
+    /// Touches the pages of the next slab's share of the next blocks not yet touched, about
+    /// [`FAULT_IN_BYTES`], lowest blocks first (the order a fresh block manager hands
+    /// them out) and every layer's slabs before the next blocks; `false` once the whole
+    /// pool has been touched. The OS backs a fresh mapping only as it is first written, so
+    /// otherwise a block's first use pays its page faults inside a step: a fresh server's
+    /// first 16-user Qwen3-0.6B run took 0.1–0.4 s longer than the runs after it, which
+    /// reuse the same pages (docs/performance.md, twentieth session). The engine thread
+    /// calls this while it has no work: each byte touched is read and written back
+    /// unchanged, so blocks that hold data (cached prefixes) keep it.
+    pub fn fault_in_next(&mut self) -> bool {
+        let block_bytes = self.block_size * self.width * self.dtype.element_size();
+        let per_call = (FAULT_IN_BYTES / block_bytes.max(1)).max(1);
+        let (block, slab) = self.faulted;
+        if block >= self.num_blocks {
+            return false;
+        }
+        let end = (block + per_call).min(self.num_blocks);
+        let layer = &mut self.layers[slab / 2];
+        let target = if slab % 2 == 0 {
+            &mut layer.keys
+        } else {
+            &mut layer.values
+        };
+        target.touch_pages(block * block_bytes..end * block_bytes);
+        self.faulted = if slab + 1 < 2 * self.layers.len() {
+            (block, slab + 1)
+        } else {
+            (end, 0)
+        };
+        self.faulted.0 < self.num_blocks
     }
 
     pub fn block_size(&self) -> usize {

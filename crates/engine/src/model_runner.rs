@@ -60,6 +60,12 @@ impl ModelRunner {
         Ok(&self.logits)
     }
 
+    /// Backs the next slice of the KV pool's pages ([`KvCache::fault_in_next`]); `false`
+    /// once all of it is backed.
+    pub fn fault_in_kv(&mut self) -> bool {
+        self.kv_cache.fault_in_next()
+    }
+
     /// The logits of the last [`execute`](Self::execute).
     pub fn logits(&self) -> &Logits {
         &self.logits

@@ -158,3 +158,59 @@ fn the_f16_cache_rounds_every_value_as_half_does() {
         }
     }
 }
+
+/// The idle engine backs the pool's pages by reading and writing back one byte a page;
+/// every stored key and value must come through unchanged (cached prefixes live in free
+/// blocks), and the walk must end once every slab of every block is done.
+#[test]
+fn backing_the_pools_pages_changes_no_stored_value_and_ends() {
+    use tokenmill_engine::kv_cache::{KvCache, KvHeads};
+    // Qwen3's heads (a block's share of a slab is 8 pages), and odd ones (not whole pages).
+    for (num_kv_heads, head_dim, blocks) in [(8, 128, 40), (3, 40, 300)] {
+        let heads = KvHeads {
+            num_kv_heads,
+            head_dim,
+        };
+        let (bs, width, layers) = (16, heads.width(), 3);
+        let slots: Vec<usize> = (0..blocks * bs).collect();
+        let fill = |layer: usize, kind: usize| -> Vec<f32> {
+            (0..slots.len() * width)
+                .map(|i| ((i * 37 + layer * 101 + kind * 7) % 1_009) as f32 * 0.013 - 6.5)
+                .collect()
+        };
+        for dtype in [KvCacheDtype::F32, KvCacheDtype::F16, KvCacheDtype::Bf16] {
+            let mut kv = KvCache::new(layers, blocks, bs, heads, dtype);
+            for layer in 0..layers {
+                kv.write(layer, &slots, &fill(layer, 0), &fill(layer, 1));
+            }
+            let rows = |kv: &KvCache| -> Vec<Vec<u32>> {
+                let mut row = vec![0f32; width];
+                let mut out = Vec::new();
+                for layer in 0..layers {
+                    for &slot in &slots {
+                        kv.layer(layer).key_row(slot, &mut row);
+                        out.push(row.iter().map(|x| x.to_bits()).collect());
+                        kv.layer(layer).value_row(slot, &mut row);
+                        out.push(row.iter().map(|x| x.to_bits()).collect());
+                    }
+                }
+                out
+            };
+            let before = rows(&kv);
+            let mut calls = 1;
+            while kv.fault_in_next() {
+                calls += 1;
+                assert!(
+                    calls <= 2 * layers * blocks,
+                    "{dtype:?}: the walk does not end"
+                );
+            }
+            assert!(calls >= 2 * layers, "{dtype:?}: every slab is visited");
+            assert!(
+                !kv.fault_in_next(),
+                "{dtype:?}: a finished walk stays finished"
+            );
+            assert!(rows(&kv) == before, "{dtype:?}: a stored value changed");
+        }
+    }
+}
