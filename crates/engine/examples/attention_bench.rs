@@ -54,6 +54,11 @@ fn main() {
             context: 2048,
         },
         Case {
+            seqs: 4,
+            rows: 128,
+            context: 128,
+        },
+        Case {
             seqs: 1,
             rows: 1,
             context: 256,
