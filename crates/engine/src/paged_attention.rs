@@ -44,6 +44,7 @@ pub const TILE_ROWS: usize = 16;
 /// Heads of a tile's rows folded in one call where each row sees the whole chunk: what the
 /// 512-bit fold keeps in registers (Qwen3-0.6B's two rows of two heads: 1.07–1.4× its
 /// prefill attention; SmolLM2's three-head rows gained nothing from pairs of six).
+#[cfg(target_arch = "x86_64")]
 const FOLD_HEADS: usize = 4;
 
 /// `q`: `[T, num_heads * head_dim]` (already rotated) → `[T, num_heads * head_dim]`.
@@ -391,11 +392,13 @@ impl Isa {
 trait Rows: Sync {
     /// This copy of the kernel runs under AVX2 + FMA (`run_avx2`), so the chunk fold may
     /// use its explicit vector form (same operations, same order).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     const AVX2: bool;
     fn key(&self, start: usize, dst: &mut [f32]);
     fn value(&self, start: usize, dst: &mut [f32]);
     /// The f16 cache's keys and values, where F16C may fold them without a widened copy.
     #[inline(always)]
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     fn f16c_slabs(&self) -> Option<(&[u16], &[u16])> {
         None
     }
@@ -629,6 +632,8 @@ struct Span<'a, R> {
     shape: AttentionShape,
     kv_head: usize,
     positions: &'a [usize],
+    /// Read by the x86 folds only.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     isa: Isa,
 }
 
@@ -783,6 +788,7 @@ impl<R: Rows> Span<'_, R> {
 
 /// Whether a lone row's chunks can be folded straight from an f16 cache: each chunk inside
 /// one block, and a head dim the direct fold's registers cover.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 fn folds_direct(shape: AttentionShape) -> bool {
     shape.block_size.is_multiple_of(CHUNK) && shape.head_dim.is_multiple_of(32)
 }

@@ -894,6 +894,9 @@ fn quantize_row(
     kernel: CpuKernel,
 ) {
     assert!(halves.is_empty() || halves.len() == scales.len().min(src.len() / BLOCK));
+    // Other targets quantize on the portable path whatever the matmul kernel.
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = kernel;
     #[cfg(target_arch = "x86_64")]
     if kernel != CpuKernel::Portable {
         // SAFETY: every SIMD path requires AVX2, checked by `matmul_with`; AVX-512 is
