@@ -188,11 +188,12 @@ fn run(
     stopped: StoppedOnDrop,
 ) {
     let health = &stopped.0;
-    let mut faulting = true;
+    // Time spent backing the KV pool's pages so far; `None` once all are backed.
+    let mut fault_in = Some(Duration::ZERO);
     loop {
         // Idle: wait for a command, using the quiet to back the KV pool's pages.
         if !engine.has_unfinished() {
-            match next_command(&mut engine, &commands, &mut faulting) {
+            match next_command(&mut engine, &commands, &mut fault_in) {
                 Some(cmd) => {
                     if !apply(&mut engine, cmd) {
                         return;
@@ -224,19 +225,19 @@ fn run(
 }
 
 /// The idle engine's next command (`None` once every sender is gone). After
-/// [`QUIET_BEFORE_FAULT_IN`] without one, and until the pool is done (`faulting`), it backs
-/// the KV pool's pages a slice at a time, looking for a command between slices, so a
-/// fresh server's first requests do not pay those page faults inside their steps; a steady
-/// stream of requests never waits on it, and a request after a quiet spell waits at most
-/// one slice.
+/// [`QUIET_BEFORE_FAULT_IN`] without one, and until the pool is done (`fault_in`, the time
+/// spent on it so far, becomes `None`), it backs the KV pool's pages a slice at a time,
+/// looking for a command between slices, so a fresh server's first requests do not pay
+/// those page faults inside their steps; a steady stream of requests never waits on it,
+/// and a request after a quiet spell waits at most one slice.
 fn next_command(
     engine: &mut Engine,
     commands: &Receiver<Command>,
-    faulting: &mut bool,
+    fault_in: &mut Option<Duration>,
 ) -> Option<Command> {
-    if !*faulting {
+    let Some(spent) = fault_in else {
         return commands.recv().ok();
-    }
+    };
     match commands.recv_timeout(QUIET_BEFORE_FAULT_IN) {
         Ok(cmd) => return Some(cmd),
         Err(RecvTimeoutError::Disconnected) => return None,
@@ -244,17 +245,19 @@ fn next_command(
     }
     let start = Instant::now();
     while engine.fault_in_kv() {
-        match commands.try_recv() {
-            Ok(cmd) => return Some(cmd),
-            Err(TryRecvError::Disconnected) => return None,
-            Err(TryRecvError::Empty) => {}
-        }
+        let next = match commands.try_recv() {
+            Ok(cmd) => Some(cmd),
+            Err(TryRecvError::Disconnected) => None,
+            Err(TryRecvError::Empty) => continue,
+        };
+        *spent += start.elapsed();
+        return next;
     }
     tracing::info!(
-        "KV cache: every page backed (the last {:.2} s of idle time)",
-        start.elapsed().as_secs_f64()
+        "KV cache: every page backed ({:.2} s of idle time)",
+        (*spent + start.elapsed()).as_secs_f64()
     );
-    *faulting = false;
+    *fault_in = None;
     commands.recv().ok()
 }
 
