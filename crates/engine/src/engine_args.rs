@@ -40,7 +40,8 @@ pub struct EngineArgs {
     /// Tokens per KV-cache block.
     #[arg(long, default_value_t = 16)]
     pub block_size: usize,
-    /// Memory for the KV cache, in GiB.
+    /// Memory for the KV cache, in GiB. A server backs all of it while idle in its first
+    /// seconds, so it is taken, not only reserved.
     #[arg(long, default_value_t = 2.0)]
     pub kv_cache_memory_gib: f64,
     /// KV cache element type: auto (= f16), f32, f16 or bf16. Halves hold twice the tokens
