@@ -245,13 +245,13 @@ fn next_command(
     }
     let start = Instant::now();
     while engine.fault_in_kv() {
-        let next = match commands.try_recv() {
-            Ok(cmd) => Some(cmd),
-            Err(TryRecvError::Disconnected) => None,
+        match commands.try_recv() {
             Err(TryRecvError::Empty) => continue,
-        };
-        *spent += start.elapsed();
-        return next;
+            next => {
+                *spent += start.elapsed();
+                return next.ok();
+            }
+        }
     }
     tracing::info!(
         "KV cache: every page backed ({:.2} s of idle time)",

@@ -127,8 +127,8 @@ impl KvSlab {
 }
 
 /// Bytes of pages [`KvCache::fault_in_next`] touches in one call (at least one block's
-/// share of a slab): ~1 ms of page faults on the machine this was measured on (2 GiB took
-/// ~7 s), the most a request arriving meanwhile waits for it.
+/// share of a slab): ~0.5–1 ms of page faults where backing 2 GiB took 4–9 s (computed
+/// from that), the most a request arriving meanwhile waits for it.
 const FAULT_IN_BYTES: usize = 256 << 10;
 
 /// The smallest page size: one touched byte in each backs the page.
@@ -240,7 +240,7 @@ impl KvCache {
     /// them out) and every layer's slabs before the next blocks; `false` once the whole
     /// pool has been touched. The OS backs a fresh mapping only as it is first written, so
     /// otherwise a block's first use pays its page faults inside a step: a fresh server's
-    /// first 16-user Qwen3-0.6B run took 0.1–0.4 s longer than the runs after it, which
+    /// first 16-user Qwen3-0.6B run took 0.1–0.6 s longer than the runs after it, which
     /// reuse the same pages (docs/performance.md, twentieth session). The engine thread
     /// calls this while it has no work: each byte touched is read and written back
     /// unchanged, so blocks that hold data (cached prefixes) keep it.

@@ -132,7 +132,7 @@ fn assert_dequantizes_like_candle(
 
 #[test]
 fn packed_rows_dequantize_to_exactly_what_candle_reads_from_the_same_bytes() {
-    // One group; then five (two interleaved Q4 pairs and a group alone).
+    // One group; then five, so every group's blocks are read where they were written.
     assert_dequantizes_like_candle(&FORMATS, (7, 96), 1);
     assert_dequantizes_like_candle(&FORMATS, (40, 96), 2);
 }
