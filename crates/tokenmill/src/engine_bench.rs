@@ -73,6 +73,8 @@ pub fn latency(args: LatencyArgs) -> anyhow::Result<()> {
     let probe = ReadBandwidth::new(256 << 20);
     let mut bandwidths = Vec::new();
     let mut warm = model.engine.step_times();
+    // The first output token comes from the prefill; each later one is a decode step.
+    let decode_steps = args.output_len.saturating_sub(1);
     for iter in 0..=args.num_iters {
         let requests = random_requests(
             &model.engine,
@@ -89,12 +91,12 @@ pub fn latency(args: LatencyArgs) -> anyhow::Result<()> {
             continue; // warm-up
         }
         let prefill_tps = (args.batch_size * args.input_len) as f64 / prefill_s;
-        let step_ms = decode_s * 1e3 / (args.output_len.saturating_sub(1).max(1)) as f64;
+        let step_ms = decode_s * 1e3 / decode_steps as f64;
         let bandwidth = probe.measure(3);
         println!(
-            "iter {iter}: prefill {:.1} ms ({prefill_tps:.1} tok/s), decode {step_ms:.2} ms/step ({:.1} tok/s), read bandwidth {:.1} GB/s",
+            "iter {iter}: prefill {:.1} ms ({prefill_tps:.1} tok/s), {}, read bandwidth {:.1} GB/s",
             prefill_s * 1e3,
-            args.batch_size as f64 * 1e3 / step_ms,
+            decode_summary(step_ms, args.batch_size, decode_steps),
             bandwidth / 1e9
         );
         rows.push((prefill_tps, step_ms));
@@ -108,14 +110,15 @@ pub fn latency(args: LatencyArgs) -> anyhow::Result<()> {
     let step = median(rows.iter().map(|r| r.1).collect());
     let bandwidth = median(bandwidths);
     println!(
-        "model {} batch {} input {} output {}: median prefill {prefill:.1} tok/s, decode {step:.2} ms/step = {:.1} tok/s",
+        "model {} batch {} input {} output {}: median prefill {prefill:.1} tok/s, {}",
         model.name,
         args.batch_size,
         args.input_len,
         args.output_len,
-        args.batch_size as f64 * 1e3 / step
+        decode_summary(step, args.batch_size, decode_steps)
     );
-    if let Some(bytes) = model.engine.decode_weight_bytes() {
+    // One output token is the prefill's own: no decode step to set against the weights.
+    if let (Some(bytes), true) = (model.engine.decode_weight_bytes(), decode_steps > 0) {
         let floor_ms = bytes as f64 / bandwidth * 1e3;
         println!(
             "decode roofline: a step reads {:.1} MB of weights, {floor_ms:.2} ms at the {:.1} GB/s \
@@ -130,6 +133,17 @@ pub fn latency(args: LatencyArgs) -> anyhow::Result<()> {
         model.engine.step_times().since(&warm).summary()
     );
     Ok(())
+}
+
+/// The decode phase in words: ms a step and tokens a second, or that there was none.
+fn decode_summary(step_ms: f64, batch_size: usize, decode_steps: usize) -> String {
+    if decode_steps == 0 {
+        return "no decode steps (one output token)".to_string();
+    }
+    format!(
+        "decode {step_ms:.2} ms/step ({:.1} tok/s)",
+        batch_size as f64 * 1e3 / step_ms
+    )
 }
 
 /// Seconds until the last first token (prefill) and from then to the last token (decode).

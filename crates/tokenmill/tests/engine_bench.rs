@@ -55,3 +55,34 @@ fn bench_latency_reports_decode_against_the_bytes_a_step_reads() {
     );
     assert!(line.contains("GB/s") && line.ends_with("% of it"), "{line}");
 }
+
+#[test]
+fn bench_latency_with_one_output_token_says_there_was_no_decode_step() {
+    let model = tokenmill_server::model_loader::default_model_path();
+    assert!(
+        model.exists(),
+        "the default model {} is missing",
+        model.display()
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_tokenmill"))
+        .args(["bench", "latency", "--input-len", "16", "--output-len", "1"])
+        .args(["--num-iters", "1", "--num-kv-blocks", "64", "--model"])
+        .arg(&model)
+        .output()
+        .expect("the binary runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    let summary = stdout
+        .lines()
+        .find(|l| l.starts_with("model "))
+        .unwrap_or_else(|| panic!("no summary line in:\n{stdout}"));
+    assert!(
+        summary.ends_with("no decode steps (one output token)"),
+        "{summary}"
+    );
+    assert!(
+        !stdout.contains("inf"),
+        "a rate divided by no steps:\n{stdout}"
+    );
+    assert!(!stdout.contains("decode roofline"), "{stdout}");
+}
