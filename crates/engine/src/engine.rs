@@ -274,6 +274,12 @@ impl Engine {
         self.runner.model().decode_weight_bytes()
     }
 
+    /// Operations of one prompt token's matmuls (`None` for sparse models): the numerator of
+    /// the prefill roofline.
+    pub fn prompt_token_ops(&self) -> Option<usize> {
+        self.runner.model().prompt_token_ops()
+    }
+
     pub fn model_config(&self) -> &crate::model_config::ModelConfig {
         self.runner.model().config()
     }

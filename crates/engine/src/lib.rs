@@ -11,6 +11,7 @@ pub mod engine_args;
 pub mod error;
 pub mod forward_batch;
 pub mod hf_overrides;
+pub mod int8_probe;
 pub mod kv_cache;
 pub mod logit_bias;
 pub mod mask_worker;

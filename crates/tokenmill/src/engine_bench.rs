@@ -5,6 +5,9 @@ use clap::Args;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::time::Instant;
+use tokenmill_engine::compute_pool::ComputePool;
+use tokenmill_engine::cpu_kernel::CpuKernel;
+use tokenmill_engine::int8_probe::Int8Probe;
 use tokenmill_engine::read_bandwidth::ReadBandwidth;
 use tokenmill_engine::{Completion, Engine, EngineArgs, Request, SamplingParams};
 
@@ -128,11 +131,34 @@ pub fn latency(args: LatencyArgs) -> anyhow::Result<()> {
             100.0 * floor_ms / step
         );
     }
+    if let Some(line) = prefill_roofline(&model.engine, prefill) {
+        println!("{line}");
+    }
     println!(
         "engine {}",
         model.engine.step_times().since(&warm).summary()
     );
     Ok(())
+}
+
+/// The prefill rate set against the int8 peak of the instructions the active kernel path
+/// multiplies with, read now on the compute pool's threads (best of three). `None` for a
+/// sparse model or a path without a probe.
+fn prefill_roofline(engine: &Engine, prefill_tps: f64) -> Option<String> {
+    let ops = engine.prompt_token_ops()? as f64;
+    let probe = Int8Probe::for_kernel(CpuKernel::active()).filter(|p| p.is_supported())?;
+    let threads = ComputePool::global().threads();
+    let peak = (0..3).map(|_| probe.measure(threads)).fold(0.0, f64::max);
+    let rate = prefill_tps * ops;
+    Some(format!(
+        "prefill roofline: a prompt token's matmuls are {:.3} GOP, so {prefill_tps:.1} tok/s is \
+         {:.0} GOP/s, {:.0}% of the {:.0} GOP/s int8 peak ({}, {threads} threads) read just after",
+        ops / 1e9,
+        rate / 1e9,
+        100.0 * rate / peak,
+        peak / 1e9,
+        probe.name()
+    ))
 }
 
 /// The decode phase in words: ms a step and tokens a second, or that there was none.

@@ -56,8 +56,45 @@ fn bench_latency_reports_decode_against_the_bytes_a_step_reads() {
     assert!(line.contains("GB/s") && line.ends_with("% of it"), "{line}");
 }
 
+/// Operations (a multiply and an add each) of one prompt token's matmuls as the file's shapes
+/// give them: Q/K/V in every layer, o_proj and the MLP in every layer but the last (which
+/// runs them only for rows that sample).
+fn prompt_token_ops_in_file(path: &std::path::Path) -> usize {
+    let mut file = std::fs::File::open(path).expect("the model opens");
+    let content = Content::read(&mut file).expect("the model is a GGUF");
+    let layer = |name: &str| {
+        name.strip_prefix("blk.")?
+            .split('.')
+            .next()?
+            .parse::<usize>()
+            .ok()
+    };
+    let last = content
+        .tensor_infos
+        .keys()
+        .filter_map(|n| layer(n))
+        .max()
+        .expect("layers");
+    let multiply_adds: usize = content
+        .tensor_infos
+        .iter()
+        .filter(|(name, info)| {
+            let per_token = ["attn_q.", "attn_k.", "attn_v."]
+                .iter()
+                .any(|p| name.contains(p));
+            let before_last = ["attn_output.", "ffn_gate.", "ffn_up.", "ffn_down."]
+                .iter()
+                .any(|p| name.contains(p))
+                && layer(name) != Some(last);
+            info.shape.dims().len() == 2 && (per_token || before_last)
+        })
+        .map(|(_, info)| info.shape.elem_count())
+        .sum();
+    2 * multiply_adds
+}
+
 #[test]
-fn bench_latency_with_one_output_token_says_there_was_no_decode_step() {
+fn bench_latency_of_a_prompt_alone_has_no_decode_step_and_sets_prefill_against_the_int8_peak() {
     let model = tokenmill_server::model_loader::default_model_path();
     assert!(
         model.exists(),
@@ -85,4 +122,28 @@ fn bench_latency_with_one_output_token_says_there_was_no_decode_step() {
         "a rate divided by no steps:\n{stdout}"
     );
     assert!(!stdout.contains("decode roofline"), "{stdout}");
+    // Where the kernel path has an int8 probe, the prefill is set against it, counting the
+    // file's matmul shapes.
+    let probed = tokenmill_engine::int8_probe::Int8Probe::for_kernel(
+        tokenmill_engine::cpu_kernel::CpuKernel::active(),
+    )
+    .is_some_and(|p| p.is_supported());
+    let line = stdout.lines().find(|l| l.starts_with("prefill roofline: "));
+    assert_eq!(line.is_some(), probed, "{stdout}");
+    if let Some(line) = line {
+        let gop: f64 = line["prefill roofline: a prompt token's matmuls are ".len()..]
+            .split_whitespace()
+            .next()
+            .and_then(|g| g.parse().ok())
+            .unwrap_or_else(|| panic!("no GOP figure in {line:?}"));
+        let expected = prompt_token_ops_in_file(&model) as f64 / 1e9;
+        assert!(
+            (gop - expected).abs() <= 0.0005,
+            "{gop} GOP, the file's shapes give {expected}"
+        );
+        assert!(
+            line.contains("% of the ") && line.ends_with("read just after"),
+            "{line}"
+        );
+    }
 }

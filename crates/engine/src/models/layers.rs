@@ -118,6 +118,11 @@ impl Linear {
         self.out_features
     }
 
+    /// Multiply-adds one activation row costs (`in · out`).
+    pub fn multiply_adds(&self) -> usize {
+        self.in_features * self.out_features
+    }
+
     /// Bytes one pass over the weights reads: what a one-row matmul streams from memory.
     pub fn weight_bytes(&self) -> usize {
         match &self.weight {
@@ -638,6 +643,14 @@ impl GateUp {
         match &self.weight {
             GateUpWeight::Paired(q) => q.weight_bytes(),
             GateUpWeight::Stacked(l) => l.weight_bytes(),
+        }
+    }
+
+    /// Multiply-adds one activation row costs in both projections.
+    pub fn multiply_adds(&self) -> usize {
+        match &self.weight {
+            GateUpWeight::Paired(q) => q.rows() * q.cols(),
+            GateUpWeight::Stacked(l) => l.multiply_adds(),
         }
     }
 

@@ -173,6 +173,26 @@ impl Llama {
         Some(bytes)
     }
 
+    /// Integer operations (a multiply and an add each) of one prompt token's matmuls: every
+    /// layer's Q/K/V, and o_proj and the MLP in every layer but the last, which runs them only
+    /// for rows that sample or score (the output layer too). The numerator of the prefill
+    /// roofline. `None` for a model with sparse layers.
+    pub fn prompt_token_ops(&self) -> Option<usize> {
+        let last = self.blocks.len().checked_sub(1)?;
+        let mut multiply_adds = 0;
+        for (i, b) in self.blocks.iter().enumerate() {
+            multiply_adds += b.attn_qkv.multiply_adds();
+            let FeedForward::Dense { gate_up, down } = &b.ffn else {
+                return None;
+            };
+            if i != last {
+                multiply_adds +=
+                    b.attn_output.multiply_adds() + gate_up.multiply_adds() + down.multiply_adds();
+            }
+        }
+        Some(2 * multiply_adds)
+    }
+
     pub fn config(&self) -> &ModelConfig {
         &self.config
     }
