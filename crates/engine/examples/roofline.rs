@@ -33,7 +33,7 @@ fn main() -> candle_core::Result<()> {
     // Where the kernel runs `vpdpbusd`, its zmm peak is the one prefill answers to.
     for probe in [
         Int8Probe::Avx2MaddubsMadd,
-        Int8Probe::VnniYmm,
+        Int8Probe::AvxVnni,
         Int8Probe::VnniZmm,
     ] {
         if probe.is_supported() {

@@ -11,8 +11,8 @@ use std::time::Instant;
 pub enum Int8Probe {
     /// AVX2's `vpmaddubsw` + `vpmaddwd` (+ add): the pair the AVX2 tiles spend on 32 bytes.
     Avx2MaddubsMadd,
-    /// AVX-512 VNNI's `vpdpbusd` on 256-bit registers.
-    VnniYmm,
+    /// AVX-VNNI's `vpdpbusd` on 256-bit registers: what the `avx_vnni` tiles run.
+    AvxVnni,
     /// AVX-512 VNNI's `vpdpbusd` on 512-bit registers: what the `avx512_vnni` tiles run.
     VnniZmm,
 }
@@ -28,10 +28,11 @@ const CH: usize = 12;
 
 impl Int8Probe {
     /// The probe of the instructions `kernel`'s tiles use; `None` where we have none (the
-    /// portable and NEON paths, and AVX-VNNI's VEX `vpdpbusd`).
+    /// portable and NEON paths).
     pub fn for_kernel(kernel: CpuKernel) -> Option<Self> {
         match kernel {
             CpuKernel::Avx512Vnni => Some(Self::VnniZmm),
+            CpuKernel::AvxVnni => Some(Self::AvxVnni),
             CpuKernel::Avx2 => Some(Self::Avx2MaddubsMadd),
             _ => None,
         }
@@ -40,7 +41,7 @@ impl Int8Probe {
     pub fn name(self) -> &'static str {
         match self {
             Self::Avx2MaddubsMadd => "AVX2 maddubs+madd",
-            Self::VnniYmm => "AVX-512 VNNI vpdpbusd ymm",
+            Self::AvxVnni => "AVX-VNNI vpdpbusd ymm",
             Self::VnniZmm => "AVX-512 VNNI vpdpbusd zmm",
         }
     }
@@ -48,7 +49,8 @@ impl Int8Probe {
     pub fn is_supported(self) -> bool {
         match self {
             Self::Avx2MaddubsMadd => CpuKernel::Avx2.is_supported(),
-            Self::VnniYmm | Self::VnniZmm => CpuKernel::Avx512Vnni.is_supported(),
+            Self::AvxVnni => CpuKernel::AvxVnni.is_supported(),
+            Self::VnniZmm => CpuKernel::Avx512Vnni.is_supported(),
         }
     }
 
@@ -64,7 +66,7 @@ impl Int8Probe {
         std::hint::black_box(sums);
         let ops_per_round = match self {
             Self::Avx2MaddubsMadd => 8 * 32 * 2,
-            Self::VnniYmm => CH * 32 * 2,
+            Self::AvxVnni => CH * 32 * 2,
             Self::VnniZmm => CH * 64 * 2,
         };
         (threads * ITERS * ops_per_round) as f64 / start.elapsed().as_secs_f64()
@@ -76,7 +78,7 @@ impl Int8Probe {
         unsafe {
             match self {
                 Self::Avx2MaddubsMadd => maddubs_chains(ITERS),
-                Self::VnniYmm => vnni_chains_ymm(ITERS),
+                Self::AvxVnni => vnni_chains_ymm(ITERS),
                 Self::VnniZmm => vnni_chains_zmm(ITERS),
             }
         }
@@ -89,7 +91,7 @@ impl Int8Probe {
 }
 
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl,avx512vnni")]
+#[target_feature(enable = "avx2,avxvnni")]
 unsafe fn vnni_chains_ymm(iters: usize) -> i32 {
     use std::arch::x86_64::*;
     let (a, b) = (_mm256_set1_epi8(3), _mm256_set1_epi8(-4));
@@ -97,7 +99,7 @@ unsafe fn vnni_chains_ymm(iters: usize) -> i32 {
     let mut acc: [__m256i; CH] = std::array::from_fn(|i| _mm256_set1_epi32(i as i32));
     for _ in 0..iters {
         for x in acc.iter_mut() {
-            *x = _mm256_dpbusd_epi32(*x, a, b);
+            *x = _mm256_dpbusd_avx_epi32(*x, a, b);
         }
     }
     let total = acc

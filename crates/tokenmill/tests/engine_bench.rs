@@ -1,5 +1,5 @@
 //! `bench latency` on the real model: it runs, and sets its decode step against the bytes the
-//! step reads, which must be the file's projection and output weights exactly.
+//! step reads and its prefill against the int8 peak, counting the file's weights exactly.
 
 use candle_core::quantized::gguf_file::Content;
 use std::process::Command;
@@ -19,8 +19,9 @@ fn matrix_bytes_in_file(path: &std::path::Path) -> usize {
         .sum()
 }
 
-#[test]
-fn bench_latency_reports_decode_against_the_bytes_a_step_reads() {
+/// `bench latency` on the default model (16 prompt tokens, one measured run): the model's
+/// path and what the command printed.
+fn bench_latency(output_len: &str) -> (std::path::PathBuf, String) {
     let model = tokenmill_server::model_loader::default_model_path();
     assert!(
         model.exists(),
@@ -28,26 +29,47 @@ fn bench_latency_reports_decode_against_the_bytes_a_step_reads() {
         model.display()
     );
     let out = Command::new(env!("CARGO_BIN_EXE_tokenmill"))
-        .args(["bench", "latency", "--input-len", "16", "--output-len", "8"])
+        .args([
+            "bench",
+            "latency",
+            "--input-len",
+            "16",
+            "--output-len",
+            output_len,
+        ])
         .args(["--num-iters", "1", "--num-kv-blocks", "64", "--model"])
         .arg(&model)
         .output()
         .expect("the binary runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),
         "{stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let line = stdout
-        .lines()
-        .find(|l| l.starts_with("decode roofline: a step reads "))
-        .unwrap_or_else(|| panic!("no roofline line in:\n{stdout}"));
-    let reported_mb: f64 = line["decode roofline: a step reads ".len()..]
-        .split_whitespace()
-        .next()
-        .and_then(|mb| mb.parse().ok())
-        .unwrap_or_else(|| panic!("no MB figure in {line:?}"));
+    (model, stdout)
+}
+
+/// The first line of `out` that starts with `prefix`.
+fn line_starting<'a>(out: &'a str, prefix: &str) -> &'a str {
+    out.lines()
+        .find(|l| l.starts_with(prefix))
+        .unwrap_or_else(|| panic!("no line starting {prefix:?} in:\n{out}"))
+}
+
+/// The number that follows `prefix` at the start of `line`.
+fn figure_after(line: &str, prefix: &str) -> f64 {
+    line.strip_prefix(prefix)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|figure| figure.parse().ok())
+        .unwrap_or_else(|| panic!("no figure after {prefix:?} in {line:?}"))
+}
+
+#[test]
+fn bench_latency_reports_decode_against_the_bytes_a_step_reads() {
+    let (model, stdout) = bench_latency("8");
+    let line = line_starting(&stdout, "decode roofline: ");
+    let reported_mb = figure_after(line, "decode roofline: a step reads ");
     let expected_mb = matrix_bytes_in_file(&model) as f64 / 1e6;
     assert!(
         (reported_mb - expected_mb).abs() <= 0.05,
@@ -95,24 +117,8 @@ fn prompt_token_ops_in_file(path: &std::path::Path) -> usize {
 
 #[test]
 fn bench_latency_of_a_prompt_alone_has_no_decode_step_and_sets_prefill_against_the_int8_peak() {
-    let model = tokenmill_server::model_loader::default_model_path();
-    assert!(
-        model.exists(),
-        "the default model {} is missing",
-        model.display()
-    );
-    let out = Command::new(env!("CARGO_BIN_EXE_tokenmill"))
-        .args(["bench", "latency", "--input-len", "16", "--output-len", "1"])
-        .args(["--num-iters", "1", "--num-kv-blocks", "64", "--model"])
-        .arg(&model)
-        .output()
-        .expect("the binary runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{stdout}");
-    let summary = stdout
-        .lines()
-        .find(|l| l.starts_with("model "))
-        .unwrap_or_else(|| panic!("no summary line in:\n{stdout}"));
+    let (model, stdout) = bench_latency("1");
+    let summary = line_starting(&stdout, "model ");
     assert!(
         summary.ends_with("no decode steps (one output token)"),
         "{summary}"
@@ -131,11 +137,7 @@ fn bench_latency_of_a_prompt_alone_has_no_decode_step_and_sets_prefill_against_t
     let line = stdout.lines().find(|l| l.starts_with("prefill roofline: "));
     assert_eq!(line.is_some(), probed, "{stdout}");
     if let Some(line) = line {
-        let gop: f64 = line["prefill roofline: a prompt token's matmuls are ".len()..]
-            .split_whitespace()
-            .next()
-            .and_then(|g| g.parse().ok())
-            .unwrap_or_else(|| panic!("no GOP figure in {line:?}"));
+        let gop = figure_after(line, "prefill roofline: a prompt token's matmuls are ");
         let expected = prompt_token_ops_in_file(&model) as f64 / 1e9;
         assert!(
             (gop - expected).abs() <= 0.0005,
