@@ -30,7 +30,7 @@ fn main() -> candle_core::Result<()> {
         read_bandwidth(&buf, all)
     );
     drop(buf);
-    // Where the kernel runs `vpdpbusd`, its zmm peak is the one prefill answers to.
+    // Every probe this CPU runs; prefill answers to the active path's (`bench latency`).
     for probe in [
         Int8Probe::Avx2MaddubsMadd,
         Int8Probe::AvxVnni,

@@ -1,5 +1,5 @@
 //! `Int8Probe`: the int8 dot-product rate of the instructions our quantized tiles multiply
-//! with, register-only on the compute pool's threads, so a prefill can be set against the
+//! with, register-only on as many threads as asked, so a prefill can be set against the
 //! compute roofline of the same moment (as `ReadBandwidth` is for decode).
 
 use crate::cpu_kernel::CpuKernel;

@@ -94,12 +94,12 @@ pub fn latency(args: LatencyArgs) -> anyhow::Result<()> {
             continue; // warm-up
         }
         let prefill_tps = (args.batch_size * args.input_len) as f64 / prefill_s;
-        let step_ms = decode_s * 1e3 / decode_steps as f64;
+        let step_ms = (decode_steps > 0).then(|| decode_s * 1e3 / decode_steps as f64);
         let bandwidth = probe.measure(3);
         println!(
             "iter {iter}: prefill {:.1} ms ({prefill_tps:.1} tok/s), {}, read bandwidth {:.1} GB/s",
             prefill_s * 1e3,
-            decode_summary(step_ms, args.batch_size, decode_steps),
+            decode_summary(step_ms, args.batch_size),
             bandwidth / 1e9
         );
         rows.push((prefill_tps, step_ms));
@@ -110,7 +110,11 @@ pub fn latency(args: LatencyArgs) -> anyhow::Result<()> {
         v[v.len() / 2]
     };
     let prefill = median(rows.iter().map(|r| r.0).collect());
-    let step = median(rows.iter().map(|r| r.1).collect());
+    let step = rows
+        .iter()
+        .map(|r| r.1)
+        .collect::<Option<Vec<_>>>()
+        .map(median);
     let bandwidth = median(bandwidths);
     println!(
         "model {} batch {} input {} output {}: median prefill {prefill:.1} tok/s, {}",
@@ -118,10 +122,10 @@ pub fn latency(args: LatencyArgs) -> anyhow::Result<()> {
         args.batch_size,
         args.input_len,
         args.output_len,
-        decode_summary(step, args.batch_size, decode_steps)
+        decode_summary(step, args.batch_size)
     );
     // One output token is the prefill's own: no decode step to set against the weights.
-    if let (Some(bytes), true) = (model.engine.decode_weight_bytes(), decode_steps > 0) {
+    if let (Some(bytes), Some(step)) = (model.engine.decode_weight_bytes(), step) {
         let floor_ms = bytes as f64 / bandwidth * 1e3;
         println!(
             "decode roofline: a step reads {:.1} MB of weights, {floor_ms:.2} ms at the {:.1} GB/s \
@@ -146,7 +150,8 @@ pub fn latency(args: LatencyArgs) -> anyhow::Result<()> {
 /// sparse model or a path without a probe.
 fn prefill_roofline(engine: &Engine, prefill_tps: f64) -> Option<String> {
     let ops = engine.prompt_token_ops()? as f64;
-    let probe = Int8Probe::for_kernel(CpuKernel::active()).filter(|p| p.is_supported())?;
+    // The active path runs on this CPU, so its probe does too.
+    let probe = Int8Probe::for_kernel(CpuKernel::active())?;
     let threads = ComputePool::global().threads();
     let peak = (0..3).map(|_| probe.measure(threads)).fold(0.0, f64::max);
     let rate = prefill_tps * ops;
@@ -162,10 +167,10 @@ fn prefill_roofline(engine: &Engine, prefill_tps: f64) -> Option<String> {
 }
 
 /// The decode phase in words: ms a step and tokens a second, or that there was none.
-fn decode_summary(step_ms: f64, batch_size: usize, decode_steps: usize) -> String {
-    if decode_steps == 0 {
+fn decode_summary(step_ms: Option<f64>, batch_size: usize) -> String {
+    let Some(step_ms) = step_ms else {
         return "no decode steps (one output token)".to_string();
-    }
+    };
     format!(
         "decode {step_ms:.2} ms/step ({:.1} tok/s)",
         batch_size as f64 * 1e3 / step_ms
