@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
-use tokenmill_engine::checkpoint::{Checkpoint, GgufCheckpoint};
+use tokenmill_engine::models::checkpoint::{Checkpoint, GgufCheckpoint};
 use tokenmill_engine::{Engine, EngineConfig};
 use tokenmill_server::chat_template::ChatTemplate;
 use tokenmill_server::tokenizer;

@@ -2,7 +2,7 @@
 
 use std::sync::{Arc, OnceLock};
 
-use tokenmill_engine::checkpoint::default_model_path;
+use tokenmill_engine::models::checkpoint::default_model_path;
 use tokenmill_engine::EngineLimits;
 use tokenmill_server::chat_template::ChatTemplate;
 use tokenmill_server::tokenizer::{self, Tokenizer};

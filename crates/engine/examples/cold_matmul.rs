@@ -10,8 +10,8 @@
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{Device, Tensor};
 use std::time::Instant;
-use tokenmill_engine::cpu_kernel::CpuKernel;
-use tokenmill_engine::models::quant_matrix::{QuantMatrix, WeightFormat};
+use tokenmill_engine::kernels::cpu_kernel::CpuKernel;
+use tokenmill_engine::kernels::quant::{QuantMatrix, WeightFormat};
 
 /// Bytes of weights the copies hold together.
 const TOTAL_BYTES: usize = 150_000_000;

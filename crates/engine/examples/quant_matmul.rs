@@ -11,8 +11,8 @@
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{Device, Module, Tensor};
 use std::time::Instant;
-use tokenmill_engine::cpu_kernel::CpuKernel;
-use tokenmill_engine::models::quant_matrix::{QuantMatrix, WeightFormat};
+use tokenmill_engine::kernels::cpu_kernel::CpuKernel;
+use tokenmill_engine::kernels::quant::{QuantMatrix, WeightFormat};
 
 const SHAPES: [(usize, usize); 7] = [
     (576, 1536),

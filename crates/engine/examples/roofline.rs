@@ -4,8 +4,8 @@
 //! is possible.
 use candle_core::{Device, Tensor};
 use std::time::Instant;
-use tokenmill_engine::int8_probe::Int8Probe;
-use tokenmill_engine::read_bandwidth::ReadBandwidth;
+use tokenmill_engine::kernels::int8_probe::Int8Probe;
+use tokenmill_engine::kernels::read_bandwidth::ReadBandwidth;
 
 /// GB/s of `probe` read by a pool of `threads` threads, best of five.
 fn read_bandwidth(probe: &ReadBandwidth, threads: usize) -> f64 {

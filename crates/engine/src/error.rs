@@ -1,6 +1,6 @@
 //! The engine's error type: every failure names what went wrong and, for files, which file.
 
-use crate::config_validation::ConfigError;
+use crate::config::ConfigError;
 use std::path::PathBuf;
 
 #[derive(Debug, thiserror::Error)]

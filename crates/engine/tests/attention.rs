@@ -8,13 +8,15 @@
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
-use tokenmill_engine::block_manager::{BlockId, BlockManager};
-use tokenmill_engine::cpu_kernel::CpuKernel;
-use tokenmill_engine::forward_batch::ForwardBatch;
-use tokenmill_engine::kv_cache::{KvCache, KvCacheDtype, KvHeads};
-use tokenmill_engine::paged_attention::{
+use tokenmill_engine::attention::{
     exp2, paged_attention, paged_attention_into, paged_attention_with, AttentionShape, PARTITION,
 };
+use tokenmill_engine::config::model_config::KvHeads;
+use tokenmill_engine::config::KvCacheDtype;
+use tokenmill_engine::kernels::cpu_kernel::CpuKernel;
+use tokenmill_engine::kv::block_manager::{BlockId, BlockManager};
+use tokenmill_engine::kv::kv_cache::KvCache;
+use tokenmill_engine::sched::forward_batch::ForwardBatch;
 
 const TOL: f64 = 2e-6;
 const DTYPES: [KvCacheDtype; 3] = [KvCacheDtype::F32, KvCacheDtype::F16, KvCacheDtype::Bf16];

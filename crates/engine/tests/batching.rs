@@ -8,8 +8,8 @@ mod common;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use tokenmill_engine::kv_cache::KvCacheDtype;
-use tokenmill_engine::models::WeightMode;
+use tokenmill_engine::config::KvCacheDtype;
+use tokenmill_engine::config::WeightMode;
 use tokenmill_engine::{Completion, EngineConfig, Request, SamplingParams};
 
 /// 32 prompts of mixed lengths (5–100 tokens) built from the golden prompts' real text
@@ -116,7 +116,7 @@ fn assert_same(alone: &[Completion], together: &[Completion]) {
             "request {i} finish reason"
         );
         for (step, (x, y)) in a.tokens.iter().zip(&b.tokens).enumerate() {
-            let bits = |t: &tokenmill_engine::sampler::SampledToken| {
+            let bits = |t: &tokenmill_engine::sample::sampled_token::SampledToken| {
                 let lp = t.logprob.expect("logprobs were requested");
                 assert_eq!(t.top_logprobs.len(), TOP_LOGPROBS);
                 let top: Vec<(u32, u32)> = t
@@ -306,7 +306,7 @@ fn an_itl_target_moves_prefill_between_steps_but_changes_no_token_or_logprob() {
     assert_same(&alone(&prompts, KvCacheDtype::Auto, params), &done);
 }
 
-fn bits(t: &tokenmill_engine::sampler::SampledToken) -> (u32, u32, Vec<(u32, u32)>) {
+fn bits(t: &tokenmill_engine::sample::sampled_token::SampledToken) -> (u32, u32, Vec<(u32, u32)>) {
     let top = t.top_logprobs.iter().map(|&(id, l)| (id, l.to_bits()));
     (t.token_id, t.logprob.unwrap().to_bits(), top.collect())
 }

@@ -2,9 +2,9 @@
 //! recently freed empty block first (its pages are already mapped), the least recently freed
 //! cached block first.
 
-use tokenmill_engine::block_manager::{BlockHash, BlockManager};
+use tokenmill_engine::kv::block_manager::{BlockHash, BlockManager};
 
-fn indices(ids: &[tokenmill_engine::block_manager::BlockId]) -> Vec<usize> {
+fn indices(ids: &[tokenmill_engine::kv::block_manager::BlockId]) -> Vec<usize> {
     ids.iter().map(|id| id.index()).collect()
 }
 

@@ -6,10 +6,12 @@ mod common;
 use candle_core::quantized::GgmlDType;
 use common::tiny_llama::{self, GgufSpec};
 use std::path::Path;
-use tokenmill_engine::checkpoint::{self, Checkpoint};
-use tokenmill_engine::forward_batch::ForwardBatch;
-use tokenmill_engine::kv_cache::{KvCache, KvCacheDtype};
-use tokenmill_engine::models::{Llama, WeightMode};
+use tokenmill_engine::config::KvCacheDtype;
+use tokenmill_engine::config::WeightMode;
+use tokenmill_engine::kv::kv_cache::KvCache;
+use tokenmill_engine::models::checkpoint::{self, Checkpoint};
+use tokenmill_engine::models::Llama;
+use tokenmill_engine::sched::forward_batch::ForwardBatch;
 use tokenmill_engine::{Engine, EngineConfig};
 
 fn logits_of(path: &Path, prompt: &[u32]) -> Vec<f32> {
@@ -18,7 +20,7 @@ fn logits_of(path: &Path, prompt: &[u32]) -> Vec<f32> {
     let c = model.config().clone();
     let mut kv = KvCache::new(c.num_layers, 8, 16, c.kv_heads(), KvCacheDtype::F32);
     // Block ids are only minted by a block manager.
-    let table = tokenmill_engine::block_manager::BlockManager::new(8, 16, false)
+    let table = tokenmill_engine::kv::block_manager::BlockManager::new(8, 16, false)
         .allocate(8)
         .unwrap();
     let mut logits = Vec::new();
@@ -280,7 +282,7 @@ fn a_path_that_does_not_exist_is_named() {
 
 #[test]
 fn dummy_weights_build_models_of_the_published_shapes_that_generate() {
-    use tokenmill_engine::checkpoint::{DummyCheckpoint, DummyDType};
+    use tokenmill_engine::models::checkpoint::{DummyCheckpoint, DummyDType};
     // (shape, hidden, layers, heads, KV heads, head_dim, vocab)
     let shapes = [
         ("qwen3-0.6b", 1024, 28, 16, 8, 128, 151_936),
@@ -334,7 +336,7 @@ fn tempdir(name: &str) -> std::path::PathBuf {
 
 #[test]
 fn k_quant_dummy_matrices_fall_back_to_q8_0_where_rows_are_not_whole_256_blocks() {
-    use tokenmill_engine::checkpoint::{DummyCheckpoint, DummyDType};
+    use tokenmill_engine::models::checkpoint::{DummyCheckpoint, DummyDType};
     for (name, dtype, want) in [
         ("q4_k", DummyDType::Q4K, GgmlDType::Q4K),
         ("q5_k", DummyDType::Q5K, GgmlDType::Q5K),

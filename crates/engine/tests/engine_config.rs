@@ -3,8 +3,8 @@
 //! same step, so a bad flag is refused by the flag's name.
 
 use clap::Parser;
-use tokenmill_engine::checkpoint::{DummyCheckpoint, DummyDType};
-use tokenmill_engine::model_config::ModelConfig;
+use tokenmill_engine::config::model_config::ModelConfig;
+use tokenmill_engine::models::checkpoint::{DummyCheckpoint, DummyDType};
 use tokenmill_engine::{Engine, EngineArgs, EngineConfig, EngineError};
 
 fn model() -> ModelConfig {
@@ -195,7 +195,7 @@ fn building_an_engine_from_a_bad_flag_fails_with_one_line_naming_the_flag() {
 
 #[test]
 fn hf_overrides_shrink_the_layers_the_kv_plan_is_sized_for_and_bad_ones_are_refused() {
-    let model = tokenmill_engine::model_config::ModelConfig::qwen3_30b_a3b();
+    let model = tokenmill_engine::config::model_config::ModelConfig::qwen3_30b_a3b();
     let full = flags(&[]).plan(&model).unwrap();
     let eight = flags(&["--hf-overrides", r#"{"num_hidden_layers": 8}"#])
         .plan(&model)

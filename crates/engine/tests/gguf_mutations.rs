@@ -7,7 +7,7 @@ mod common;
 use proptest::prelude::*;
 use std::io::Write;
 use std::sync::OnceLock;
-use tokenmill_engine::checkpoint::{Checkpoint, GgufCheckpoint};
+use tokenmill_engine::models::checkpoint::{Checkpoint, GgufCheckpoint};
 
 /// The model file's metadata and tensor directory plus the first tensor bytes.
 fn header() -> &'static [u8] {

@@ -17,8 +17,8 @@
 
 mod common;
 
-use tokenmill_engine::kv_cache::KvCacheDtype;
-use tokenmill_engine::models::WeightMode;
+use tokenmill_engine::config::KvCacheDtype;
+use tokenmill_engine::config::WeightMode;
 use tokenmill_engine::{EngineConfig, Request, SamplingParams};
 
 const F32_LOGIT_TOL: f64 = 2e-3;

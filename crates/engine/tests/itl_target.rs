@@ -5,13 +5,13 @@
 
 use proptest::prelude::*;
 use std::time::{Duration, Instant};
-use tokenmill_engine::block_manager::BlockManager;
-use tokenmill_engine::sampler::SampledToken;
-use tokenmill_engine::scheduler::{
-    Scheduler, SchedulerConfig, SchedulerOutput, SchedulingPolicy, MAX_STARVED_STEPS,
-};
-use tokenmill_engine::sequence::Sequence;
-use tokenmill_engine::step_cost_model::StepShape;
+use tokenmill_engine::config::SchedulingPolicy;
+use tokenmill_engine::kv::block_manager::BlockManager;
+use tokenmill_engine::sample::sampled_token::SampledToken;
+use tokenmill_engine::sched::scheduler::{Scheduler, SchedulerConfig, MAX_STARVED_STEPS};
+use tokenmill_engine::sched::scheduler_output::SchedulerOutput;
+use tokenmill_engine::sched::sequence::Sequence;
+use tokenmill_engine::sched::step_cost_model::StepShape;
 use tokenmill_engine::{Request, SamplingParams, SeqId};
 
 /// The simulated machine: 5 ms a step, 0.1 ms a token, 4 µs per 1,000 attended positions,

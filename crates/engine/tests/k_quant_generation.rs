@@ -6,9 +6,9 @@
 //! child process once per path and compares the tokens the children print.
 
 use std::process::Command;
-use tokenmill_engine::checkpoint::{DummyCheckpoint, DummyDType};
-use tokenmill_engine::cpu_kernel::{CpuKernel, KERNEL_ENV};
-use tokenmill_engine::model_config::ModelConfig;
+use tokenmill_engine::config::model_config::ModelConfig;
+use tokenmill_engine::kernels::cpu_kernel::{CpuKernel, KERNEL_ENV};
+use tokenmill_engine::models::checkpoint::{DummyCheckpoint, DummyDType};
 use tokenmill_engine::{Engine, EngineConfig, Request, SamplingParams};
 
 /// Set in the children: generate and print instead of spawning.

@@ -3,7 +3,7 @@
 
 mod common;
 
-use tokenmill_engine::kv_cache::KvCacheDtype;
+use tokenmill_engine::config::KvCacheDtype;
 use tokenmill_engine::EngineConfig;
 
 #[test]
@@ -50,7 +50,7 @@ fn the_dtype_flag_parses_vllms_spellings() {
 /// a time it stays on one thread. Both store the same bits in every slot, keys transposed.
 #[test]
 fn a_parallel_write_of_many_rows_stores_what_row_by_row_writes_store() {
-    use tokenmill_engine::kv_cache::KvHeads;
+    use tokenmill_engine::config::model_config::KvHeads;
     // Qwen3-0.6B's heads, and heads of 48 whose ends fall inside a task's columns.
     for (num_kv_heads, head_dim) in [(8, 128), (7, 48)] {
         let heads = KvHeads {
@@ -61,8 +61,8 @@ fn a_parallel_write_of_many_rows_stores_what_row_by_row_writes_store() {
     }
 }
 
-fn write_in_parallel_and_row_by_row(heads: tokenmill_engine::kv_cache::KvHeads) {
-    use tokenmill_engine::kv_cache::KvCache;
+fn write_in_parallel_and_row_by_row(heads: tokenmill_engine::config::model_config::KvHeads) {
+    use tokenmill_engine::kv::kv_cache::KvCache;
     let (bs, width, rows) = (16, heads.width(), 40);
     // Scattered slots over several blocks, partly filled ones too, as a batch's are.
     let slots: Vec<usize> = (0..rows).map(|r| (r * 7) % (6 * bs) + bs).collect();
@@ -109,7 +109,8 @@ fn write_in_parallel_and_row_by_row(heads: tokenmill_engine::kv_cache::KvHeads) 
 #[test]
 fn the_f16_cache_rounds_every_value_as_half_does() {
     use half::f16;
-    use tokenmill_engine::kv_cache::{KvCache, KvHeads};
+    use tokenmill_engine::config::model_config::KvHeads;
+    use tokenmill_engine::kv::kv_cache::KvCache;
     let heads = KvHeads {
         num_kv_heads: 3,
         head_dim: 12,
@@ -164,7 +165,8 @@ fn the_f16_cache_rounds_every_value_as_half_does() {
 /// blocks), and the walk must end once every slab of every block is done.
 #[test]
 fn backing_the_pools_pages_changes_no_stored_value_and_ends() {
-    use tokenmill_engine::kv_cache::{KvCache, KvHeads};
+    use tokenmill_engine::config::model_config::KvHeads;
+    use tokenmill_engine::kv::kv_cache::KvCache;
     // Qwen3's heads (a block's share of a slab is 8 pages), and odd ones (not whole pages).
     for (num_kv_heads, head_dim, blocks) in [(8, 128, 40), (3, 40, 300)] {
         let heads = KvHeads {

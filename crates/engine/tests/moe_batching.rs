@@ -3,9 +3,9 @@
 //! and logprobs, bit for bit, alone and all 16 batched with chunked prefill, where every step
 //! runs each active expert once over the rows of many requests.
 
-use tokenmill_engine::checkpoint::{DummyCheckpoint, DummyDType};
-use tokenmill_engine::model_config::{ModelConfig, MoeConfig};
-use tokenmill_engine::sampler::SampledToken;
+use tokenmill_engine::config::model_config::{ModelConfig, MoeConfig};
+use tokenmill_engine::models::checkpoint::{DummyCheckpoint, DummyDType};
+use tokenmill_engine::sample::sampled_token::SampledToken;
 use tokenmill_engine::{Completion, Engine, EngineConfig, Request, SamplingParams};
 
 const TOP_LOGPROBS: usize = 5;

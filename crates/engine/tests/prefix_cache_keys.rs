@@ -2,7 +2,7 @@
 //! collision (the attack behind vLLM's CVE-2025-25183) cannot hand one prompt the KV blocks
 //! computed after another prompt's prefix.
 
-use tokenmill_engine::block_manager::{BlockHash, BlockManager};
+use tokenmill_engine::kv::block_manager::{BlockHash, BlockManager};
 
 const A0: [u32; 4] = [1, 2, 3, 4];
 const B0: [u32; 4] = [5, 6, 7, 8];

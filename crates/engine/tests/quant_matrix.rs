@@ -10,8 +10,8 @@
 
 use candle_core::quantized::{GgmlDType, QStorage, QTensor};
 use candle_core::{Device, Tensor};
-use tokenmill_engine::cpu_kernel::CpuKernel;
-use tokenmill_engine::models::quant_matrix::{QuantMatrix, QuantizedActivations, WeightFormat};
+use tokenmill_engine::kernels::cpu_kernel::CpuKernel;
+use tokenmill_engine::kernels::quant::{QuantMatrix, QuantizedActivations, WeightFormat};
 
 const FORMATS: [(WeightFormat, GgmlDType); 3] = [
     (WeightFormat::Q4_0, GgmlDType::Q4_0),
@@ -462,9 +462,9 @@ fn random_byte_k_quant_blocks_reach_every_value_and_stay_exact_on_every_path() {
 
 #[test]
 fn stacked_projections_in_different_k_quants_each_run_in_their_own_bits() {
+    use tokenmill_engine::config::WeightMode;
+    use tokenmill_engine::kernels::quant::QuantizedActivations;
     use tokenmill_engine::models::layers::Linear;
-    use tokenmill_engine::models::quant_matrix::QuantizedActivations;
-    use tokenmill_engine::models::WeightMode;
     // Q and V as a Q4_K_M file may hold them: Q4K beside Q6K.
     let (k, m, nq, nv) = (512, 3, 8, 5);
     let (q_bytes, q_tensor) = ggml_weights(&mut Rng(70), GgmlDType::Q4K, nq, k);
@@ -502,8 +502,8 @@ fn norm_weight(rng: &mut Rng, k: usize) -> QTensor {
 /// 1 to 80 rows: the last is past the size from which quantization runs on the pool.
 #[test]
 fn a_norm_fused_into_the_activation_quantization_gives_the_bits_of_normalizing_first() {
+    use tokenmill_engine::config::WeightMode;
     use tokenmill_engine::models::layers::{GateUp, Linear, RmsNorm};
-    use tokenmill_engine::models::WeightMode;
     let (k, n) = (1024, 24);
     let norm = RmsNorm::new(norm_weight(&mut Rng(90), k), 1e-6).unwrap();
     let dtypes = [
@@ -574,7 +574,7 @@ fn a_norm_fused_into_the_activation_quantization_gives_the_bits_of_normalizing_f
 
 #[test]
 fn outputs_split_inside_a_weight_group_get_the_same_bits_as_one_output() {
-    use tokenmill_engine::models::quant_matrix::QuantizedActivations;
+    use tokenmill_engine::kernels::quant::QuantizedActivations;
     // Widths 3, 6 and 5: two cuts fall inside four-row weight groups.
     let (k, n, m) = (64, 14, 5);
     let (bytes, _) = ggml_weights(&mut Rng(80), GgmlDType::Q4_1, n, k);

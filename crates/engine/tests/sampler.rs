@@ -3,7 +3,7 @@
 //! the reported distribution, and top-k = 1 sampling is greedy whatever the seed; property
 //! tests hold random settings to a slow f64 reference.
 
-use tokenmill_engine::sampler::{Sampler, SamplingContext};
+use tokenmill_engine::sample::sampler::{Sampler, SamplingContext};
 use tokenmill_engine::SamplingParams;
 
 fn logits() -> Vec<f32> {
@@ -246,8 +246,11 @@ fn a_logit_bias_moves_the_greedy_pick_but_not_the_reported_logprobs() {
     let (best, _, _) = sample(&l, &SamplingParams::greedy(1), &[], &[]);
     let params = SamplingParams {
         logprobs: Some(0),
-        logit_bias: tokenmill_engine::logit_bias::LogitBias::new([(best, -100.0), (3, 100.0)])
-            .unwrap(),
+        logit_bias: tokenmill_engine::sample::logit_bias::LogitBias::new([
+            (best, -100.0),
+            (3, 100.0),
+        ])
+        .unwrap(),
         ..SamplingParams::greedy(1)
     };
     let (id, logprob, _) = sample(&l, &params, &[], &[]);
@@ -260,7 +263,7 @@ mod argmax_against_a_plain_scan {
     //! The lane-wise argmax is a vectorisable rewrite of a one-at-a-time scan: the first
     //! greatest element, NaNs never picked, and 0 when nothing beats element 0.
     use proptest::prelude::*;
-    use tokenmill_engine::sampler::argmax;
+    use tokenmill_engine::sample::sampler::argmax;
 
     fn scan(logits: &[f32]) -> u32 {
         let mut best = 0;

@@ -4,10 +4,11 @@
 use proptest::prelude::*;
 use std::collections::{HashMap, HashSet};
 use std::time::Instant;
-use tokenmill_engine::block_manager::BlockManager;
-use tokenmill_engine::sampler::SampledToken;
-use tokenmill_engine::scheduler::{Scheduler, SchedulerConfig, SchedulingPolicy};
-use tokenmill_engine::sequence::Sequence;
+use tokenmill_engine::config::SchedulingPolicy;
+use tokenmill_engine::kv::block_manager::BlockManager;
+use tokenmill_engine::sample::sampled_token::SampledToken;
+use tokenmill_engine::sched::scheduler::{Scheduler, SchedulerConfig};
+use tokenmill_engine::sched::sequence::Sequence;
 use tokenmill_engine::{Request, SamplingParams, SeqId};
 
 #[derive(Debug, Clone)]
@@ -73,7 +74,7 @@ fn check_step(
     s: &Scheduler,
     setup: &Setup,
     before: &[SeqId],
-    out: &tokenmill_engine::scheduler::SchedulerOutput,
+    out: &tokenmill_engine::sched::scheduler_output::SchedulerOutput,
 ) {
     assert!(
         out.num_tokens() <= setup.budget,
@@ -296,7 +297,7 @@ fn running_out_of_blocks_preempts_the_most_recently_admitted() {
     };
     s.add(Sequence::new(SeqId(0), req(), 0, Instant::now()));
     s.add(Sequence::new(SeqId(1), req(), 0, Instant::now()));
-    let fake = |out: &tokenmill_engine::scheduler::SchedulerOutput| {
+    let fake = |out: &tokenmill_engine::sched::scheduler_output::SchedulerOutput| {
         out.chunks
             .iter()
             .filter(|c| c.sample)

@@ -5,7 +5,7 @@ mod common;
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
-use tokenmill_engine::engine_handle::MAX_CONSECUTIVE_STEP_FAILURES;
+use tokenmill_engine::core::engine_handle::MAX_CONSECUTIVE_STEP_FAILURES;
 use tokenmill_engine::{
     EngineConfig, EngineError, EngineHandle, EngineHealth, FinishReason, Request, RequestEvent,
     SamplingParams,

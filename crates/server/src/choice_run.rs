@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use tokenmill_engine::sampler::SampledToken;
+use tokenmill_engine::sample::sampled_token::SampledToken;
 use tokenmill_engine::{EngineHandle, RequestEvent, SeqId};
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::sync::watch;
@@ -261,7 +261,7 @@ impl ChoiceRun {
     fn finish(
         &mut self,
         reason: &str,
-        timings: Option<&tokenmill_engine::request::RequestTimings>,
+        timings: Option<&tokenmill_engine::sched::request::RequestTimings>,
     ) {
         self.finished = true;
         self.metrics.record(FinishedRequest {

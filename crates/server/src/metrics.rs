@@ -6,9 +6,9 @@ use std::sync::Mutex;
 use std::time::Instant;
 
 use crate::api_error::REFUSAL_REASONS;
-use tokenmill_engine::moe_expert_stats::ACTIVE_EXPERT_BUCKETS;
-use tokenmill_engine::request::RequestTimings;
-use tokenmill_engine::scheduler::{SchedulerStats, STEP_BUCKETS};
+use tokenmill_engine::sched::moe_expert_stats::ACTIVE_EXPERT_BUCKETS;
+use tokenmill_engine::sched::request::RequestTimings;
+use tokenmill_engine::sched::scheduler_stats::{SchedulerStats, STEP_BUCKETS};
 
 /// Bucket bounds in seconds. First-token and whole-request latencies span milliseconds to
 /// minutes; per-token gaps are tighter.
@@ -511,7 +511,7 @@ mod tests {
     fn moe_active_experts_is_a_histogram_only_for_a_mixture_of_experts_model() {
         let dense = Metrics::new("m").render(&SchedulerStats::default());
         assert!(!dense.contains("moe_active_experts"), "{dense}");
-        let mut moe = tokenmill_engine::moe_expert_stats::MoeExpertStats::new(8);
+        let mut moe = tokenmill_engine::sched::moe_expert_stats::MoeExpertStats::new(8);
         moe.observe(2.0);
         moe.observe(5.5);
         let stats = SchedulerStats {

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use tokenmill_engine::{Engine, EngineArgs};
 
 /// The default model and where it is cached live in the engine crate, beside the loader.
-pub use tokenmill_engine::checkpoint::{default_model_path, DEFAULT_MODEL_FILE};
+pub use tokenmill_engine::models::checkpoint::{default_model_path, DEFAULT_MODEL_FILE};
 
 /// An engine with what the server needs around it.
 pub struct LoadedModel {

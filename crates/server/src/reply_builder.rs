@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Map, Value};
-use tokenmill_engine::sampler::SampledToken;
+use tokenmill_engine::sample::sampled_token::SampledToken;
 
 use crate::choice_run::ChoiceDelta;
 use crate::request_plan::Endpoint;

@@ -5,8 +5,8 @@
 use std::collections::BTreeMap;
 
 use serde_json::Value;
-use tokenmill_engine::logit_bias::LogitBias;
-use tokenmill_engine::sampling_params::MAX_LOGPROBS;
+use tokenmill_engine::sample::logit_bias::LogitBias;
+use tokenmill_engine::sample::sampling_params::MAX_LOGPROBS;
 use tokenmill_engine::{EngineLimits, Request, SamplingParams};
 
 use crate::api_error::ApiError;

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use common::*;
 use serde_json::{json, Value};
-use tokenmill_engine::engine_handle::MAX_CONSECUTIVE_STEP_FAILURES;
+use tokenmill_engine::core::engine_handle::MAX_CONSECUTIVE_STEP_FAILURES;
 use tokenmill_engine::EngineError;
 use tokenmill_server::api_server::{spawn_server, ServerHandle, ServerOptions};
 

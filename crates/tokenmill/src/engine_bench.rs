@@ -5,10 +5,10 @@ use clap::Args;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::time::Instant;
-use tokenmill_engine::compute_pool::ComputePool;
-use tokenmill_engine::cpu_kernel::CpuKernel;
-use tokenmill_engine::int8_probe::Int8Probe;
-use tokenmill_engine::read_bandwidth::ReadBandwidth;
+use tokenmill_engine::kernels::compute_pool::ComputePool;
+use tokenmill_engine::kernels::cpu_kernel::CpuKernel;
+use tokenmill_engine::kernels::int8_probe::Int8Probe;
+use tokenmill_engine::kernels::read_bandwidth::ReadBandwidth;
 use tokenmill_engine::{Completion, Engine, EngineArgs, Request, SamplingParams};
 
 #[derive(Args, Debug)]

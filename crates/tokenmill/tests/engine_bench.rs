@@ -130,8 +130,8 @@ fn bench_latency_of_a_prompt_alone_has_no_decode_step_and_sets_prefill_against_t
     assert!(!stdout.contains("decode roofline"), "{stdout}");
     // Where the kernel path has an int8 probe, the prefill is set against it, counting the
     // file's matmul shapes.
-    let probed = tokenmill_engine::int8_probe::Int8Probe::for_kernel(
-        tokenmill_engine::cpu_kernel::CpuKernel::active(),
+    let probed = tokenmill_engine::kernels::int8_probe::Int8Probe::for_kernel(
+        tokenmill_engine::kernels::cpu_kernel::CpuKernel::active(),
     )
     .is_some();
     let line = stdout.lines().find(|l| l.starts_with("prefill roofline: "));

@@ -2,8 +2,8 @@
 //! steady-state step allocates nothing in the model.
 
 use super::moe_router::ExpertChoice;
-use super::quant_matrix::QuantizedActivations;
 use super::sparse_moe_block::{MoeScratch, MoeShape};
+use crate::kernels::quant::QuantizedActivations;
 
 /// Buffers sized for the largest batch seen (or reserved); each step uses a prefix.
 #[derive(Default)]

@@ -3,38 +3,17 @@
 //! Activations are plain row-major `f32` slices `[rows, width]`; only matmuls go through
 //! candle, so the rest of the forward pass reads as ordinary loops.
 
-use super::dense_matrix::DenseMatrix;
-use super::quant_matrix::{Input, QuantMatrix, QuantizedActivations, RowNorm, WeightFormat};
-use crate::compute_pool::ComputePool;
-use crate::cpu_kernel::CpuKernel;
+use crate::config::model_config::{ModelConfig, RopeStyle};
+use crate::config::WeightMode;
 use crate::error::Result;
-use crate::model_config::{ModelConfig, RopeStyle};
+use crate::kernels::compute_pool::ComputePool;
+use crate::kernels::cpu_kernel::CpuKernel;
+use crate::kernels::dense_matrix::DenseMatrix;
+use crate::kernels::exp::exp;
+use crate::kernels::quant::{Input, QuantMatrix, QuantizedActivations, RowNorm, WeightFormat};
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{Device, Tensor};
 use std::sync::Arc;
-
-/// How matmul weights are kept in memory.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum WeightMode {
-    /// Quantized weights stay in their GGUF format (formats without a native kernel:
-    /// requantized to Q8_0 at load); activations are quantized to int8 blocks inside the
-    /// matmul, as llama.cpp does.
-    #[default]
-    Quantized,
-    /// Every weight dequantized to f32: exact but slower; the yardstick for accuracy.
-    F32,
-}
-
-impl std::str::FromStr for WeightMode {
-    type Err = String;
-    fn from_str(s: &str) -> std::result::Result<Self, String> {
-        match s {
-            "quantized" | "auto" => Ok(Self::Quantized),
-            "f32" => Ok(Self::F32),
-            other => Err(format!("unknown weight mode {other:?} (quantized, f32)")),
-        }
-    }
-}
 
 /// `y = x · Wᵀ` with `W` of shape `[out, in]`.
 pub struct Linear {
@@ -744,36 +723,6 @@ fn swiglu_row(gate: &[f32], up: &[f32], out: &mut [f32]) {
 #[target_feature(enable = "avx2")]
 unsafe fn swiglu_row_avx2(gate: &[f32], up: &[f32], out: &mut [f32]) {
     swiglu_row(gate, up, out)
-}
-
-/// `eˣ` in plain f32 arithmetic (no libm call), so loops over it vectorize: `2ⁿ · eʳ` with
-/// `n = round(x / ln 2)`, `r` reduced in two parts, and a degree-6 Taylor polynomial on
-/// `|r| ≤ ln 2 / 2` (relative error below 2e-7). No fused operations, so every CPU gives
-/// the same bits.
-#[inline(always)]
-pub fn exp(x: f32) -> f32 {
-    const LOG2E: f32 = std::f32::consts::LOG2_E;
-    const LN2_HI: f32 = 0.693_145_75;
-    const LN2_LO: f32 = 1.428_606_8e-6;
-    // Adding and removing 1.5·2²³ rounds to the nearest integer (ties to even).
-    const ROUND: f32 = 12_582_912.0;
-    let x = x.clamp(-87.0, 88.0);
-    let t = x * LOG2E + ROUND;
-    let n = t - ROUND;
-    let r = (x - n * LN2_HI) - n * LN2_LO;
-    let p = 1.0 / 720.0;
-    let p = p * r + 1.0 / 120.0;
-    let p = p * r + 1.0 / 24.0;
-    let p = p * r + 1.0 / 6.0;
-    let p = p * r + 0.5;
-    let p = p * r + 1.0;
-    let p = p * r + 1.0;
-    // `n` (−126 ≤ n ≤ 127) sits exactly in `t`'s low mantissa bits, so the scale's exponent comes
-    // from them: `n as i32` would be the same integer, but Rust's saturating float→int
-    // conversion kept loops over `exp` from vectorising (eight scalar conversions with
-    // NaN and range checks per eight lanes, most of a SwiGLU).
-    let biased = t.to_bits().wrapping_sub(ROUND.to_bits()).wrapping_add(127);
-    p * f32::from_bits(biased << 23)
 }
 
 /// The token embedding table. Rows are read on demand from the quantized table when the

@@ -6,16 +6,17 @@
 //! Tensor names follow GGUF (`blk.N.attn_q.weight`); other formats are mapped at load.
 
 use super::forward_scratch::{ForwardScratch, ScratchShape};
-use super::layers::{Embedding, GateUp, Linear, RmsNorm, Rope, WeightMode};
+use super::layers::{Embedding, GateUp, Linear, RmsNorm, Rope};
 use super::moe_router::ExpertChoice;
 use super::sparse_moe_block::SparseMoeBlock;
-use crate::checkpoint::Checkpoint;
-use crate::cpu_kernel::CpuKernel;
+use crate::attention::{paged_attention_into, AttentionShape};
+use crate::config::model_config::ModelConfig;
+use crate::config::WeightMode;
 use crate::error::{EngineError, Result};
-use crate::forward_batch::ForwardBatch;
-use crate::kv_cache::KvCache;
-use crate::model_config::ModelConfig;
-use crate::paged_attention::{paged_attention_into, AttentionShape};
+use crate::kernels::cpu_kernel::CpuKernel;
+use crate::kv::kv_cache::KvCache;
+use crate::models::checkpoint::Checkpoint;
+use crate::sched::forward_batch::ForwardBatch;
 use candle_core::Device;
 use std::sync::Mutex;
 

@@ -1,14 +1,12 @@
-//! Model implementations. Each file mirrors one checkpoint family.
+//! Model implementations over the kernels: one file per architecture family, the layers
+//! they share, and the checkpoints (GGUF, safetensors, random weights) they load from.
 
-pub mod dense_matrix;
+pub mod checkpoint;
 pub mod forward_scratch;
-pub mod huge_buf;
 pub mod layers;
 pub mod llama;
 pub mod moe_router;
-pub mod quant_matrix;
 pub mod sparse_moe_block;
 
-pub use layers::WeightMode;
 pub use llama::Llama;
 pub use moe_router::ExpertChoice;

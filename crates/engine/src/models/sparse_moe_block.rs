@@ -7,12 +7,13 @@
 //! exact, ARCHITECTURE.md), and a token's expert outputs are summed by rank in its top-k,
 //! never by the order experts ran in.
 
-use super::layers::{GateUp, Linear, WeightMode};
+use super::layers::{GateUp, Linear};
 use super::moe_router::{ExpertChoice, MoeRouter, RouterShape};
-use super::quant_matrix::QuantizedActivations;
-use crate::checkpoint::Checkpoint;
+use crate::config::model_config::ModelConfig;
+use crate::config::WeightMode;
 use crate::error::{EngineError, Result};
-use crate::model_config::ModelConfig;
+use crate::kernels::quant::QuantizedActivations;
+use crate::models::checkpoint::Checkpoint;
 use candle_core::quantized::{QStorage, QTensor};
 use candle_core::Device;
 use std::borrow::Cow;

@@ -7,10 +7,10 @@
 
 use std::path::PathBuf;
 
-/// The default model (`tokenmill_engine::checkpoint::default_model_path`, the same rules
+/// The default model (`tokenmill_engine::models::checkpoint::default_model_path`, the same rules
 /// as `tokenmill serve`); a missing file fails the test with the command that fetches it.
 pub fn model_path() -> PathBuf {
-    let path = tokenmill_engine::checkpoint::default_model_path();
+    let path = tokenmill_engine::models::checkpoint::default_model_path();
     assert!(
         path.exists(),
         "default model not found at {}: run scripts/fetch-model.sh first (or set TOKENMILL_MODEL)",

@@ -1,0 +1,198 @@
+//! `EngineConfig`: every engine setting, and the one validation step that checks each against
+//! the others, the model and the machine before anything is allocated, so a bad value is
+//! refused with its name and reason instead of panicking, hanging or aborting later.
+
+use super::config_error::ConfigError;
+use super::kv_cache_dtype::KvCacheDtype;
+use super::model_config::ModelConfig;
+use super::scheduling_policy::SchedulingPolicy;
+use super::weight_mode::WeightMode;
+use std::time::Duration;
+
+/// Smallest accepted KV block: smaller blocks make block tables long and the prefix cache
+/// fine-grained for no gain (vLLM accepts 8 and up as well).
+pub const MIN_BLOCK_SIZE: usize = 8;
+
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    pub block_size: usize,
+    /// Exact pool size; when `None` it is `kv_cache_memory_bytes` worth of blocks.
+    pub num_kv_blocks: Option<usize>,
+    pub kv_cache_memory_bytes: usize,
+    /// Element type of the KV cache; `Auto` is f16, so the same memory holds twice the
+    /// tokens of f32.
+    pub kv_cache_dtype: KvCacheDtype,
+    pub max_num_batched_tokens: usize,
+    pub max_num_seqs: usize,
+    /// Defaults to the model's context length, capped by what the KV pool holds.
+    pub max_model_len: Option<usize>,
+    pub long_prefill_token_threshold: Option<usize>,
+    pub enable_prefix_caching: bool,
+    pub policy: SchedulingPolicy,
+    pub weight_mode: WeightMode,
+    /// Requests allowed to wait before new ones are refused.
+    pub max_waiting: usize,
+    /// Inter-token latency the scheduler holds by admitting less prefill per step
+    /// (`--target-itl-ms`); the token budget stays the hard cap.
+    pub target_itl: Option<Duration>,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        Self {
+            block_size: 16,
+            num_kv_blocks: None,
+            kv_cache_memory_bytes: 2 << 30,
+            kv_cache_dtype: KvCacheDtype::Auto,
+            max_num_batched_tokens: 512,
+            max_num_seqs: 128,
+            max_model_len: None,
+            long_prefill_token_threshold: None,
+            enable_prefix_caching: true,
+            policy: SchedulingPolicy::Fcfs,
+            weight_mode: WeightMode::Quantized,
+            max_waiting: 1024,
+            target_itl: None,
+        }
+    }
+}
+
+/// What a valid configuration works out to for a given model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KvPlan {
+    pub num_blocks: usize,
+    pub max_model_len: usize,
+}
+
+impl EngineConfig {
+    /// Checks every setting; `Ok` means the engine can be built with it.
+    pub fn validate(&self, model: &ModelConfig) -> Result<(), ConfigError> {
+        self.plan(model).map(|_| ())
+    }
+
+    /// Validates and works out the KV pool size and the context length.
+    pub fn plan(&self, model: &ModelConfig) -> Result<KvPlan, ConfigError> {
+        self.check_scheduling()?;
+        let num_blocks = self.check_kv_pool(model, physical_memory_bytes())?;
+        let max_model_len = self.check_max_model_len(model, num_blocks)?;
+        Ok(KvPlan {
+            num_blocks,
+            max_model_len,
+        })
+    }
+
+    fn check_scheduling(&self) -> Result<(), ConfigError> {
+        if !self.block_size.is_power_of_two() || self.block_size < MIN_BLOCK_SIZE {
+            return Err(ConfigError::new(
+                "block_size",
+                self.block_size,
+                format!("must be a power of two of at least {MIN_BLOCK_SIZE}"),
+            ));
+        }
+        if self.max_num_seqs == 0 {
+            return Err(ConfigError::new(
+                "max_num_seqs",
+                0,
+                "must be at least 1, or no request could ever run",
+            ));
+        }
+        if self.max_num_batched_tokens < self.max_num_seqs {
+            return Err(ConfigError::new(
+                "max_num_batched_tokens",
+                self.max_num_batched_tokens,
+                format!(
+                    "must be at least 1 and at least max_num_seqs ({}): every running sequence \
+                     needs a token of each step's budget, or the last ones never decode",
+                    self.max_num_seqs
+                ),
+            ));
+        }
+        if self.long_prefill_token_threshold == Some(0) {
+            return Err(ConfigError::new(
+                "long_prefill_token_threshold",
+                0,
+                "must be at least 1 (omit it for no cap): a cap of 0 schedules empty chunks",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The pool's block count; it must hold a block and fit in the machine's memory.
+    fn check_kv_pool(
+        &self,
+        model: &ModelConfig,
+        physical: Option<u64>,
+    ) -> Result<usize, ConfigError> {
+        let block_bytes = model
+            .kv_bytes_per_token(self.kv_cache_dtype.element_size())
+            .checked_mul(self.block_size)
+            .ok_or_else(|| ConfigError::new("block_size", self.block_size, "is too large"))?;
+        let (setting, value, num_blocks) = match self.num_kv_blocks {
+            Some(n) => ("num_kv_blocks", n.to_string(), n),
+            None => (
+                "kv_cache_memory_bytes",
+                self.kv_cache_memory_bytes.to_string(),
+                self.kv_cache_memory_bytes / block_bytes.max(1),
+            ),
+        };
+        if num_blocks == 0 {
+            return Err(ConfigError::new(
+                setting,
+                value,
+                format!("the KV cache must hold at least one block ({block_bytes} bytes)"),
+            ));
+        }
+        let pool_bytes = (num_blocks as u128) * (block_bytes as u128);
+        if let Some(physical) = physical.filter(|&p| pool_bytes >= p as u128) {
+            return Err(ConfigError::new(
+                setting,
+                value,
+                format!(
+                    "a KV cache of {pool_bytes} bytes does not fit in this machine's \
+                     {physical} bytes of memory"
+                ),
+            ));
+        }
+        Ok(num_blocks)
+    }
+
+    fn check_max_model_len(
+        &self,
+        model: &ModelConfig,
+        num_blocks: usize,
+    ) -> Result<usize, ConfigError> {
+        let context = model.max_position_embeddings;
+        match self.max_model_len {
+            Some(len) if len < 2 => Err(ConfigError::new(
+                "max_model_len",
+                len,
+                "must be at least 2 (a prompt token and a generated one)",
+            )),
+            Some(len) if len > context => Err(ConfigError::new(
+                "max_model_len",
+                len,
+                format!("exceeds the model's context length {context}"),
+            )),
+            Some(len) => Ok(len),
+            None => Ok(context.min(num_blocks.saturating_mul(self.block_size))),
+        }
+    }
+}
+
+/// Total RAM, when the platform says; `None` skips the check rather than guessing.
+fn physical_memory_bytes() -> Option<u64> {
+    #[cfg(unix)]
+    {
+        // SAFETY: sysconf reads system constants and has no preconditions.
+        let (pages, page_size) = unsafe {
+            (
+                libc::sysconf(libc::_SC_PHYS_PAGES),
+                libc::sysconf(libc::_SC_PAGESIZE),
+            )
+        };
+        if pages > 0 && page_size > 0 {
+            return Some(pages as u64 * page_size as u64);
+        }
+    }
+    None
+}

@@ -1,0 +1,17 @@
+//! Configuration, a leaf: what the engine and the model are set to, validated once at
+//! startup. Everything names it; it names nothing above it.
+
+pub mod config_error;
+pub mod engine_config;
+pub mod hf_overrides;
+pub mod kv_cache_dtype;
+pub mod model_config;
+pub mod scheduling_policy;
+pub mod weight_mode;
+
+pub use config_error::ConfigError;
+pub use engine_config::{EngineConfig, KvPlan};
+pub use kv_cache_dtype::KvCacheDtype;
+pub use model_config::ModelConfig;
+pub use scheduling_policy::SchedulingPolicy;
+pub use weight_mode::WeightMode;

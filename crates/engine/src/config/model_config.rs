@@ -1,0 +1,634 @@
+//! The shape of a decoder-only model, read from a checkpoint's metadata.
+
+use serde::Deserialize;
+
+/// The model families whose forward pass we implement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Architecture {
+    /// Llama 2/3, SmolLM2, Mistral-shaped models.
+    Llama,
+    /// Qwen2 / Qwen2.5: Llama plus biases on the query, key and value projections.
+    Qwen2,
+    /// Qwen3 dense: Llama plus an RMSNorm on every query and key head.
+    Qwen3,
+    /// Qwen3-MoE: Qwen3's attention, and a mixture of experts in place of the MLP on its
+    /// sparse layers (see [`MoeConfig`]).
+    Qwen3Moe,
+}
+
+impl Architecture {
+    pub fn from_name(name: &str) -> Option<Self> {
+        match name {
+            "llama" | "LlamaForCausalLM" | "MistralForCausalLM" | "mistral" => Some(Self::Llama),
+            "qwen2" | "Qwen2ForCausalLM" => Some(Self::Qwen2),
+            "qwen3" | "Qwen3ForCausalLM" => Some(Self::Qwen3),
+            "qwen3moe" | "qwen3_moe" | "Qwen3MoeForCausalLM" => Some(Self::Qwen3Moe),
+            _ => None,
+        }
+    }
+
+    /// `name` (a GGUF `general.architecture` or an HF class or model type) as an
+    /// [`Architecture`], or the error that refuses it. Known families we do not run are
+    /// named by their GGUF name, so a GGUF and a safetensors copy fail alike.
+    pub fn parse(name: &str) -> Result<Self, String> {
+        const SUPPORTED: &str = "supported: llama, qwen2, qwen3, qwen3moe";
+        Self::from_name(name).ok_or_else(|| match name {
+            "qwen2moe" | "qwen2_moe" | "Qwen2MoeForCausalLM" => {
+                format!("unsupported architecture qwen2moe (from {name:?}; {SUPPORTED})")
+            }
+            other => format!("unknown architecture {other:?} ({SUPPORTED})"),
+        })
+    }
+}
+
+/// How query/key pairs are rotated. GGUF's llama converter permutes Q/K rows so that
+/// adjacent elements form a pair; Hugging Face checkpoints (and GGUF qwen2/qwen3) pair element
+/// `i` with `i + head_dim / 2`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RopeStyle {
+    AdjacentPairs,
+    HalfSplit,
+}
+
+/// The mixture of experts of a sparse model (Qwen3-MoE): which layers route, and how.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MoeConfig {
+    pub num_experts: usize,
+    /// Experts each token is sent to (`top_k`).
+    pub experts_per_token: usize,
+    /// Rows of each expert's gate/up projection.
+    pub expert_intermediate_size: usize,
+    /// Whether a token's `top_k` routing weights are renormalised to sum to 1.
+    pub norm_topk_prob: bool,
+    /// Every `decoder_sparse_step`-th layer (counting from 1) is sparse...
+    pub decoder_sparse_step: usize,
+    /// ...unless listed here: those keep a dense MLP.
+    pub mlp_only_layers: Vec<usize>,
+}
+
+impl MoeConfig {
+    /// Whether layer `layer` (from 0) routes through experts, as transformers decides it.
+    pub fn is_sparse_layer(&self, layer: usize) -> bool {
+        self.num_experts > 0
+            && self.decoder_sparse_step > 0
+            && (layer + 1).is_multiple_of(self.decoder_sparse_step)
+            && !self.mlp_only_layers.contains(&layer)
+    }
+
+    /// A shape the router can run, or why not: a bad checkpoint is refused at load.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.experts_per_token == 0 || self.experts_per_token > self.num_experts {
+            return Err(format!(
+                "{} experts per token out of {} experts: need 1 ≤ top_k ≤ experts",
+                self.experts_per_token, self.num_experts
+            ));
+        }
+        if self.expert_intermediate_size == 0 {
+            return Err("an expert intermediate size of 0".into());
+        }
+        if self.decoder_sparse_step == 0 {
+            return Err("decoder_sparse_step 0 (it must be at least 1)".into());
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct ModelConfig {
+    pub architecture: Architecture,
+    pub vocab_size: usize,
+    pub hidden_size: usize,
+    pub intermediate_size: usize,
+    pub num_layers: usize,
+    pub num_heads: usize,
+    pub num_kv_heads: usize,
+    pub head_dim: usize,
+    pub rms_norm_eps: f64,
+    pub rope_theta: f64,
+    pub rope_style: RopeStyle,
+    /// What each rotary frequency `θ^(-2i/d)` is divided by (`head_dim / 2` of them): Llama 3
+    /// scaling (HF `rope_scaling`, GGUF `rope_freqs.weight`) or linear scaling. `None`: plain
+    /// RoPE.
+    pub rope_freq_divisors: Option<Vec<f64>>,
+    pub max_position_embeddings: usize,
+    pub tie_word_embeddings: bool,
+    pub bos_token_id: Option<u32>,
+    pub eos_token_ids: Vec<u32>,
+    /// The experts of a sparse model; `None` for dense ones.
+    pub moe: Option<MoeConfig>,
+}
+
+impl ModelConfig {
+    /// The KV heads each token stores in the cache.
+    pub fn kv_heads(&self) -> KvHeads {
+        KvHeads {
+            num_kv_heads: self.num_kv_heads,
+            head_dim: self.head_dim,
+        }
+    }
+
+    pub fn has_qk_norm(&self) -> bool {
+        matches!(
+            self.architecture,
+            Architecture::Qwen3 | Architecture::Qwen3Moe
+        )
+    }
+
+    /// Whether layer `layer` routes through experts rather than a dense MLP.
+    pub fn is_sparse_layer(&self, layer: usize) -> bool {
+        self.moe.as_ref().is_some_and(|m| m.is_sparse_layer(layer))
+    }
+
+    /// Qwen2 always has q/k/v biases; other families only when the checkpoint holds them.
+    pub fn requires_qkv_bias(&self) -> bool {
+        self.architecture == Architecture::Qwen2
+    }
+
+    /// Bytes of keys plus values one token occupies in the f32 KV cache, over all layers.
+    /// Keys and values of every layer for one token, at `element_size` bytes per number.
+    /// Saturates, so an absurd shape reads as a pool that fits in no memory.
+    pub fn kv_bytes_per_token(&self, element_size: usize) -> usize {
+        [
+            self.num_layers,
+            self.num_kv_heads,
+            self.head_dim,
+            element_size,
+        ]
+        .into_iter()
+        .fold(2usize, usize::saturating_mul)
+    }
+
+    /// Refuses a shape no model has — a zero width or count, an odd head (RoPE rotates
+    /// pairs), query heads not shared evenly by the key/value heads — or whose widths
+    /// overflow, before anything is sized by it.
+    pub fn check_dimensions(&self) -> Result<(), String> {
+        for (name, value) in [
+            ("vocab_size", self.vocab_size),
+            ("hidden_size", self.hidden_size),
+            ("num_layers", self.num_layers),
+            ("num_heads", self.num_heads),
+            ("num_kv_heads", self.num_kv_heads),
+            ("head_dim", self.head_dim),
+        ] {
+            if value == 0 {
+                return Err(format!("{name} is 0"));
+            }
+        }
+        if !self.head_dim.is_multiple_of(2) {
+            return Err(format!(
+                "head_dim {} is odd; rotary embeddings rotate pairs",
+                self.head_dim
+            ));
+        }
+        if !self.num_heads.is_multiple_of(self.num_kv_heads) {
+            return Err(format!(
+                "{} query heads cannot share {} key/value heads evenly",
+                self.num_heads, self.num_kv_heads
+            ));
+        }
+        let widths = [self.num_heads, self.num_kv_heads]
+            .map(|heads| heads.checked_mul(self.head_dim))
+            .into_iter()
+            .collect::<Option<Vec<_>>>()
+            .and_then(|w| w[0].checked_add(w[1].checked_mul(2)?));
+        if widths.is_none() {
+            return Err(format!(
+                "{} heads of {} overflow the address space",
+                self.num_heads, self.head_dim
+            ));
+        }
+        Ok(())
+    }
+
+    /// Qwen3-0.6B's published shape, for random-weight benchmarking.
+    pub fn qwen3_0_6b() -> Self {
+        Self {
+            architecture: Architecture::Qwen3,
+            vocab_size: 151_936,
+            hidden_size: 1024,
+            intermediate_size: 3072,
+            num_layers: 28,
+            num_heads: 16,
+            num_kv_heads: 8,
+            head_dim: 128,
+            rms_norm_eps: 1e-6,
+            rope_theta: 1_000_000.0,
+            rope_style: RopeStyle::HalfSplit,
+            rope_freq_divisors: None,
+            max_position_embeddings: 40_960,
+            tie_word_embeddings: true,
+            bos_token_id: None,
+            eos_token_ids: vec![151_645],
+            moe: None,
+        }
+    }
+
+    /// Qwen3-30B-A3B's published shape (128 experts, 8 per token, every layer sparse), for
+    /// random-weight runs; `--hf-overrides '{"num_hidden_layers": 8}'` shrinks it to fit.
+    pub fn qwen3_30b_a3b() -> Self {
+        Self {
+            architecture: Architecture::Qwen3Moe,
+            vocab_size: 151_936,
+            hidden_size: 2048,
+            intermediate_size: 6144,
+            num_layers: 48,
+            num_heads: 32,
+            num_kv_heads: 4,
+            head_dim: 128,
+            rms_norm_eps: 1e-6,
+            rope_theta: 1_000_000.0,
+            rope_style: RopeStyle::HalfSplit,
+            rope_freq_divisors: None,
+            max_position_embeddings: 40_960,
+            tie_word_embeddings: false,
+            bos_token_id: None,
+            eos_token_ids: vec![151_645],
+            moe: Some(MoeConfig {
+                num_experts: 128,
+                experts_per_token: 8,
+                expert_intermediate_size: 768,
+                norm_topk_prob: true,
+                decoder_sparse_step: 1,
+                mlp_only_layers: Vec::new(),
+            }),
+        }
+    }
+
+    /// Qwen2.5-0.5B's published shape (q/k/v biases, 2 KV heads), for random-weight runs.
+    pub fn qwen2_5_0_5b() -> Self {
+        Self {
+            architecture: Architecture::Qwen2,
+            vocab_size: 151_936,
+            hidden_size: 896,
+            intermediate_size: 4864,
+            num_layers: 24,
+            num_heads: 14,
+            num_kv_heads: 2,
+            head_dim: 64,
+            rms_norm_eps: 1e-6,
+            rope_theta: 1_000_000.0,
+            rope_style: RopeStyle::HalfSplit,
+            rope_freq_divisors: None,
+            max_position_embeddings: 32_768,
+            tie_word_embeddings: true,
+            bos_token_id: None,
+            eos_token_ids: vec![151_645],
+            moe: None,
+        }
+    }
+
+    /// Llama-3.2-1B's published shape, with its Llama 3 RoPE scaling (factor 32 over an
+    /// original 8,192 positions), for random-weight runs.
+    pub fn llama_3_2_1b() -> Self {
+        let (theta, head_dim) = (500_000.0, 64);
+        Self {
+            architecture: Architecture::Llama,
+            vocab_size: 128_256,
+            hidden_size: 2048,
+            intermediate_size: 8192,
+            num_layers: 16,
+            num_heads: 32,
+            num_kv_heads: 8,
+            head_dim,
+            rms_norm_eps: 1e-5,
+            rope_theta: theta,
+            rope_style: RopeStyle::HalfSplit,
+            rope_freq_divisors: Some(llama3_freq_divisors(
+                theta, head_dim, 32.0, 1.0, 4.0, 8192.0,
+            )),
+            max_position_embeddings: 131_072,
+            tie_word_embeddings: true,
+            bos_token_id: Some(128_000),
+            eos_token_ids: vec![128_001, 128_008, 128_009],
+            moe: None,
+        }
+    }
+
+    /// SmolLM2-135M's shape, for random-weight runs of the default model's size.
+    pub fn smollm2_135m() -> Self {
+        Self {
+            architecture: Architecture::Llama,
+            vocab_size: 49_152,
+            hidden_size: 576,
+            intermediate_size: 1536,
+            num_layers: 30,
+            num_heads: 9,
+            num_kv_heads: 3,
+            head_dim: 64,
+            rms_norm_eps: 1e-5,
+            rope_theta: 100_000.0,
+            rope_style: RopeStyle::HalfSplit,
+            rope_freq_divisors: None,
+            max_position_embeddings: 8192,
+            tie_word_embeddings: true,
+            bos_token_id: Some(1),
+            eos_token_ids: vec![2],
+            moe: None,
+        }
+    }
+}
+
+/// The fields of a Hugging Face `config.json` that we read.
+#[derive(Debug, Deserialize)]
+pub(crate) struct HfConfig {
+    #[serde(default)]
+    pub architectures: Vec<String>,
+    #[serde(default)]
+    pub model_type: Option<String>,
+    pub vocab_size: usize,
+    pub hidden_size: usize,
+    pub intermediate_size: usize,
+    pub num_hidden_layers: usize,
+    pub num_attention_heads: usize,
+    pub num_key_value_heads: Option<usize>,
+    pub head_dim: Option<usize>,
+    pub rms_norm_eps: f64,
+    pub rope_theta: Option<f64>,
+    /// Classic key; `null` or absent means plain RoPE.
+    #[serde(default)]
+    pub rope_scaling: Option<RopeScaling>,
+    /// transformers 5's key: the theta and the scaling together.
+    #[serde(default)]
+    pub rope_parameters: Option<RopeScaling>,
+    #[serde(default = "default_max_positions")]
+    pub max_position_embeddings: usize,
+    #[serde(default)]
+    pub tie_word_embeddings: bool,
+    pub bos_token_id: Option<u32>,
+    pub eos_token_id: Option<OneOrMany>,
+    /// Qwen3-MoE's keys. transformers 5 names the first `num_local_experts`, and configs
+    /// may hold both (an alias would refuse that as a duplicate).
+    pub num_experts: Option<usize>,
+    pub num_local_experts: Option<usize>,
+    pub num_experts_per_tok: Option<usize>,
+    pub moe_intermediate_size: Option<usize>,
+    pub norm_topk_prob: Option<bool>,
+    pub decoder_sparse_step: Option<usize>,
+    #[serde(default)]
+    pub mlp_only_layers: Vec<usize>,
+}
+
+/// HF `rope_scaling` / `rope_parameters`. Older configs name the type `type`.
+#[derive(Debug, Deserialize)]
+pub(crate) struct RopeScaling {
+    #[serde(alias = "type")]
+    pub rope_type: Option<String>,
+    pub rope_theta: Option<f64>,
+    pub factor: Option<f64>,
+    pub low_freq_factor: Option<f64>,
+    pub high_freq_factor: Option<f64>,
+    pub original_max_position_embeddings: Option<usize>,
+}
+
+impl RopeScaling {
+    /// The divisor of each of `head_dim / 2` frequencies, or `None` for plain RoPE. A type
+    /// we do not implement is refused: ignoring it would rotate by the wrong angles from the
+    /// first token on, with no other sign.
+    fn freq_divisors(&self, theta: f64, head_dim: usize) -> Result<Option<Vec<f64>>, String> {
+        let kind = self.rope_type.as_deref().unwrap_or("default");
+        let need = |v: Option<f64>, key: &str| {
+            v.ok_or_else(|| format!("rope_scaling type {kind:?} needs {key}"))
+        };
+        match kind {
+            "default" => Ok(None),
+            "linear" => Ok(Some(vec![need(self.factor, "factor")?; head_dim / 2])),
+            "llama3" => {
+                let original = self
+                    .original_max_position_embeddings
+                    .ok_or("rope_scaling type \"llama3\" needs original_max_position_embeddings")?;
+                Ok(Some(llama3_freq_divisors(
+                    theta,
+                    head_dim,
+                    need(self.factor, "factor")?,
+                    need(self.low_freq_factor, "low_freq_factor")?,
+                    need(self.high_freq_factor, "high_freq_factor")?,
+                    original as f64,
+                )))
+            }
+            other => Err(format!(
+                "unsupported rope_scaling type {other:?} (supported: default, linear, llama3)"
+            )),
+        }
+    }
+}
+
+/// Llama 3's frequency divisors, as transformers' `_compute_llama3_parameters` and
+/// llama.cpp's converter compute them: wavelengths shorter than `original / high` keep
+/// their frequency, those longer than `original / low` are divided by `factor`, and those
+/// between blend the two smoothly.
+pub fn llama3_freq_divisors(
+    theta: f64,
+    head_dim: usize,
+    factor: f64,
+    low_freq_factor: f64,
+    high_freq_factor: f64,
+    original_max_positions: f64,
+) -> Vec<f64> {
+    let low_freq_wavelen = original_max_positions / low_freq_factor;
+    let high_freq_wavelen = original_max_positions / high_freq_factor;
+    (0..head_dim / 2)
+        .map(|i| {
+            let freq = theta.powf(-2.0 * i as f64 / head_dim as f64);
+            let wavelen = 2.0 * std::f64::consts::PI / freq;
+            if wavelen < high_freq_wavelen {
+                1.0
+            } else if wavelen > low_freq_wavelen {
+                factor
+            } else {
+                let smooth = (original_max_positions / wavelen - low_freq_factor)
+                    / (high_freq_factor - low_freq_factor);
+                1.0 / ((1.0 - smooth) / factor + smooth)
+            }
+        })
+        .collect()
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub(crate) enum OneOrMany {
+    One(u32),
+    Many(Vec<u32>),
+}
+
+const DEFAULT_ROPE_THETA: f64 = 10_000.0;
+
+fn default_max_positions() -> usize {
+    4096
+}
+
+impl HfConfig {
+    pub fn into_model_config(self) -> Result<ModelConfig, String> {
+        let name = self
+            .architectures
+            .first()
+            .cloned()
+            .or(self.model_type.clone())
+            .unwrap_or_default();
+        let architecture = Architecture::parse(&name)?;
+        let head_dim = self
+            .head_dim
+            .unwrap_or(self.hidden_size / self.num_attention_heads.max(1));
+        let rope_theta = self
+            .rope_theta
+            .or(self.rope_parameters.as_ref().and_then(|p| p.rope_theta))
+            .unwrap_or(DEFAULT_ROPE_THETA);
+        // The classic key wins; transformers 5 writes both, and the same scaling in each.
+        let rope_freq_divisors = match self.rope_scaling.as_ref().or(self.rope_parameters.as_ref())
+        {
+            Some(scaling) => scaling.freq_divisors(rope_theta, head_dim)?,
+            None => None,
+        };
+        let moe = match architecture {
+            Architecture::Qwen3Moe => Some(self.moe_config()?),
+            _ => None,
+        };
+        let eos_token_ids = match self.eos_token_id {
+            Some(OneOrMany::One(id)) => vec![id],
+            Some(OneOrMany::Many(ids)) => ids,
+            None => Vec::new(),
+        };
+        Ok(ModelConfig {
+            architecture,
+            vocab_size: self.vocab_size,
+            hidden_size: self.hidden_size,
+            intermediate_size: self.intermediate_size,
+            num_layers: self.num_hidden_layers,
+            num_heads: self.num_attention_heads,
+            num_kv_heads: self.num_key_value_heads.unwrap_or(self.num_attention_heads),
+            head_dim,
+            rms_norm_eps: self.rms_norm_eps,
+            rope_theta,
+            rope_style: RopeStyle::HalfSplit,
+            rope_freq_divisors,
+            max_position_embeddings: self.max_position_embeddings,
+            tie_word_embeddings: self.tie_word_embeddings,
+            bos_token_id: self.bos_token_id,
+            eos_token_ids,
+            moe,
+        })
+    }
+
+    /// The experts' shape, with transformers' defaults where Qwen3-MoE has one; the counts
+    /// have none, so a config without them is refused rather than guessed.
+    fn moe_config(&self) -> Result<MoeConfig, String> {
+        let need = |v: Option<usize>, key: &str| {
+            v.ok_or_else(|| format!("a qwen3_moe config needs {key}"))
+        };
+        let moe = MoeConfig {
+            num_experts: need(self.num_experts.or(self.num_local_experts), "num_experts")?,
+            experts_per_token: need(self.num_experts_per_tok, "num_experts_per_tok")?,
+            expert_intermediate_size: need(self.moe_intermediate_size, "moe_intermediate_size")?,
+            norm_topk_prob: self.norm_topk_prob.unwrap_or(false),
+            decoder_sparse_step: self.decoder_sparse_step.unwrap_or(1),
+            mlp_only_layers: self.mlp_only_layers.clone(),
+        };
+        moe.validate()?;
+        Ok(moe)
+    }
+}
+
+/// The KV heads each token stores: `num_kv_heads` of `head_dim` values, keys and values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KvHeads {
+    pub num_kv_heads: usize,
+    pub head_dim: usize,
+}
+
+impl KvHeads {
+    /// Elements of one token's key (or value): `num_kv_heads · head_dim`.
+    pub fn width(self) -> usize {
+        self.num_kv_heads * self.head_dim
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn from_json(json: &str) -> Result<ModelConfig, String> {
+        serde_json::from_str::<HfConfig>(json)
+            .map_err(|e| e.to_string())?
+            .into_model_config()
+    }
+
+    fn parse(rope: &str) -> Result<ModelConfig, String> {
+        let json = format!(
+            r#"{{"architectures": ["LlamaForCausalLM"], "vocab_size": 512, "hidden_size": 64,
+                "intermediate_size": 128, "num_hidden_layers": 1, "num_attention_heads": 4,
+                "head_dim": 16, "rms_norm_eps": 1e-5, "rope_theta": 500000.0, {rope}}}"#
+        );
+        from_json(&json)
+    }
+
+    #[test]
+    fn llama3_rope_scaling_keeps_divides_and_blends_the_three_bands() {
+        let c = parse(
+            r#""rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0, "original_max_position_embeddings": 64}"#,
+        )
+        .unwrap();
+        let d = c.rope_freq_divisors.unwrap();
+        assert_eq!(d.len(), 8);
+        assert_eq!(d[0], 1.0, "the fastest frequency is kept");
+        assert_eq!(d[7], 8.0, "the slowest is divided by the factor");
+        assert!(
+            d.iter().any(|&x| x > 1.0 && x < 8.0),
+            "some are blended: {d:?}"
+        );
+        assert!(d.windows(2).all(|w| w[0] <= w[1]), "{d:?}");
+    }
+
+    #[test]
+    fn an_unknown_rope_scaling_type_is_refused_not_ignored() {
+        for kind in ["yarn", "dynamic", "longrope"] {
+            let err = parse(&format!(
+                r#""rope_scaling": {{"type": "{kind}", "factor": 4.0}}"#
+            ))
+            .unwrap_err();
+            assert!(
+                err.contains("unsupported rope_scaling type"),
+                "{kind}: {err}"
+            );
+        }
+        let plain = parse(r#""rope_scaling": null"#).unwrap();
+        assert!(plain.rope_freq_divisors.is_none());
+    }
+
+    #[test]
+    fn qwen2_moe_is_named_when_refused() {
+        let err = Architecture::parse("Qwen2MoeForCausalLM").unwrap_err();
+        assert!(err.contains("unsupported architecture qwen2moe"), "{err}");
+    }
+
+    fn parse_moe(extra: &str) -> Result<ModelConfig, String> {
+        let json = format!(
+            r#"{{"architectures": ["Qwen3MoeForCausalLM"], "vocab_size": 512, "hidden_size": 64,
+                "intermediate_size": 128, "num_hidden_layers": 4, "num_attention_heads": 4,
+                "head_dim": 16, "rms_norm_eps": 1e-6, "num_local_experts": 8,
+                "moe_intermediate_size": 32 {extra}}}"#
+        );
+        from_json(&json)
+    }
+
+    #[test]
+    fn qwen3_moe_sparse_layers_follow_the_sparse_step_and_the_mlp_only_list() {
+        let c = parse_moe(
+            r#", "num_experts_per_tok": 2, "decoder_sparse_step": 2, "mlp_only_layers": [3],
+                "norm_topk_prob": true"#,
+        )
+        .unwrap();
+        let moe = c.moe.as_ref().unwrap();
+        assert_eq!((moe.num_experts, moe.experts_per_token), (8, 2));
+        assert!(moe.norm_topk_prob);
+        let sparse: Vec<bool> = (0..4).map(|l| c.is_sparse_layer(l)).collect();
+        assert_eq!(sparse, [false, true, false, false]);
+    }
+
+    #[test]
+    fn a_qwen3_moe_config_without_top_k_or_with_too_many_is_refused() {
+        let err = parse_moe("").unwrap_err();
+        assert!(err.contains("num_experts_per_tok"), "{err}");
+        let err = parse_moe(r#", "num_experts_per_tok": 9"#).unwrap_err();
+        assert!(err.contains("9 experts per token out of 8"), "{err}");
+    }
+}

@@ -1,0 +1,23 @@
+//! `SchedulingPolicy` (`--scheduling-policy`): the order waiting requests are admitted in
+//! and running ones preempted in.
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SchedulingPolicy {
+    #[default]
+    Fcfs,
+    /// Lowest `priority` value first, then arrival order; preempts the highest value first.
+    Priority,
+}
+
+impl std::str::FromStr for SchedulingPolicy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "fcfs" => Ok(Self::Fcfs),
+            "priority" => Ok(Self::Priority),
+            other => Err(format!(
+                "unknown scheduling policy {other:?} (fcfs, priority)"
+            )),
+        }
+    }
+}

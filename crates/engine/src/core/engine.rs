@@ -1,0 +1,524 @@
+//! `Engine`: the engine core. Owns every sequence; each `step` is schedule → run → update.
+//!
+//! It is single-threaded by design: `EngineHandle` runs it on its own OS thread and talks
+//! to it with commands.
+
+use crate::config::EngineConfig;
+use crate::core::completion::{collect_completion, Completion};
+use crate::core::engine_limits::EngineLimits;
+use crate::core::step_times::{StepClock, StepTimes};
+use crate::error::{EngineError, Result};
+use crate::kernels::compute_pool::{ComputePool, Shards};
+use crate::kernels::cpu_kernel::CpuKernel;
+use crate::kernels::huge_buf;
+use crate::kv::block_manager::BlockManager;
+use crate::models::checkpoint::Checkpoint;
+use crate::models::Llama;
+use crate::sample::sampled_token::SampledToken;
+use crate::sample::sampler::{Sampler, SamplingContext};
+use crate::sample::sampling_params::SamplingParams;
+use crate::sample::token_constraint::{ConstraintCell, ConstraintError};
+use crate::sched::moe_expert_stats::MoeExpertStats;
+use crate::sched::request::{FinishReason, Request, RequestEvent, RequestTimings, SeqId};
+use crate::sched::scheduler::{Scheduler, SchedulerConfig};
+use crate::sched::scheduler_output::{SchedulerOutput, SeqUpdate};
+use crate::sched::scheduler_stats::SchedulerStats;
+use crate::sched::sequence::Sequence;
+use crate::worker::model_runner::{Logits, ModelRunner};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use rayon::prelude::*;
+use std::collections::HashMap;
+use std::time::Instant;
+use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
+
+/// Test support: runs before every forward pass with the batch about to run. An `Err` or a
+/// panic from it is handled exactly like one from the model, so tests can exercise the
+/// failure path of a real engine.
+pub type StepFault =
+    Box<dyn FnMut(&crate::sched::forward_batch::ForwardBatch) -> Result<()> + Send + Sync>;
+
+pub struct Engine {
+    runner: ModelRunner,
+    scheduler: Scheduler,
+    limits: EngineLimits,
+    streams: HashMap<SeqId, UnboundedSender<RequestEvent>>,
+    next_seq: u64,
+    seeds: StdRng,
+    /// The sequences of the step under way; what `fail_step` finishes if it fails.
+    in_flight: Vec<SeqId>,
+    fault: Option<StepFault>,
+    times: StepTimes,
+    /// Mixture-of-experts models only.
+    moe_experts: Option<MoeExpertStats>,
+}
+
+impl Engine {
+    /// Validates `config` against the checkpoint's model (see `EngineConfig::plan`), then loads.
+    pub fn load(ckpt: &mut dyn Checkpoint, config: EngineConfig) -> Result<Self> {
+        let plan = config.plan(ckpt.config())?;
+        let model = Llama::load(ckpt, config.weight_mode, plan.max_model_len)?;
+        // Fixes the CPU kernel path now, so its log line comes with the other startup lines.
+        CpuKernel::active();
+        tracing::info!(
+            "weights: on huge pages where the system allows ({})",
+            huge_buf::transparent_huge_pages()
+        );
+        tracing::info!(
+            "KV cache: {:?}, {} blocks of {} tokens ({} tokens)",
+            config.kv_cache_dtype.resolve(),
+            plan.num_blocks,
+            config.block_size,
+            plan.num_blocks * config.block_size
+        );
+        let mut engine = Self::new(model, plan.num_blocks, plan.max_model_len, &config);
+        if config.target_itl.is_some() {
+            engine.calibrate(config.max_num_batched_tokens)?;
+        }
+        Ok(engine)
+    }
+
+    /// Runs throwaway requests of several sizes so the step cost model knows this machine
+    /// before real requests come: a fresh server facing a burst runs its costliest steps
+    /// first, and an untrained model cannot ration them. Counters start from zero after.
+    fn calibrate(&mut self, budget: usize) -> Result<()> {
+        let pool = self.limits.num_kv_blocks * self.limits.block_size;
+        let longest = budget
+            .min(self.limits.max_model_len.saturating_sub(4))
+            .min(pool.saturating_sub(4 + self.limits.block_size));
+        let vocab = self.limits.vocab_size.max(1);
+        let request = |len: usize, salt: usize| Request {
+            prompt: (0..len)
+                .map(|i| ((i * 7919 + salt * 104_729 + 13) % vocab) as u32)
+                .collect(),
+            params: SamplingParams {
+                ignore_eos: true,
+                ..SamplingParams::greedy(3)
+            },
+            priority: 0,
+            constraint: None,
+        };
+        // Full, half and quarter budget steps, then a few short prompts decoding together.
+        for (salt, len) in [longest, longest / 2, longest / 4].into_iter().enumerate() {
+            if len > 0 {
+                self.generate(vec![request(len, salt)])?;
+            }
+        }
+        let short = (0..8).map(|salt| request(longest.clamp(1, 8), 10 + salt));
+        self.generate(short.collect())?;
+        self.scheduler.reset_stats();
+        self.times = StepTimes::default();
+        if let Some(moe) = &mut self.moe_experts {
+            *moe = MoeExpertStats::new(moe.num_experts);
+        }
+        Ok(())
+    }
+
+    fn new(model: Llama, num_blocks: usize, max_model_len: usize, config: &EngineConfig) -> Self {
+        let c = model.config();
+        let moe_experts = c.moe.as_ref().map(|m| MoeExpertStats::new(m.num_experts));
+        let limits = EngineLimits {
+            vocab_size: c.vocab_size,
+            max_model_len,
+            num_kv_blocks: num_blocks,
+            block_size: config.block_size,
+            max_waiting: config.max_waiting,
+            eos_token_ids: c.eos_token_ids.clone(),
+        };
+        let scheduler = Scheduler::new(
+            SchedulerConfig {
+                max_num_batched_tokens: config.max_num_batched_tokens,
+                max_num_seqs: config.max_num_seqs,
+                long_prefill_token_threshold: config.long_prefill_token_threshold,
+                policy: config.policy,
+                max_model_len,
+                eos_token_ids: c.eos_token_ids.clone(),
+                target_itl: config.target_itl,
+            },
+            BlockManager::new(num_blocks, config.block_size, config.enable_prefix_caching),
+        );
+        let mut runner =
+            ModelRunner::new(model, num_blocks, config.block_size, config.kv_cache_dtype);
+        runner.reserve(config.max_num_batched_tokens, config.max_num_seqs);
+        Self {
+            runner,
+            scheduler,
+            limits,
+            streams: HashMap::new(),
+            next_seq: 0,
+            seeds: StdRng::from_os_rng(),
+            in_flight: Vec::new(),
+            fault: None,
+            times: StepTimes::default(),
+            moe_experts,
+        }
+    }
+
+    pub fn limits(&self) -> &EngineLimits {
+        &self.limits
+    }
+
+    /// Weight bytes one single-sequence decode step reads (`None` for sparse models): the
+    /// numerator of the decode roofline.
+    pub fn decode_weight_bytes(&self) -> Option<usize> {
+        self.runner.model().decode_weight_bytes()
+    }
+
+    /// Operations of one prompt token's matmuls (`None` for sparse models): the numerator of
+    /// the prefill roofline.
+    pub fn prompt_token_ops(&self) -> Option<usize> {
+        self.runner.model().prompt_token_ops()
+    }
+
+    pub fn model_config(&self) -> &crate::config::model_config::ModelConfig {
+        self.runner.model().config()
+    }
+
+    /// The scheduler's counters, plus the experts per step of a mixture-of-experts model.
+    pub fn stats(&self) -> SchedulerStats {
+        SchedulerStats {
+            moe_active_experts: self.moe_experts.clone(),
+            ..self.scheduler.stats()
+        }
+    }
+
+    pub fn has_unfinished(&self) -> bool {
+        self.scheduler.has_unfinished()
+    }
+
+    /// Idle work: backs the next slice of the KV pool's pages so later steps do not fault
+    /// them in ([`KvCache::fault_in_next`](crate::kv::kv_cache::KvCache::fault_in_next));
+    /// `false` once the whole pool is backed. Call it only between steps.
+    pub fn fault_in_kv(&mut self) -> bool {
+        self.runner.fault_in_kv()
+    }
+
+    /// Queues a request; its events arrive on the returned receiver.
+    pub fn add_request(
+        &mut self,
+        req: Request,
+    ) -> Result<(SeqId, UnboundedReceiver<RequestEvent>)> {
+        let (tx, rx) = unbounded_channel();
+        let id = self.enqueue(req, tx, Instant::now())?;
+        Ok((id, rx))
+    }
+
+    /// Queues a request whose channel and arrival time the caller made.
+    pub fn enqueue(
+        &mut self,
+        req: Request,
+        events: UnboundedSender<RequestEvent>,
+        arrival: Instant,
+    ) -> Result<SeqId> {
+        self.limits.validate(&req)?;
+        if self.scheduler.num_waiting() >= self.limits.max_waiting {
+            return Err(EngineError::Overloaded(self.limits.max_waiting));
+        }
+        let id = SeqId(self.next_seq);
+        self.next_seq += 1;
+        let seed = req.params.seed.unwrap_or_else(|| self.seeds.random());
+        self.scheduler.add(Sequence::new(id, req, seed, arrival));
+        self.streams.insert(id, events);
+        Ok(id)
+    }
+
+    /// Cancels a request; its blocks are free before the next step.
+    pub fn abort(&mut self, id: SeqId) {
+        if let Some(seq) = self.scheduler.abort(id) {
+            self.finish(seq);
+        }
+    }
+
+    /// One engine iteration. Returns how many tokens the forward pass computed.
+    pub fn step(&mut self) -> Result<usize> {
+        let started = Instant::now();
+        let mut clock = StepClock::start();
+        let mut times = self.times;
+        self.abort_abandoned();
+        let out = self.scheduler.schedule();
+        if out.is_empty() {
+            return Ok(0);
+        }
+        clock.lap(&mut times.schedule);
+        self.in_flight = out.chunks.iter().map(|c| c.seq_id).collect();
+        if let Some(fault) = &mut self.fault {
+            fault(&out.batch)?;
+        }
+        self.runner.execute(&out.batch)?;
+        if let (Some(moe), Some(active)) = (
+            &mut self.moe_experts,
+            self.runner.model().last_active_experts(),
+        ) {
+            moe.observe(active);
+        }
+        clock.lap(&mut times.forward);
+        let (prompt_scores, sampled) = self.sample(&out, self.runner.logits());
+        clock.lap(&mut times.sample);
+        // Before `update`: the prompt's scores reach a stream ahead of the token sampled after it.
+        self.send_prompt_logprobs(prompt_scores);
+        let sampled = self.end_failed_constraints(sampled);
+        let updates = self.scheduler.update(&out, sampled);
+        // The gap between this step's tokens and the previous ones: what the target bounds.
+        self.scheduler.observe_step(&out, started.elapsed());
+        self.dispatch(updates);
+        self.in_flight.clear();
+        clock.lap(&mut times.update);
+        times.steps += 1;
+        self.times = times;
+        Ok(out.num_tokens())
+    }
+
+    /// Time per phase summed over every step so far.
+    pub fn step_times(&self) -> StepTimes {
+        self.times
+    }
+
+    /// After `step` returned an error or panicked: finishes the failed step's requests with
+    /// `FinishReason::Error` and frees their blocks, so the engine can go on with the rest.
+    pub fn fail_step(&mut self) {
+        for id in std::mem::take(&mut self.in_flight) {
+            match self.scheduler.abort(id) {
+                Some(mut seq) => {
+                    seq.finish = Some(FinishReason::Error);
+                    self.finish(seq);
+                }
+                // Gone from the scheduler mid-update: only its stream is left to end.
+                None => self.end_stream_with_error(id),
+            }
+        }
+    }
+
+    /// Ends, with an error, each sequence whose constraint failed this step (a grammar that
+    /// ran out of its parser's limits); the rest go on to `update`.
+    fn end_failed_constraints(
+        &mut self,
+        sampled: Vec<(SeqId, std::result::Result<SampledToken, ConstraintError>)>,
+    ) -> Vec<(SeqId, SampledToken)> {
+        let mut ok = Vec::with_capacity(sampled.len());
+        for (id, result) in sampled {
+            match result {
+                Ok(token) => ok.push((id, token)),
+                Err(error) => {
+                    tracing::warn!("request {}: {error}", id.0);
+                    if let Some(mut seq) = self.scheduler.abort(id) {
+                        seq.finish = Some(FinishReason::Error);
+                        self.finish(seq);
+                    }
+                }
+            }
+        }
+        ok
+    }
+
+    fn end_stream_with_error(&mut self, id: SeqId) {
+        if let Some(tx) = self.streams.remove(&id) {
+            let _ = tx.send(RequestEvent::Finished {
+                reason: FinishReason::Error,
+                prompt_tokens: 0,
+                completion_tokens: 0,
+                cached_prompt_tokens: 0,
+                timings: Box::new(RequestTimings::new(Instant::now())),
+            });
+        }
+    }
+
+    /// Installs a `StepFault` (tests only).
+    #[doc(hidden)]
+    pub fn set_step_fault(&mut self, fault: StepFault) {
+        self.fault = Some(fault);
+    }
+
+    /// Samples each sampling chunk's token, and scores the prompt positions chunks asked
+    /// logits for. Logit rows come per chunk: its prompt rows, then its sampled row.
+    #[allow(clippy::type_complexity)]
+    fn sample(
+        &self,
+        out: &SchedulerOutput,
+        logits: &Logits,
+    ) -> (
+        Vec<(SeqId, Vec<SampledToken>)>,
+        Vec<(SeqId, std::result::Result<SampledToken, ConstraintError>)>,
+    ) {
+        let mut sampling = Vec::new();
+        let mut scoring = Vec::new();
+        let mut row = 0;
+        for chunk in &out.chunks {
+            if !chunk.prompt_logits.is_empty() {
+                scoring.push((chunk.seq_id, row, chunk.prompt_logits.clone()));
+                row += chunk.prompt_logits.len();
+            }
+            if chunk.sample {
+                sampling.push((row, chunk.seq_id));
+                row += 1;
+            }
+        }
+        let prompt_scores = if scoring.is_empty() {
+            Vec::new()
+        } else {
+            self.score_prompts(&scoring, logits)
+        };
+        // A lone constrained row (at most one per two compute threads) leaves a compute
+        // thread idle in the forward pass, so its next mask is computed then; more rows are
+        // masked in parallel here, as the step's rows are (one mask thread would queue them).
+        let constrained = sampling
+            .iter()
+            .filter(|(_, id)| {
+                self.scheduler
+                    .get(*id)
+                    .is_some_and(|s| s.constraint.is_some())
+            })
+            .count();
+        let ahead = constrained <= (ComputePool::global().threads() / 2).max(1);
+        let sample_row = |&(row, id): &(usize, SeqId)| {
+            let seq = self
+                .scheduler
+                .get(id)
+                .expect("scheduled sequences are running");
+            let banned = self.scheduler.banned_tokens(seq);
+            let ctx = SamplingContext {
+                params: &seq.params,
+                prompt: seq.prompt(),
+                output: seq.output(),
+                seed: seq.seed,
+                banned: &banned,
+                allowed: None,
+            };
+            let logits = logits.row(row);
+            match &seq.constraint {
+                None => (id, Ok(Sampler::sample(logits, &ctx))),
+                Some(cell) => (id, sample_constrained(cell, ahead, logits, &ctx)),
+            }
+        };
+        // On the compute pool, whose threads still spin from the forward pass: on rayon's
+        // (asleep since the last step) the pool's spinning helper took a core from them,
+        // and a lone row there would only add a wake-up to every one-user step.
+        let mut sampled = Vec::with_capacity(sampling.len());
+        sampled.resize_with(sampling.len(), || None);
+        {
+            let slots = Shards::new(&mut sampled[..]);
+            ComputePool::global().run(sampling.len(), &|i| {
+                // SAFETY: task `i` alone writes slot `i`.
+                unsafe { slots.range(i..i + 1)[0] = Some(sample_row(&sampling[i])) };
+            });
+        }
+        let sampled = sampled
+            .into_iter()
+            .map(|s| s.expect("every row was sampled"))
+            .collect();
+        (prompt_scores, sampled)
+    }
+
+    /// The logprob of each prompt token at `positions + 1`, from the logit row of the
+    /// position before it.
+    fn score_prompts(
+        &self,
+        scoring: &[(SeqId, usize, std::ops::Range<usize>)],
+        logits: &Logits,
+    ) -> Vec<(SeqId, Vec<SampledToken>)> {
+        scoring
+            .iter()
+            .map(|(id, first_row, positions)| {
+                let seq = self
+                    .scheduler
+                    .get(*id)
+                    .expect("scheduled sequences are running");
+                let k = seq.params.prompt_logprobs.unwrap_or(0);
+                let scores = positions
+                    .clone()
+                    .into_par_iter()
+                    .map(|pos| {
+                        let row = first_row + (pos - positions.start);
+                        Sampler::score(logits.row(row), seq.tokens[pos + 1], k)
+                    })
+                    .collect();
+                (*id, scores)
+            })
+            .collect()
+    }
+
+    fn send_prompt_logprobs(&self, scores: Vec<(SeqId, Vec<SampledToken>)>) {
+        for (id, logprobs) in scores {
+            if let Some(tx) = self.streams.get(&id) {
+                let _ = tx.send(RequestEvent::PromptLogprobs { logprobs });
+            }
+        }
+    }
+
+    fn dispatch(&mut self, updates: Vec<SeqUpdate>) {
+        for update in updates {
+            if let Some(tx) = self.streams.get(&update.seq_id) {
+                // A closed receiver is noticed by `abort_abandoned` next step.
+                let _ = tx.send(RequestEvent::Token {
+                    token: update.token,
+                    time: update.time,
+                });
+            }
+            if let Some(seq) = update.finished {
+                self.finish(seq);
+            }
+        }
+    }
+
+    fn finish(&mut self, seq: Sequence) {
+        if let Some(tx) = self.streams.remove(&seq.id) {
+            let _ = tx.send(RequestEvent::Finished {
+                reason: seq.finish.unwrap_or(FinishReason::Abort),
+                prompt_tokens: seq.prompt_len,
+                completion_tokens: seq.output().len(),
+                cached_prompt_tokens: seq.cached_prompt_tokens,
+                timings: Box::new(seq.timings),
+            });
+        }
+    }
+
+    /// Requests whose receiver is gone (a client that disconnected) stop consuming blocks.
+    fn abort_abandoned(&mut self) {
+        let gone: Vec<SeqId> = self
+            .streams
+            .iter()
+            .filter(|(_, tx)| tx.is_closed())
+            .map(|(id, _)| *id)
+            .collect();
+        for id in gone {
+            self.abort(id);
+        }
+    }
+
+    /// Runs requests to completion (offline batch inference), in request order.
+    pub fn generate(&mut self, requests: Vec<Request>) -> Result<Vec<Completion>> {
+        let mut receivers = Vec::with_capacity(requests.len());
+        for req in requests {
+            receivers.push(self.add_request(req)?.1);
+        }
+        while self.has_unfinished() {
+            self.step()?;
+        }
+        receivers
+            .into_iter()
+            .map(|rx| collect_completion(rx).ok_or(EngineError::EngineStopped))
+            .collect()
+    }
+}
+
+/// Samples under the constraint's mask and advances it past the token drawn.
+fn sample_constrained(
+    cell: &ConstraintCell,
+    ahead: bool,
+    logits: &[f32],
+    ctx: &SamplingContext,
+) -> std::result::Result<SampledToken, ConstraintError> {
+    let mut sampled = None;
+    cell.sample_with(logits.len(), ahead, |mask| {
+        let token = Sampler::sample(
+            logits,
+            &SamplingContext {
+                allowed: Some(mask),
+                ..*ctx
+            },
+        );
+        let id = token.token_id;
+        sampled = Some(token);
+        id
+    })?;
+    sampled.ok_or_else(|| ConstraintError("the sampler drew no token".into()))
+}

@@ -1,0 +1,253 @@
+//! The engine's command-line flags (named as vLLM names them, with their defaults) and
+//! building an `Engine` from them, shared by `serve`, `generate` and the engine benches.
+
+use crate::config::hf_overrides::HfOverrides;
+use crate::config::model_config::ModelConfig;
+use crate::config::EngineConfig;
+use crate::config::KvCacheDtype;
+use crate::config::SchedulingPolicy;
+use crate::config::WeightMode;
+use crate::config::{ConfigError, KvPlan};
+use crate::core::engine::Engine;
+use crate::error::{EngineError, Result};
+use crate::models::checkpoint::{
+    self, default_model_path, Checkpoint, DummyCheckpoint, DummyDType,
+};
+use clap::Args;
+use std::path::PathBuf;
+
+/// Bytes in one GiB, the unit of `--kv-cache-memory-gib`.
+const GIB: f64 = (1u64 << 30) as f64;
+
+#[derive(Args, Debug, Clone)]
+pub struct EngineArgs {
+    /// A .gguf file or a Hugging Face directory; with --load-format dummy, a shape name
+    /// (qwen3-0.6b, qwen3-30b-a3b, qwen2.5-0.5b, llama-3.2-1b, smollm2-135m). Default: the
+    /// cached SmolLM2-135M-Instruct Q4_1.
+    #[arg(long)]
+    pub model: Option<String>,
+    /// `auto` reads the checkpoint; `dummy` makes random weights of the named shape.
+    #[arg(long, default_value = "auto")]
+    pub load_format: String,
+    /// A JSON object of Hugging Face config keys laid over the model's config, e.g.
+    /// '{"num_hidden_layers": 8}' (also max_position_embeddings, num_experts_per_tok).
+    #[arg(long)]
+    pub hf_overrides: Option<HfOverrides>,
+    /// Weight type for --load-format dummy: q4_0, q4_1, q8_0, q4_k, q5_k, q6_k (matrices
+    /// narrower than whole 256-blocks: q8_0), bf16 or f32.
+    #[arg(long, default_value = "q8_0")]
+    pub dummy_dtype: DummyDType,
+    /// `quantized` keeps quantized weights quantized; `f32` dequantizes everything (exact, slower).
+    #[arg(long, default_value = "quantized")]
+    pub weight_mode: WeightMode,
+    /// Tokens per KV-cache block.
+    #[arg(long, default_value_t = 16)]
+    pub block_size: usize,
+    /// Memory for the KV cache, in GiB. A server backs all of it while idle in its first
+    /// seconds, so it is taken, not only reserved.
+    #[arg(long, default_value_t = 2.0)]
+    pub kv_cache_memory_gib: f64,
+    /// KV cache element type: auto (= f16), f32, f16 or bf16. Halves hold twice the tokens
+    /// in the same --kv-cache-memory-gib.
+    #[arg(long, default_value = "auto")]
+    pub kv_cache_dtype: KvCacheDtype,
+    /// Exact number of KV blocks (overrides --kv-cache-memory-gib).
+    #[arg(long)]
+    pub num_kv_blocks: Option<usize>,
+    /// The token budget of one step, shared by decodes and prefill chunks.
+    #[arg(long, default_value_t = 512)]
+    pub max_num_batched_tokens: usize,
+    /// Most sequences running at once.
+    #[arg(long, default_value_t = 128)]
+    pub max_num_seqs: usize,
+    /// Longest prompt + output (default: the model's context, capped by the KV pool).
+    #[arg(long)]
+    pub max_model_len: Option<usize>,
+    /// Most tokens one sequence may take from a step's budget.
+    #[arg(long)]
+    pub long_prefill_token_threshold: Option<usize>,
+    /// Reuse KV blocks of shared prompt prefixes (on by default).
+    #[arg(long, overrides_with = "no_enable_prefix_caching")]
+    pub enable_prefix_caching: bool,
+    #[arg(long)]
+    pub no_enable_prefix_caching: bool,
+    /// fcfs or priority.
+    #[arg(long, default_value = "fcfs")]
+    pub scheduling_policy: SchedulingPolicy,
+    /// Requests allowed to wait before new ones are refused.
+    #[arg(long, default_value_t = 1024)]
+    pub max_waiting: usize,
+    /// Compute threads (default: all cores).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Inter-token latency to hold, in ms: each step admits only the prefill its predicted
+    /// time leaves room for (decodes always run; the token budget stays the cap). Off by
+    /// default.
+    #[arg(long)]
+    pub target_itl_ms: Option<f64>,
+}
+
+/// An engine built from flags, with what the layers above need to serve it.
+pub struct LoadedEngine {
+    pub engine: Engine,
+    /// The name clients use: the checkpoint's file stem, or the dummy shape.
+    pub name: String,
+    /// The checkpoint read, whose metadata holds the tokenizer and chat template; `None`
+    /// for dummy weights, which have no vocabulary text.
+    pub checkpoint_path: Option<PathBuf>,
+}
+
+impl EngineArgs {
+    /// The engine configuration these flags ask for. Only what `EngineConfig` cannot
+    /// express is checked here (values the flags alone have); everything else is left to
+    /// `EngineConfig::plan`, so each setting has one check.
+    pub fn engine_config(&self) -> std::result::Result<EngineConfig, ConfigError> {
+        if !matches!(self.load_format.as_str(), "auto" | "dummy") {
+            return Err(ConfigError::new(
+                "load_format",
+                &self.load_format,
+                "must be auto or dummy",
+            ));
+        }
+        let gib = self.kv_cache_memory_gib;
+        if !(gib.is_finite() && gib > 0.0) {
+            return Err(ConfigError::new(
+                "kv_cache_memory_gib",
+                gib,
+                "must be a finite number of GiB above 0",
+            ));
+        }
+        if self.threads == Some(0) {
+            return Err(ConfigError::new(
+                "threads",
+                0,
+                "must be at least 1 (omit it to use every core)",
+            ));
+        }
+        let target_itl = match self.target_itl_ms {
+            Some(ms) if ms.is_finite() && ms > 0.0 && ms <= 3_600_000.0 => {
+                Some(std::time::Duration::from_secs_f64(ms / 1000.0))
+            }
+            Some(ms) => {
+                return Err(ConfigError::new(
+                    "target_itl_ms",
+                    ms,
+                    "must be a finite number of milliseconds above 0 (at most an hour)",
+                ))
+            }
+            None => None,
+        };
+        Ok(EngineConfig {
+            block_size: self.block_size,
+            num_kv_blocks: self.num_kv_blocks,
+            // Saturates for absurd sizes, which the physical-memory check then refuses.
+            kv_cache_memory_bytes: (gib * GIB) as usize,
+            kv_cache_dtype: self.kv_cache_dtype,
+            max_num_batched_tokens: self.max_num_batched_tokens,
+            max_num_seqs: self.max_num_seqs,
+            max_model_len: self.max_model_len,
+            long_prefill_token_threshold: self.long_prefill_token_threshold,
+            enable_prefix_caching: !self.no_enable_prefix_caching,
+            policy: self.scheduling_policy,
+            weight_mode: self.weight_mode,
+            max_waiting: self.max_waiting,
+            target_itl,
+        })
+    }
+
+    /// The one validation step for these flags against `model`, without loading weights;
+    /// a refusal names the flag the operator typed.
+    pub fn plan(&self, model: &ModelConfig) -> std::result::Result<KvPlan, ConfigError> {
+        let config = self.engine_config()?;
+        let mut model = model.clone();
+        self.apply_overrides(&mut model)?;
+        config.plan(&model).map_err(|bad| self.as_typed(bad))
+    }
+
+    /// `--hf-overrides` laid over `model`; a key that cannot apply to it is refused by the
+    /// flag's name.
+    fn apply_overrides(&self, model: &mut ModelConfig) -> std::result::Result<(), ConfigError> {
+        match &self.hf_overrides {
+            Some(overrides) => overrides
+                .apply(model)
+                .map_err(|reason| ConfigError::new("hf_overrides", overrides, reason)),
+            None => Ok(()),
+        }
+    }
+
+    /// Validates the flags, sizes the compute pools and loads the engine.
+    pub fn build_engine(&self) -> Result<LoadedEngine> {
+        let config = self.engine_config().map_err(EngineError::InvalidFlag)?;
+        init_threads(self.threads);
+        let (mut ckpt, name, checkpoint_path): (Box<dyn Checkpoint>, _, _) =
+            if self.load_format == "dummy" {
+                let shape = self.model.clone().unwrap_or_else(|| "qwen3-0.6b".into());
+                let ckpt = DummyCheckpoint::new(&shape, self.dummy_dtype, 0)?;
+                (Box::new(ckpt), shape, None)
+            } else {
+                let path = self.checkpoint_path()?;
+                let name = path
+                    .file_stem()
+                    .map(|s| s.to_string_lossy().into_owned())
+                    .unwrap_or_else(|| path.display().to_string());
+                (checkpoint::open(&path)?, name, Some(path))
+            };
+        self.apply_overrides(ckpt.config_mut())
+            .map_err(EngineError::InvalidFlag)?;
+        let engine = Engine::load(ckpt.as_mut(), config).map_err(|error| match error {
+            EngineError::InvalidConfig(bad) => EngineError::InvalidFlag(self.as_typed(bad)),
+            other => other,
+        })?;
+        Ok(LoadedEngine {
+            engine,
+            name,
+            checkpoint_path,
+        })
+    }
+
+    /// `--model`, or the cached default model, which must then have been fetched.
+    fn checkpoint_path(&self) -> Result<PathBuf> {
+        match &self.model {
+            Some(model) => Ok(PathBuf::from(model)),
+            None => {
+                let path = default_model_path();
+                if path.exists() {
+                    Ok(path)
+                } else {
+                    Err(EngineError::bad_file(
+                        path,
+                        "default model not found: run scripts/fetch-model.sh",
+                    ))
+                }
+            }
+        }
+    }
+
+    /// A refusal as the operator typed the value: the pool size in GiB, not in bytes.
+    fn as_typed(&self, bad: ConfigError) -> ConfigError {
+        if bad.setting == "kv_cache_memory_bytes" {
+            ConfigError {
+                setting: "kv_cache_memory_gib",
+                value: self.kv_cache_memory_gib.to_string(),
+                reason: bad.reason,
+            }
+        } else {
+            bad
+        }
+    }
+}
+
+/// Sizes the compute pools before any model code runs.
+pub fn init_threads(threads: Option<usize>) {
+    let n = threads.unwrap_or_else(|| {
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+    });
+    // candle's quantized matmuls read this once, on first use.
+    std::env::set_var("CANDLE_NUM_THREADS", n.to_string());
+    crate::kernels::compute_pool::set_threads(n);
+    let _ = rayon::ThreadPoolBuilder::new()
+        .num_threads(n)
+        .build_global();
+}

@@ -1,0 +1,57 @@
+//! `EngineLimits`: static facts about a loaded engine that requests are checked against
+//! before they are queued.
+
+use crate::error::{EngineError, Result};
+use crate::sched::request::Request;
+
+/// Static facts about a loaded engine that callers validate requests against.
+#[derive(Debug, Clone)]
+pub struct EngineLimits {
+    pub vocab_size: usize,
+    pub max_model_len: usize,
+    pub num_kv_blocks: usize,
+    pub block_size: usize,
+    pub max_waiting: usize,
+    pub eos_token_ids: Vec<u32>,
+}
+
+impl EngineLimits {
+    /// Checks a request against the model and pool before it is queued.
+    pub fn validate(&self, req: &Request) -> Result<()> {
+        let bad = |m: String| Err(EngineError::InvalidRequest(m));
+        req.params.validate()?;
+        if req.prompt.is_empty() {
+            return bad("the prompt is empty".into());
+        }
+        if let Some(&t) = req.prompt.iter().find(|&&t| t as usize >= self.vocab_size) {
+            return bad(format!(
+                "token id {t} is outside the vocabulary (size {})",
+                self.vocab_size
+            ));
+        }
+        if let Some(t) = req.params.logit_bias.max_token_id() {
+            if t as usize >= self.vocab_size {
+                return bad(format!(
+                    "logit_bias names token id {t}, outside the vocabulary (size {})",
+                    self.vocab_size
+                ));
+            }
+        }
+        if req.prompt.len() >= self.max_model_len {
+            return bad(format!(
+                "the prompt has {} tokens but max_model_len is {}, leaving no room to generate",
+                req.prompt.len(),
+                self.max_model_len
+            ));
+        }
+        // A request must fit the pool alone, or preemption could never make room for it.
+        let longest = (req.prompt.len() + req.params.max_tokens).min(self.max_model_len);
+        if longest.div_ceil(self.block_size) > self.num_kv_blocks {
+            return bad(format!(
+                "the request may need {longest} tokens of KV cache but the pool holds {}",
+                self.num_kv_blocks * self.block_size
+            ));
+        }
+        Ok(())
+    }
+}

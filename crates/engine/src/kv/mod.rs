@@ -1,0 +1,6 @@
+//! The paged KV cache: block accounting and the prefix cache (`BlockManager`, mechanism
+//! only; the scheduler holds the policy) and the storage the attention kernels read
+//! (`KvCache`).
+
+pub mod block_manager;
+pub mod kv_cache;

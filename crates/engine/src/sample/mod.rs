@@ -1,0 +1,9 @@
+//! Sampling: one row of logits to one token, under the request's parameters, logit bias
+//! and token constraint (grammar masks computed off the engine thread).
+
+pub mod logit_bias;
+pub mod mask_worker;
+pub mod sampled_token;
+pub mod sampler;
+pub mod sampling_params;
+pub mod token_constraint;

@@ -1,0 +1,92 @@
+//! `ForwardBatch`: the plain data one forward pass needs, and nothing about requests.
+
+use crate::kv::block_manager::BlockId;
+use std::ops::Range;
+
+/// One flattened, mixed batch: prefill chunks and decode tokens of many sequences, laid
+/// end to end. Models see this, never a `Sequence`.
+#[derive(Debug, Clone, Default)]
+pub struct ForwardBatch {
+    /// `[T]` token ids, sequence after sequence.
+    pub token_ids: Vec<u32>,
+    /// `[T]` position of each token within its sequence.
+    pub positions: Vec<usize>,
+    /// `[T]` KV-cache slot (`block * block_size + offset`) each token's key/value goes to.
+    pub slots: Vec<usize>,
+    /// `[T]` index into `seqs` of each token's sequence.
+    pub seq_index: Vec<usize>,
+    pub seqs: Vec<BatchSeq>,
+}
+
+#[derive(Debug, Clone)]
+pub struct BatchSeq {
+    /// Rows of this sequence's tokens in the flattened batch.
+    pub rows: Range<usize>,
+    /// Blocks holding positions `0..` of this sequence, in order.
+    pub block_table: Vec<BlockId>,
+    /// Whether the last row's logits are wanted (the chunk reaches the sequence's end).
+    pub sample: bool,
+    /// Rows before the sampled one whose logits are wanted too (prompt logprobs); usually empty.
+    pub prompt_logit_rows: Range<usize>,
+}
+
+impl ForwardBatch {
+    pub fn num_tokens(&self) -> usize {
+        self.token_ids.len()
+    }
+
+    /// Rows whose logits are computed, in `seqs` order: per sequence its prompt-logit rows,
+    /// then its sampled row. Written into `rows`, so a step's forward pass reuses the buffer.
+    pub fn logit_rows_into(&self, rows: &mut Vec<usize>) {
+        rows.clear();
+        for s in &self.seqs {
+            rows.extend(s.prompt_logit_rows.clone());
+            if s.sample && !s.rows.is_empty() {
+                rows.push(s.rows.end - 1);
+            }
+        }
+    }
+
+    /// Rows whose logits are computed (see [`logit_rows_into`](Self::logit_rows_into)).
+    pub fn logit_rows(&self) -> Vec<usize> {
+        let mut rows = Vec::new();
+        self.logit_rows_into(&mut rows);
+        rows
+    }
+
+    /// Also computes logits for the last pushed sequence's rows `within` (offsets into its
+    /// chunk), which must end before its sampled row.
+    pub fn want_prompt_logits(&mut self, within: Range<usize>) {
+        if let Some(seq) = self.seqs.last_mut() {
+            let first = seq.rows.start;
+            seq.prompt_logit_rows = first + within.start..first + within.end;
+        }
+    }
+
+    /// Appends one sequence's chunk `tokens` starting at position `start`.
+    pub fn push_seq(
+        &mut self,
+        tokens: &[u32],
+        start: usize,
+        block_table: &[BlockId],
+        block_size: usize,
+        sample: bool,
+    ) {
+        let first = self.token_ids.len();
+        let index = self.seqs.len();
+        for (i, &tok) in tokens.iter().enumerate() {
+            let pos = start + i;
+            self.token_ids.push(tok);
+            self.positions.push(pos);
+            self.slots
+                .push(block_table[pos / block_size].index() * block_size + pos % block_size);
+            self.seq_index.push(index);
+        }
+        self.seqs.push(BatchSeq {
+            rows: first..self.token_ids.len(),
+            block_table: block_table.to_vec(),
+            sample,
+            prompt_logit_rows: first..first,
+        });
+    }
+}

@@ -1,0 +1,12 @@
+//! Scheduling: the policy that splits each step's one token budget between running
+//! sequences and waiting prompts, the requests and sequences it moves, and the
+//! `ForwardBatch` it hands to the worker.
+
+pub mod forward_batch;
+pub mod moe_expert_stats;
+pub mod request;
+pub mod scheduler;
+pub mod scheduler_output;
+pub mod scheduler_stats;
+pub mod sequence;
+pub mod step_cost_model;

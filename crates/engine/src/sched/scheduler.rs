@@ -1,0 +1,480 @@
+//! `Scheduler`: the policy. Each step has one token budget; running sequences close their
+//! gap first (in admission order — a decode is just a gap of one), then waiting prompts
+//! are admitted in chunks with what is left. When blocks run out, the most recently
+//! admitted (or least important) running sequence is preempted and recomputed later.
+
+use crate::config::SchedulingPolicy;
+use crate::kv::block_manager::{BlockHash, BlockManager};
+use crate::sample::sampled_token::SampledToken;
+use crate::sched::request::{FinishReason, SeqId};
+use crate::sched::scheduler_output::{ScheduledChunk, SchedulerOutput, SeqUpdate};
+use crate::sched::scheduler_stats::SchedulerStats;
+use crate::sched::sequence::Sequence;
+use crate::sched::step_cost_model::{StepCostModel, StepShape};
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Clone)]
+pub struct SchedulerConfig {
+    pub max_num_batched_tokens: usize,
+    pub max_num_seqs: usize,
+    /// Caps any one sequence's share of a step, so a long prompt cannot starve others.
+    pub long_prefill_token_threshold: Option<usize>,
+    pub policy: SchedulingPolicy,
+    pub max_model_len: usize,
+    pub eos_token_ids: Vec<u32>,
+    /// Inter-token latency to hold: prefill admitted per step only while the step's
+    /// predicted time stays under it (decodes always run). `None`: the budget alone.
+    pub target_itl: Option<Duration>,
+}
+
+/// Steps a pending prefill may get less than one block before it is given one anyway, so
+/// decodes that alone fill the ITL target cannot starve waiting prompts.
+pub const MAX_STARVED_STEPS: usize = 4;
+
+pub struct Scheduler {
+    config: SchedulerConfig,
+    blocks: BlockManager,
+    waiting: VecDeque<Sequence>,
+    running: Vec<Sequence>,
+    stats: SchedulerStats,
+    cost: StepCostModel,
+    /// Consecutive steps a pending prefill got less than one block.
+    starved_steps: usize,
+}
+
+/// What one step may still schedule: tokens under the hard budget and, of them, prefill
+/// tokens (any chunk but a running sequence's single decode token) under the ITL target.
+struct StepBudget {
+    tokens: usize,
+    prefill: usize,
+}
+
+impl Scheduler {
+    pub fn new(config: SchedulerConfig, blocks: BlockManager) -> Self {
+        Self {
+            config,
+            blocks,
+            waiting: VecDeque::new(),
+            running: Vec::new(),
+            stats: SchedulerStats::default(),
+            cost: StepCostModel::default(),
+            starved_steps: 0,
+        }
+    }
+
+    pub fn block_manager(&self) -> &BlockManager {
+        &self.blocks
+    }
+
+    pub fn add(&mut self, seq: Sequence) {
+        self.waiting.push_back(seq);
+    }
+
+    pub fn has_unfinished(&self) -> bool {
+        !self.waiting.is_empty() || !self.running.is_empty()
+    }
+
+    pub fn num_waiting(&self) -> usize {
+        self.waiting.len()
+    }
+
+    pub fn running(&self) -> &[Sequence] {
+        &self.running
+    }
+
+    pub fn get(&self, id: SeqId) -> Option<&Sequence> {
+        self.running
+            .iter()
+            .chain(self.waiting.iter())
+            .find(|s| s.id == id)
+    }
+
+    pub fn stats(&self) -> SchedulerStats {
+        SchedulerStats {
+            num_running: self.running.len(),
+            num_waiting: self.waiting.len(),
+            kv_cache_usage: self.blocks.usage(),
+            ..self.stats.clone()
+        }
+    }
+
+    /// Plans one step within the token budget and lays out its `ForwardBatch`.
+    pub fn schedule(&mut self) -> SchedulerOutput {
+        let mut out = SchedulerOutput::default();
+        let tokens = self.config.max_num_batched_tokens;
+        let prefill = self.prefill_allowance(tokens);
+        out.prefill_allowance = self.config.target_itl.map(|_| prefill);
+        let mut budget = StepBudget { tokens, prefill };
+        self.schedule_running(&mut budget, &mut out);
+        // A step that had to preempt is short of blocks: admitting newcomers would only
+        // preempt them again.
+        if out.preempted.is_empty() {
+            self.schedule_waiting(&mut budget, &mut out);
+        }
+        out.prefill_tokens = prefill - budget.prefill;
+        self.build_batch(&mut out);
+        out.predicted_seconds = self.cost.predict(StepShape::of(&out.chunks));
+        out
+    }
+
+    /// Records how long a scheduled step took: for the step cost model and the stats.
+    pub fn observe_step(&mut self, out: &SchedulerOutput, elapsed: Duration) {
+        let seconds = elapsed.as_secs_f64();
+        self.cost.observe(StepShape::of(&out.chunks), seconds);
+        let stats = &mut self.stats;
+        stats.step_seconds.observe(seconds);
+        stats.prefill_tokens += out.prefill_tokens as u64;
+        if let Some(predicted) = out.predicted_seconds.filter(|_| seconds > 0.0) {
+            let error = (predicted - seconds).abs() / seconds;
+            stats.step_prediction_error = Some(match stats.step_prediction_error {
+                Some(mean) => mean + (error - mean) / 100.0,
+                None => error,
+            });
+        }
+    }
+
+    /// Starts the counters afresh (after calibration runs), keeping what the cost model learnt.
+    pub fn reset_stats(&mut self) {
+        self.stats = SchedulerStats::default();
+    }
+
+    pub fn step_cost_model(&self) -> &StepCostModel {
+        &self.cost
+    }
+
+    /// Prefill tokens this step may take: all the budget leaves after the decodes, or with
+    /// an ITL target, the most whose predicted step time stays under it (at least one
+    /// block every `MAX_STARVED_STEPS` steps while prefill is pending).
+    fn prefill_allowance(&mut self, budget: usize) -> usize {
+        let Some(target) = self.config.target_itl else {
+            return budget;
+        };
+        let decodes = self
+            .running
+            .iter()
+            .filter(|s| s.is_decoding())
+            .fold(StepShape::default(), |acc, s| {
+                acc.plus(StepShape::chunk(s.num_computed, 1))
+            });
+        let room = budget.saturating_sub(decodes.tokens);
+        let pending = self.running.iter().find(|s| !s.is_decoding());
+        if pending.is_none() && self.waiting.is_empty() {
+            self.starved_steps = 0;
+            return room;
+        }
+        // Where the next prefill chunk starts: a running prompt's next token, or a new one.
+        let start = pending.map_or(0, |s| s.num_computed);
+        let target = target.as_secs_f64();
+        let fits = |x: usize| {
+            self.cost
+                .predict_upper(decodes.plus(StepShape::chunk(start, x)))
+                .map(|t| t <= target)
+        };
+        // Until the model has seen enough steps, the hard budget alone.
+        let Some(_) = fits(0) else { return room };
+        let (mut lo, mut hi) = (0, room);
+        while lo < hi {
+            let mid = (lo + hi).div_ceil(2);
+            if fits(mid) == Some(true) {
+                lo = mid;
+            } else {
+                hi = mid - 1;
+            }
+        }
+        let floor = self.blocks.block_size().min(room);
+        if lo >= floor {
+            self.starved_steps = 0;
+            return lo;
+        }
+        self.starved_steps += 1;
+        if self.starved_steps >= MAX_STARVED_STEPS {
+            self.starved_steps = 0;
+            return floor;
+        }
+        lo
+    }
+
+    /// Tokens a sequence with `gap` uncomputed tokens gets; prefill (`decode == false`)
+    /// is also held to the step's prefill allowance. Zero only when that is spent.
+    fn chunk_len(&self, gap: usize, decode: bool, budget: &StepBudget) -> usize {
+        let cap = self
+            .config
+            .long_prefill_token_threshold
+            .unwrap_or(usize::MAX);
+        let n = gap.min(budget.tokens).min(cap);
+        if decode {
+            n
+        } else {
+            n.min(budget.prefill)
+        }
+    }
+
+    fn schedule_running(&mut self, budget: &mut StepBudget, out: &mut SchedulerOutput) {
+        let bs = self.blocks.block_size();
+        let mut i = 0;
+        while i < self.running.len() && budget.tokens > 0 {
+            let decode = self.running[i].is_decoding();
+            let n = self.chunk_len(self.running[i].gap(), decode, budget);
+            if n == 0 {
+                // Prefill allowance spent: this prompt waits; decodes behind it still run.
+                i += 1;
+                continue;
+            }
+            let need = self.running[i].blocks_needed(self.running[i].num_computed + n, bs);
+            let new_blocks = loop {
+                if let Some(blocks) = self.blocks.allocate(need) {
+                    break Some(blocks);
+                }
+                let victim = self.pick_victim(i);
+                self.preempt(victim, out);
+                if victim == i {
+                    break None;
+                }
+            };
+            let Some(new_blocks) = new_blocks else { break };
+            let seq = &mut self.running[i];
+            seq.block_table.extend(new_blocks);
+            out.chunks.push(ScheduledChunk {
+                seq_id: seq.id,
+                start: seq.num_computed,
+                len: n,
+                sample: seq.num_computed + n == seq.tokens.len(),
+                prompt_logits: 0..0,
+            });
+            budget.tokens -= n;
+            if !decode {
+                budget.prefill -= n;
+            }
+            i += 1;
+        }
+    }
+
+    /// Index (≥ `from`, among sequences not yet scheduled this step) of the one to preempt.
+    fn pick_victim(&self, from: usize) -> usize {
+        match self.config.policy {
+            SchedulingPolicy::Fcfs => self.running.len() - 1,
+            SchedulingPolicy::Priority => (from..self.running.len())
+                .max_by_key(|&j| (self.running[j].priority, self.running[j].arrival_seq))
+                .unwrap_or(from),
+        }
+    }
+
+    /// Preemption by recompute: drop the KV, keep the tokens, queue it first.
+    fn preempt(&mut self, index: usize, out: &mut SchedulerOutput) {
+        let mut seq = self.running.remove(index);
+        self.free_blocks(&mut seq);
+        seq.num_computed = 0;
+        seq.num_preemptions += 1;
+        self.stats.num_preemptions += 1;
+        out.preempted.push(seq.id);
+        self.waiting.push_front(seq);
+    }
+
+    fn free_blocks(&mut self, seq: &mut Sequence) {
+        // Tail blocks first, so the LRU evicts a prompt's end before its shareable start.
+        for &id in seq.block_table.iter().rev() {
+            self.blocks.release(id);
+        }
+        seq.block_table.clear();
+        seq.block_hashes.clear();
+    }
+
+    fn next_waiting(&self) -> Option<usize> {
+        match self.config.policy {
+            SchedulingPolicy::Fcfs => (!self.waiting.is_empty()).then_some(0),
+            SchedulingPolicy::Priority => (0..self.waiting.len())
+                .min_by_key(|&j| (self.waiting[j].priority, self.waiting[j].arrival_seq)),
+        }
+    }
+
+    fn schedule_waiting(&mut self, budget: &mut StepBudget, out: &mut SchedulerOutput) {
+        let bs = self.blocks.block_size();
+        while budget.tokens > 0
+            && budget.prefill > 0
+            && self.running.len() < self.config.max_num_seqs
+        {
+            let Some(index) = self.next_waiting() else {
+                break;
+            };
+            let seq = &self.waiting[index];
+            let hashes = if self.blocks.prefix_caching() {
+                BlockHash::of_full_blocks(&seq.tokens, bs)
+            } else {
+                Vec::new()
+            };
+            // Cached positions would have no logits to score the prompt with.
+            let mut hits = if seq.pending_prompt_logits().is_empty() {
+                self.blocks.lookup_prefix(&seq.tokens, &hashes)
+            } else {
+                Vec::new()
+            };
+            // At least one token must be computed to produce logits; recomputing a whole
+            // block (never writing into a shared one) keeps cached blocks read-only.
+            if hits.len() * bs >= seq.tokens.len() {
+                hits.pop();
+            }
+            let cached = hits.len() * bs;
+            let n = self.chunk_len(seq.tokens.len() - cached, false, budget);
+            let new = (cached + n).div_ceil(bs) - hits.len();
+            if new + self.blocks.count_free(&hits) > self.blocks.num_free() {
+                break; // Wait for blocks; newcomers never preempt.
+            }
+            let mut seq = self.waiting.remove(index).expect("index from next_waiting");
+            for &id in &hits {
+                self.blocks.acquire(id);
+            }
+            let fresh = self.blocks.allocate(new).expect("checked free count above");
+            seq.block_hashes = hashes[..hits.len()].to_vec();
+            seq.block_table = hits;
+            seq.block_table.extend(fresh);
+            seq.num_computed = cached;
+            if seq.timings.first_scheduled.is_none() {
+                seq.timings.first_scheduled = Some(Instant::now());
+                seq.cached_prompt_tokens = cached;
+                self.stats.prefix_cache_queries += seq.prompt_len as u64;
+                self.stats.prefix_cache_hits += cached as u64;
+            }
+            out.chunks.push(ScheduledChunk {
+                seq_id: seq.id,
+                start: cached,
+                len: n,
+                sample: cached + n == seq.tokens.len(),
+                prompt_logits: 0..0,
+            });
+            budget.tokens -= n;
+            budget.prefill -= n;
+            self.running.push(seq);
+        }
+    }
+
+    fn build_batch(&self, out: &mut SchedulerOutput) {
+        let bs = self.blocks.block_size();
+        for chunk in &mut out.chunks {
+            let seq = self
+                .running
+                .iter()
+                .find(|s| s.id == chunk.seq_id)
+                .expect("scheduled seq is running");
+            let end = chunk.start + chunk.len;
+            let tokens = &seq.tokens[chunk.start..end];
+            out.batch
+                .push_seq(tokens, chunk.start, &seq.block_table, bs, chunk.sample);
+            let wanted = seq.pending_prompt_logits();
+            let first = wanted.start.max(chunk.start);
+            let last = wanted.end.min(end);
+            if first < last {
+                chunk.prompt_logits = first..last;
+                out.batch
+                    .want_prompt_logits(first - chunk.start..last - chunk.start);
+            }
+        }
+    }
+
+    /// Records a step's results: computed counts advance, full blocks enter the prefix
+    /// cache, sampled tokens are appended, and finished sequences leave with their blocks
+    /// freed.
+    pub fn update(
+        &mut self,
+        out: &SchedulerOutput,
+        sampled: Vec<(SeqId, SampledToken)>,
+    ) -> Vec<SeqUpdate> {
+        let now = Instant::now();
+        for chunk in &out.chunks {
+            if let Some(i) = self.running_index(chunk.seq_id) {
+                self.running[i].num_computed += chunk.len;
+                if !chunk.prompt_logits.is_empty() {
+                    self.running[i].prompt_logits_next = chunk.prompt_logits.end;
+                }
+                self.register_full_blocks(i);
+            }
+        }
+        let mut updates = Vec::with_capacity(sampled.len());
+        for (seq_id, token) in sampled {
+            let Some(i) = self.running_index(seq_id) else {
+                continue;
+            };
+            let seq = &mut self.running[i];
+            seq.tokens.push(token.token_id);
+            if seq.timings.first_token.is_none() {
+                seq.timings.first_token = Some(now);
+            }
+            seq.timings.token_times.push(now);
+            let finished = self.stop_reason(&self.running[i]).map(|reason| {
+                let mut seq = self.running.remove(i);
+                seq.finish = Some(reason);
+                seq.timings.finished = Some(now);
+                self.free_blocks(&mut seq);
+                seq
+            });
+            updates.push(SeqUpdate {
+                seq_id,
+                token,
+                time: now,
+                finished,
+            });
+        }
+        updates
+    }
+
+    fn running_index(&self, id: SeqId) -> Option<usize> {
+        self.running.iter().position(|s| s.id == id)
+    }
+
+    fn register_full_blocks(&mut self, i: usize) {
+        let bs = self.blocks.block_size();
+        let seq = &mut self.running[i];
+        while (seq.block_hashes.len() + 1) * bs <= seq.num_computed {
+            let b = seq.block_hashes.len();
+            let tokens = &seq.tokens[b * bs..(b + 1) * bs];
+            let parent = seq.block_hashes.last().copied();
+            let hash = self
+                .blocks
+                .register_full(seq.block_table[b], parent, tokens);
+            seq.block_hashes.push(hash);
+        }
+    }
+
+    /// Tokens the sequence may not produce yet (EOS and stop ids before `min_tokens`).
+    pub fn banned_tokens(&self, seq: &Sequence) -> Vec<u32> {
+        if seq.output().len() >= seq.params.min_tokens {
+            return Vec::new();
+        }
+        let mut banned: Vec<u32> = seq.params.stop_token_ids.iter().copied().collect();
+        if !seq.params.ignore_eos {
+            banned.extend(&self.config.eos_token_ids);
+        }
+        banned
+    }
+
+    fn stop_reason(&self, seq: &Sequence) -> Option<FinishReason> {
+        let last = *seq.tokens.last()?;
+        let n = seq.output().len();
+        let p = &seq.params;
+        if seq.constraint.as_ref().is_some_and(|c| c.is_finished()) {
+            return Some(FinishReason::Stop);
+        }
+        let eos = !p.ignore_eos && self.config.eos_token_ids.contains(&last);
+        if n >= p.min_tokens && (eos || p.stop_token_ids.contains(&last)) {
+            return Some(FinishReason::Stop);
+        }
+        if n >= p.max_tokens || seq.tokens.len() >= self.config.max_model_len {
+            return Some(FinishReason::Length);
+        }
+        None
+    }
+
+    /// Removes a request wherever it is, freeing its blocks at once.
+    pub fn abort(&mut self, id: SeqId) -> Option<Sequence> {
+        let mut seq = if let Some(i) = self.running_index(id) {
+            self.running.remove(i)
+        } else {
+            let i = self.waiting.iter().position(|s| s.id == id)?;
+            self.waiting.remove(i)?
+        };
+        self.free_blocks(&mut seq);
+        seq.finish = Some(FinishReason::Abort);
+        seq.timings.finished = Some(Instant::now());
+        Some(seq)
+    }
+}

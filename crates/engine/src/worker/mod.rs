@@ -1,0 +1,3 @@
+//! The worker: runs one batched forward pass per step over the KV cache.
+
+pub mod model_runner;

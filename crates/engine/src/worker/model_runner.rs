@@ -1,0 +1,74 @@
+//! `ModelRunner`: the worker. Owns the model and its KV cache and runs one forward pass
+//! per step over the scheduler's flattened batch.
+
+use crate::config::KvCacheDtype;
+use crate::error::Result;
+use crate::kv::kv_cache::KvCache;
+use crate::models::Llama;
+use crate::sched::forward_batch::ForwardBatch;
+
+pub struct ModelRunner {
+    model: Llama,
+    kv_cache: KvCache,
+    /// The last step's logits; the buffer is reused step after step.
+    logits: Logits,
+}
+
+/// Logits `[rows, vocab]`, one row per sampling sequence of the batch, in batch order.
+pub struct Logits {
+    pub data: Vec<f32>,
+    pub vocab: usize,
+}
+
+impl Logits {
+    pub fn row(&self, i: usize) -> &[f32] {
+        &self.data[i * self.vocab..(i + 1) * self.vocab]
+    }
+}
+
+impl ModelRunner {
+    pub fn new(model: Llama, num_blocks: usize, block_size: usize, kv_dtype: KvCacheDtype) -> Self {
+        let c = model.config();
+        let kv_cache = KvCache::new(c.num_layers, num_blocks, block_size, c.kv_heads(), kv_dtype);
+        let logits = Logits {
+            data: Vec::new(),
+            vocab: model.config().vocab_size,
+        };
+        Self {
+            model,
+            kv_cache,
+            logits,
+        }
+    }
+
+    pub fn model(&self) -> &Llama {
+        &self.model
+    }
+
+    /// Sizes every buffer for steps of up to `tokens` tokens and `seqs` sequences, so
+    /// steady-state steps allocate nothing in the forward pass.
+    pub fn reserve(&mut self, tokens: usize, seqs: usize) {
+        self.model.reserve(tokens, seqs);
+        self.logits.data.reserve(seqs * self.logits.vocab);
+    }
+
+    /// Runs one forward pass; its logits stay readable through [`logits`](Self::logits).
+    pub fn execute(&mut self, batch: &ForwardBatch) -> Result<&Logits> {
+        let (model, kv, logits) = (&self.model, &mut self.kv_cache, &mut self.logits.data);
+        // The pass's parallel loops run on the compute pool, whose helpers spin between
+        // them (`compute_pool`), so this thread calls it directly.
+        model.forward_into(batch, kv, logits)?;
+        Ok(&self.logits)
+    }
+
+    /// Backs the next slice of the KV pool's pages ([`KvCache::fault_in_next`]); `false`
+    /// once all of it is backed.
+    pub fn fault_in_kv(&mut self) -> bool {
+        self.kv_cache.fault_in_next()
+    }
+
+    /// The logits of the last [`execute`](Self::execute).
+    pub fn logits(&self) -> &Logits {
+        &self.logits
+    }
+}
