@@ -1,6 +1,6 @@
 //! `CpuKernel`: which SIMD implementation the quantized kernels run, picked once per process.
 //!
-//! Sessions land on CPUs with different vector units (AVX2 only; AVX-512 with VNNI; Zen 4
+//! The engine lands on CPUs with different vector units (AVX2 only; AVX-512 with VNNI; Zen 4
 //! with AVX-VNNI; aarch64 with the dot-product extension), so the path is detected at run
 //! time, logged, and can be forced with
 //! `TOKENMILL_CPU_KERNEL=portable|avx2|avx_vnni|avx512_vnni|neon_dotprod` for tests and

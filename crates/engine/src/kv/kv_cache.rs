@@ -25,7 +25,7 @@ use crate::kernels::compute_pool::ComputePool;
 /// backs them while the engine is idle). Small pages, unlike the
 /// weights': every new block's first write faults its pages in, and a 2 MiB page costs
 /// that fault plus compaction (16-row Qwen3-0.6B steps spent 7.7–8.8 ms writing the KV on
-/// huge pages against 2.3–2.8 on small ones; docs/performance.md, eleventh session).
+/// huge pages against 2.3–2.8 on small ones; git history of docs/performance.md).
 pub enum KvSlab {
     F32(Vec<f32>),
     F16(Vec<u16>),
@@ -185,7 +185,7 @@ impl KvCache {
     /// pool has been touched. The OS backs a fresh mapping only as it is first written, so
     /// otherwise a block's first use pays its page faults inside a step: a fresh server's
     /// first 16-user Qwen3-0.6B run took 0.1–0.6 s longer than the runs after it, which
-    /// reuse the same pages (docs/performance.md, twentieth session). The engine thread
+    /// reuse the same pages (git history of docs/performance.md). The engine thread
     /// calls this while it has no work: each byte touched is read and written back
     /// unchanged, so blocks that hold data (cached prefixes) keep it.
     pub fn fault_in_next(&mut self) -> bool {

@@ -18,7 +18,7 @@
 //! `mn = fma(m_w, d_x·Σx, mn)`; the result is `acc + mn`. The conversion, product and fma
 //! per block and element are what bounds the tiles (they share the vector pipes with the
 //! integer dots), so a block is never split into float partial sums: it once was, in
-//! halves, and the tiles ran at 0.65–0.8× (docs/performance.md, twelfth session). Tiles
+//! halves, and the tiles ran at 0.65–0.8× (measured; git history of docs/performance.md). Tiles
 //! only change which elements are computed together, never that sequence, and `k` is never split
 //! across threads, so a row's result is independent of the batch, and the SIMD paths equal
 //! the portable one.
@@ -515,7 +515,7 @@ impl QuantMatrix {
         let per_cache = (TASK_WEIGHT_BYTES / group_bytes).max(1);
         // One activation row streams its weights once, with nothing to reuse: one task a
         // thread (as far as the cache allows) ran SmolLM2's one-row step in 2.25–2.26 ms
-        // where four took 2.53–2.58 (docs/performance.md, nineteenth session): fewer tasks
+        // where four took 2.53–2.58 (measured; git history of docs/performance.md): fewer tasks
         // start fewer weight streams and take fewer claims. Larger batches want several tasks
         // a thread for balance, each at least two groups wide to amortize re-reading the
         // activations.
@@ -1354,7 +1354,7 @@ mod x86 {
             match kernel {
                 // A lone activation row keeps the 256-bit tile: decode is memory-bound, and
                 // two groups' streams at once ran it 1.2–1.7× slower, prefetched or not
-                // (docs/performance.md, tenth session).
+                // (measured; git history of docs/performance.md).
                 // K-quant pair tiles from five rows up: at four their per-block setup of
                 // two groups outweighed the wider dot (Q5K at 4 rows 0.8–0.9×).
                 CpuKernel::Avx512Vnni
@@ -1381,7 +1381,7 @@ mod x86 {
     /// Blocks ahead of the one being read that the tiles prefetch (2 KiB of a Q4 group).
     /// Decode streams each weight once; the hardware prefetcher alone left one-row tiles
     /// (and the 512-bit tiles' two streams at any height) waiting on memory
-    /// (docs/performance.md, tenth and eleventh sessions).
+    /// (measured; git history of docs/performance.md).
     const AHEAD: usize = 32;
 
     /// Prefetches the quants [`AHEAD`] blocks past the block of `block_bytes` at `p`. Past
@@ -2267,8 +2267,7 @@ mod x86 {
 
         /// Blocks ahead of the one being read that the pair tiles prefetch: as many bytes
         /// ahead as [`AHEAD`] is for one group, as each step reads two. (32 read no better
-        /// on cold 1024×3072 Q4_0 matmuls at 8–64 rows, docs/performance.md, fourteenth
-        /// session.)
+        /// on cold 1024×3072 Q4_0 matmuls at 8–64 rows; git history of docs/performance.md.)
         const PAIR_AHEAD: usize = AHEAD / 2;
 
         /// Prefetches what the pair tile reads [`PAIR_AHEAD`] blocks past block `k`. Groups
@@ -2383,7 +2382,7 @@ mod x86 {
                     let pa = a.quants.as_ptr().add(k * NR * BLOCK / 2) as *const __m256i;
                     let pb = b.quants.as_ptr().add(k * NR * BLOCK / 2) as *const __m256i;
                     // The pair's stream, [`PAIR_AHEAD`] blocks ahead: unprefetched, a
-                    // 16-row Qwen3-0.6B decode step took 75–87 ms (tenth session); with each
+                    // 16-row Qwen3-0.6B decode step took 75–87 ms (measured); with each
                     // group prefetched past itself 53 ms, as a pair 41–43 (fourteenth).
                     if PREFETCH {
                         prefetch_pair(b.quants, NR * BLOCK / 2, k, blocks);
@@ -2680,7 +2679,7 @@ mod x86 {
                     let pb = b.quants.as_ptr().add(k * NR * BLOCK) as *const __m256i;
                     // Every row tile prefetches here: without the prefetches LLVM
                     // interleaved the rows' dots and spilled their broadcasts, and cached
-                    // Q8_0 tiles ran at 0.8× (fourteenth session).
+                    // Q8_0 tiles ran at 0.8× (measured).
                     prefetch_pair(b.quants, NR * BLOCK, k, blocks);
                     prefetch_pair(b.scales, NR, k, blocks);
                     prefetch_pair(b.sums, NR, k, blocks);
