@@ -36,7 +36,9 @@ mod tune_slos;
 mod tune_space;
 mod tune_trial;
 
-pub use args::{CommonArgs, CompareArgs, DatasetKind, Endpoint, ServeArgs, SweepArgs, TuneArgs};
+pub use args::{
+    CommonArgs, CompareArgs, DatasetKind, Endpoint, ServeArgs, SweepArgs, TuneArgs, TuneSearch,
+};
 pub use arrivals::ArrivalSchedule;
 pub use benchmark_result::BenchmarkResult;
 pub use compare::compare;
@@ -48,7 +50,6 @@ pub use sweep::sweep;
 pub use sweep_summary::SweepSummary;
 pub use tune::tune;
 pub use tune_report::TuneReport;
-pub use tune_search::TuneSearch;
 
 use prepared_benchmark::{Load, PreparedBenchmark};
 
