@@ -4,6 +4,7 @@
 
 mod args;
 mod arrivals;
+mod bench_request;
 mod benchmark_result;
 mod chart;
 mod client;
