@@ -3,11 +3,11 @@
 use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
+use serde::Serialize;
 
 use crate::goodput::Slo;
 use crate::named_server::NamedServer;
 use crate::request_rate::RequestRate;
-use crate::tune_search::TuneSearch;
 
 /// Which OpenAI endpoint carries the prompts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -27,6 +27,18 @@ pub enum DatasetKind {
     Sharegpt,
     /// One prompt per line: a JSON object with "prompt" or a plain string (`--dataset-path`).
     Jsonl,
+}
+
+// An option value, so it sits with the options: its walk (`TuneSearch::next`, in
+// `tune_search`) needs the space these options build, and naming it from here made a circle.
+/// The search strategy of `tune`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TuneSearch {
+    /// Every valid configuration.
+    Grid,
+    /// Every other value of each knob (ends included), then a climb through neighbours.
+    CoarseToFine,
 }
 
 /// Options shared by `serve` and `sweep`: the server, the prompts and the load shape.

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use crate::args::Endpoint;
-use crate::dataset::{BenchRequest, Prompt};
+use crate::bench_request::{BenchRequest, Prompt};
 use crate::server::Server;
 use crate::sse::SseParser;
 

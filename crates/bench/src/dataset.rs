@@ -8,27 +8,12 @@ use rand::seq::SliceRandom;
 use rand::SeedableRng;
 
 use crate::args::{CommonArgs, DatasetKind, Endpoint};
+use crate::bench_request::{BenchRequest, Prompt};
 use crate::random_prompts::{self, RandomShape};
 use crate::token_counter::TokenCounter;
 
 /// Default reply length when the dataset does not give one.
 const DEFAULT_OUTPUT_LEN: usize = 128;
-
-/// What goes into the request's `prompt` (or the user message for chat).
-#[derive(Clone, Debug, PartialEq)]
-pub enum Prompt {
-    Text(String),
-    /// Raw token ids, accepted by `/v1/completions` when no tokenizer is reachable.
-    TokenIds(Vec<u32>),
-}
-
-/// One request to send: the prompt, its length in tokens and how many tokens to ask for.
-#[derive(Clone, Debug, PartialEq)]
-pub struct BenchRequest {
-    pub prompt: Prompt,
-    pub prompt_len: usize,
-    pub output_len: usize,
-}
 
 /// A prompt read from a file, before its tokens are counted.
 #[derive(Clone)]

@@ -4,6 +4,7 @@
 
 mod args;
 mod arrivals;
+mod bench_request;
 mod benchmark_result;
 mod chart;
 mod client;
@@ -36,7 +37,9 @@ mod tune_slos;
 mod tune_space;
 mod tune_trial;
 
-pub use args::{CommonArgs, CompareArgs, DatasetKind, Endpoint, ServeArgs, SweepArgs, TuneArgs};
+pub use args::{
+    CommonArgs, CompareArgs, DatasetKind, Endpoint, ServeArgs, SweepArgs, TuneArgs, TuneSearch,
+};
 pub use arrivals::ArrivalSchedule;
 pub use benchmark_result::BenchmarkResult;
 pub use compare::compare;
@@ -48,7 +51,6 @@ pub use sweep::sweep;
 pub use sweep_summary::SweepSummary;
 pub use tune::tune;
 pub use tune_report::TuneReport;
-pub use tune_search::TuneSearch;
 
 use prepared_benchmark::{Load, PreparedBenchmark};
 

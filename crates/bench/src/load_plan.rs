@@ -7,8 +7,8 @@ use std::time::Instant;
 use tokio::sync::Semaphore;
 
 use crate::arrivals::ArrivalSchedule;
+use crate::bench_request::BenchRequest;
 use crate::client::{self, RequestRecord, RequestTarget};
-use crate::dataset::BenchRequest;
 use crate::progress::Progress;
 
 /// How requests are released: when each may leave, and how many may be in flight.

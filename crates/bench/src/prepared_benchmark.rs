@@ -5,10 +5,11 @@ use std::time::Duration;
 
 use crate::args::{CommonArgs, Endpoint};
 use crate::arrivals::ArrivalSchedule;
+use crate::bench_request::BenchRequest;
 use crate::benchmark_result::{BenchmarkResult, RunSettings};
 use crate::client::RequestTarget;
 use crate::cpu_time::process_cpu_time;
-use crate::dataset::{self, BenchRequest};
+use crate::dataset;
 use crate::load_plan::{self, LoadPlan};
 use crate::progress::Progress;
 use crate::request_rate::RequestRate;

@@ -7,7 +7,7 @@ use rand::{Rng, SeedableRng};
 use tokio::task::JoinSet;
 
 use crate::args::CommonArgs;
-use crate::dataset::{BenchRequest, Prompt};
+use crate::bench_request::{BenchRequest, Prompt};
 use crate::token_counter::TokenCounter;
 use crate::tokenizer::ServerTokenizer;
 

@@ -6,8 +6,9 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
+use crate::args::TuneSearch;
 use crate::pareto_frontier::pareto_frontier;
-use crate::tune_search::{self, Score, TuneSearch};
+use crate::tune_search::{self, Score};
 use crate::tune_slos::{SloMetric, TuneSlos};
 use crate::tune_space::Point;
 use crate::tune_trial::TuneTrial;

@@ -5,20 +5,8 @@
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
 
-use clap::ValueEnum;
-use serde::Serialize;
-
+use crate::args::TuneSearch;
 use crate::tune_space::{Point, TuneSpace};
-
-/// The search strategy of `tune`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum TuneSearch {
-    /// Every valid configuration.
-    Grid,
-    /// Every other value of each knob (ends included), then a climb through neighbours.
-    CoarseToFine,
-}
 
 /// How good a configuration turned out: meeting every objective comes first, then goodput,
 /// then output throughput (which breaks ties between configurations with equal goodput).

@@ -2,12 +2,14 @@
 pub mod chat_template;
 pub mod constraint_compiler;
 pub mod detokenizer;
+mod gguf_metadata;
 pub mod grammar_constraint;
 pub mod grammar_tokenizer;
 pub mod model_loader;
 mod sentencepiece_bpe;
 pub mod structured_output;
 pub mod tokenizer;
+mod tokenizer_error;
 
 pub mod api_error;
 pub mod api_key;

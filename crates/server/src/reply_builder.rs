@@ -9,7 +9,7 @@ use serde_json::{json, Map, Value};
 use tokenmill_engine::sample::sampled_token::SampledToken;
 
 use crate::choice_run::ChoiceDelta;
-use crate::request_plan::Endpoint;
+use crate::request_plan::{EchoedPrompt, Endpoint};
 use crate::tokenizer::Tokenizer;
 use crate::tool_call_parser::ToolCall;
 
@@ -64,12 +64,6 @@ pub struct PromptReport {
     pub prompt_logprobs: Option<usize>,
     /// Choice `i` belongs to prompt `i / choices_per_prompt`.
     pub choices_per_prompt: usize,
-}
-
-#[derive(Debug, Clone)]
-pub struct EchoedPrompt {
-    pub text: String,
-    pub first_token: u32,
 }
 
 pub struct ReplyBuilder {

@@ -11,7 +11,6 @@ use tokenmill_engine::{EngineLimits, Request, SamplingParams};
 
 use crate::api_error::ApiError;
 use crate::generation_request::{stop_strings, GenerationRequest};
-use crate::reply_builder::EchoedPrompt;
 use crate::request_limits::RequestLimits;
 use crate::structured_output::StructuredOutput;
 use crate::tool_call_parser::ToolCallParserKind;
@@ -20,6 +19,14 @@ use crate::tool_call_parser::ToolCallParserKind;
 pub enum Endpoint {
     Completions,
     Chat,
+}
+
+/// A prompt as completions' `echo` repeats it: its text, and its first token, which has no
+/// logprob to report. Part of the plan (the route fills it) that the reply builder reads.
+#[derive(Debug, Clone)]
+pub struct EchoedPrompt {
+    pub text: String,
+    pub first_token: u32,
 }
 
 #[derive(Debug, Clone)]

@@ -11,10 +11,11 @@ use tokenizers::decoders::DecoderWrapper;
 use tokenizers::models::bpe::{Vocab, BPE};
 use tokenizers::normalizers::{Prepend, Replace, Sequence as NormalizerSequence};
 
-use crate::tokenizer::{
-    optional_bool, optional_u32, typed_array, Result, TokenizerError, TOKEN_TYPE_BYTE,
-    TOKEN_TYPE_NORMAL, TOKEN_TYPE_UNKNOWN,
+use crate::gguf_metadata::{
+    optional_bool, optional_u32, typed_array, TOKEN_TYPE_BYTE, TOKEN_TYPE_NORMAL,
+    TOKEN_TYPE_UNKNOWN,
 };
+use crate::tokenizer_error::{Result, TokenizerError};
 
 /// SentencePiece's whitespace marker: spaces become it before BPE, and it becomes a space again in decoded text.
 const SPACE_MARKER: &str = "\u{2581}";

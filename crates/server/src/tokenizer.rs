@@ -3,11 +3,10 @@
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::BufReader;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use candle_core::quantized::gguf_file::{self, Value};
 
-use crate::sentencepiece_bpe::SentencePieceBpe;
 use tokenizers::decoders::byte_level::ByteLevel;
 use tokenizers::models::bpe::{Vocab, BPE};
 use tokenizers::pre_tokenizers::digits::Digits;
@@ -19,66 +18,18 @@ use tokenizers::{
     SplitDelimiterBehavior,
 };
 
+use crate::gguf_metadata::{
+    optional_bool, optional_string, optional_u32, required_string, string_array, token_types,
+    TOKEN_TYPE_CONTROL, TOKEN_TYPE_USER_DEFINED,
+};
+use crate::sentencepiece_bpe::SentencePieceBpe;
+pub use crate::tokenizer_error::{Result, TokenizerError};
+
 /// Llama 3's split pattern: letters may carry one leading non-letter, numbers come in runs of up to three digits.
 const LLAMA3_SPLIT: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
 /// Qwen2's split pattern: like Llama 3's but every digit stands alone.
 const QWEN2_SPLIT: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
-
-/// GGUF `tokenizer.ggml.token_type` values (SentencePiece's piece types, numbered from 1).
-pub(crate) const TOKEN_TYPE_NORMAL: i64 = 1;
-pub(crate) const TOKEN_TYPE_UNKNOWN: i64 = 2;
-/// Control and user-defined tokens must match as a whole in raw text.
-const TOKEN_TYPE_CONTROL: i64 = 3;
-const TOKEN_TYPE_USER_DEFINED: i64 = 4;
-pub(crate) const TOKEN_TYPE_BYTE: i64 = 6;
-
-/// Everything that can go wrong while loading or running a tokenizer.
-#[derive(Debug, thiserror::Error)]
-pub enum TokenizerError {
-    #[error("GGUF metadata has no `{0}` entry")]
-    MissingKey(&'static str),
-    #[error("GGUF metadata `{key}` should be {expected}, found {found}")]
-    WrongType {
-        key: String,
-        expected: &'static str,
-        found: String,
-    },
-    #[error("tokenizer model `{0}` (tokenizer.ggml.model) is not supported; supported: gpt2 (byte-level BPE), llama (SentencePiece BPE)")]
-    UnsupportedModel(String),
-    #[error("pre-tokenizer `{0}` (tokenizer.ggml.pre) is not supported; known: default, gpt2, gpt-2, smollm, llama-bpe, qwen2")]
-    UnknownPreTokenizer(String),
-    #[error(
-        "merge #{index} `{merge}` in tokenizer.ggml.merges is not two tokens separated by a space"
-    )]
-    BadMerge { index: usize, merge: String },
-    #[error(
-        "tokenizer.ggml.token_type has {types} entries but tokenizer.ggml.tokens has {tokens}"
-    )]
-    TokenTypeCount { types: usize, tokens: usize },
-    #[error("cannot read {path}: {source}")]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("{path} is not a readable GGUF file: {message}")]
-    Gguf { path: PathBuf, message: String },
-    #[error("{path} is not a valid tokenizer: {message}")]
-    Load { path: PathBuf, message: String },
-    #[error("{path} is not valid JSON: {source}")]
-    Json {
-        path: PathBuf,
-        source: serde_json::Error,
-    },
-    #[error("building the tokenizer failed: {0}")]
-    Build(String),
-    #[error("encoding failed: {0}")]
-    Encode(String),
-    #[error("decoding failed: {0}")]
-    Decode(String),
-}
-
-pub type Result<T> = std::result::Result<T, TokenizerError>;
 
 /// A tokenizer plus the BOS/EOS ids the model was trained with.
 pub struct Tokenizer {
@@ -342,25 +293,6 @@ fn pre_tokenizer_for(name: &str) -> Result<PreTokenizerWrapper> {
     }
 }
 
-/// `tokenizer.ggml.token_type`, one per token, when the file has it.
-fn token_types(metadata: &HashMap<String, Value>, tokens: &[&str]) -> Result<Option<Vec<i64>>> {
-    let Some(types) = metadata.get("tokenizer.ggml.token_type") else {
-        return Ok(None);
-    };
-    let types = as_array(types, "tokenizer.ggml.token_type")?;
-    if types.len() != tokens.len() {
-        return Err(TokenizerError::TokenTypeCount {
-            types: types.len(),
-            tokens: tokens.len(),
-        });
-    }
-    types
-        .iter()
-        .map(|value| as_integer(value, "tokenizer.ggml.token_type"))
-        .collect::<Result<_>>()
-        .map(Some)
-}
-
 /// Registers control and user-defined tokens so their text encodes to the single id instead of being split by BPE.
 /// Control tokens are special (dropped by `skip_special_tokens`); user-defined ones are kept in decoded text.
 fn add_whole_match_tokens(
@@ -422,94 +354,4 @@ fn config_token_id(tokenizer: &Tokenizer, config: &serde_json::Value, key: &str)
     let entry = config.get(key)?;
     let text = entry.as_str().or_else(|| entry.get("content")?.as_str())?;
     tokenizer.token_to_id(text)
-}
-
-fn type_name(value: &Value) -> String {
-    format!("{:?}", value.value_type())
-}
-
-fn as_array<'a>(value: &'a Value, key: &str) -> Result<&'a [Value]> {
-    match value {
-        Value::Array(items) => Ok(items),
-        other => Err(wrong_type(key, "an array", other)),
-    }
-}
-
-fn as_integer(value: &Value, key: &str) -> Result<i64> {
-    Ok(match value {
-        Value::U8(v) => i64::from(*v),
-        Value::I8(v) => i64::from(*v),
-        Value::U16(v) => i64::from(*v),
-        Value::I16(v) => i64::from(*v),
-        Value::U32(v) => i64::from(*v),
-        Value::I32(v) => i64::from(*v),
-        Value::I64(v) => *v,
-        Value::U64(v) => i64::try_from(*v).map_err(|_| wrong_type(key, "an integer", value))?,
-        other => return Err(wrong_type(key, "an integer", other)),
-    })
-}
-
-fn wrong_type(key: &str, expected: &'static str, found: &Value) -> TokenizerError {
-    TokenizerError::WrongType {
-        key: key.to_owned(),
-        expected,
-        found: type_name(found),
-    }
-}
-
-fn required_string<'a>(metadata: &'a HashMap<String, Value>, key: &'static str) -> Result<&'a str> {
-    optional_string(metadata, key)?.ok_or(TokenizerError::MissingKey(key))
-}
-
-fn optional_string<'a>(metadata: &'a HashMap<String, Value>, key: &str) -> Result<Option<&'a str>> {
-    match metadata.get(key) {
-        None => Ok(None),
-        Some(Value::String(s)) => Ok(Some(s)),
-        Some(other) => Err(wrong_type(key, "a string", other)),
-    }
-}
-
-pub(crate) fn optional_bool(metadata: &HashMap<String, Value>, key: &str) -> Result<Option<bool>> {
-    match metadata.get(key) {
-        None => Ok(None),
-        Some(Value::Bool(b)) => Ok(Some(*b)),
-        Some(other) => Err(wrong_type(key, "a boolean", other)),
-    }
-}
-
-pub(crate) fn optional_u32(metadata: &HashMap<String, Value>, key: &str) -> Result<Option<u32>> {
-    let Some(value) = metadata.get(key) else {
-        return Ok(None);
-    };
-    let id = as_integer(value, key)?;
-    u32::try_from(id)
-        .map(Some)
-        .map_err(|_| wrong_type(key, "a token id", value))
-}
-
-fn string_array<'a>(
-    metadata: &'a HashMap<String, Value>,
-    key: &'static str,
-) -> Result<Vec<&'a str>> {
-    typed_array(metadata, key, "an array of strings", |item| match item {
-        Value::String(s) => Some(s.as_str()),
-        _ => None,
-    })
-}
-
-/// The array at `key`, each item read by `item` (`None`: not `expected`).
-pub(crate) fn typed_array<'a, T>(
-    metadata: &'a HashMap<String, Value>,
-    key: &'static str,
-    expected: &'static str,
-    item: impl Fn(&'a Value) -> Option<T>,
-) -> Result<Vec<T>> {
-    let items = as_array(
-        metadata.get(key).ok_or(TokenizerError::MissingKey(key))?,
-        key,
-    )?;
-    items
-        .iter()
-        .map(|v| item(v).ok_or_else(|| wrong_type(key, expected, v)))
-        .collect()
 }

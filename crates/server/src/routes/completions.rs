@@ -10,8 +10,7 @@ use crate::app_state::AppState;
 use crate::field_policy::check_fields;
 use crate::generation_request::{prompt_inputs, GenerationRequest, PromptInput};
 use crate::json_body::JsonBody;
-use crate::reply_builder::EchoedPrompt;
-use crate::request_plan::{Endpoint, RequestPlan};
+use crate::request_plan::{EchoedPrompt, Endpoint, RequestPlan};
 use crate::routes::generation::generate;
 use crate::routes::off_runtime;
 
