@@ -23,7 +23,7 @@ fn the_default_configuration_is_valid_and_sized_by_memory() {
 #[test]
 fn each_bad_setting_is_refused_by_name() {
     type Change = fn(&mut EngineConfig);
-    let cases: [(Change, &str); 16] = [
+    let cases: [(Change, &str); 19] = [
         (|c| c.block_size = 0, "block_size"),
         (|c| c.block_size = 4, "block_size"),
         (|c| c.block_size = 24, "block_size"),
@@ -34,6 +34,18 @@ fn each_bad_setting_is_refused_by_name() {
         (
             |c| c.long_prefill_token_threshold = Some(0),
             "long_prefill_token_threshold",
+        ),
+        (
+            |c| c.max_num_partial_prefills = 0,
+            "max_num_partial_prefills",
+        ),
+        (
+            |c| c.max_long_partial_prefills = 0,
+            "max_long_partial_prefills",
+        ),
+        (
+            |c| c.max_long_partial_prefills = 5,
+            "max_long_partial_prefills",
         ),
         (|c| c.num_kv_blocks = Some(0), "num_kv_blocks"),
         (|c| c.num_kv_blocks = Some(usize::MAX), "num_kv_blocks"),
@@ -68,7 +80,7 @@ fn engine_construction_refuses_a_bad_configuration_before_loading_weights() {
             assert_eq!(bad.flag(), "--long-prefill-token-threshold");
             assert_eq!(
                 bad.to_string(),
-                "long_prefill_token_threshold = 0: must be at least 1 (omit it for no cap): \
+                "long_prefill_token_threshold = 0: must be at least 1 (omit it for the default): \
                  a cap of 0 schedules empty chunks"
             );
         }

@@ -5,7 +5,7 @@
 
 use proptest::prelude::*;
 use std::time::{Duration, Instant};
-use tokenmill_engine::config::SchedulingPolicy;
+use tokenmill_engine::config::{PartialPrefillLimits, SchedulingPolicy};
 use tokenmill_engine::kv::block_manager::BlockManager;
 use tokenmill_engine::sample::sampled_token::SampledToken;
 use tokenmill_engine::sched::scheduler::{Scheduler, SchedulerConfig, MAX_STARVED_STEPS};
@@ -31,7 +31,7 @@ fn scheduler(budget: usize, max_num_seqs: usize, target_ms: Option<u64>) -> Sche
         SchedulerConfig {
             max_num_batched_tokens: budget,
             max_num_seqs,
-            long_prefill_token_threshold: None,
+            prefill_limits: PartialPrefillLimits::UNLIMITED,
             policy: SchedulingPolicy::Fcfs,
             max_model_len: 4096,
             eos_token_ids: vec![0],

@@ -4,7 +4,7 @@
 use proptest::prelude::*;
 use std::collections::{HashMap, HashSet};
 use std::time::Instant;
-use tokenmill_engine::config::SchedulingPolicy;
+use tokenmill_engine::config::{PartialPrefillLimits, SchedulingPolicy};
 use tokenmill_engine::kv::block_manager::BlockManager;
 use tokenmill_engine::sample::sampled_token::SampledToken;
 use tokenmill_engine::sched::scheduler::{Scheduler, SchedulerConfig};
@@ -40,7 +40,7 @@ struct Setup {
     block_size: usize,
     max_num_seqs: usize,
     policy: SchedulingPolicy,
-    threshold: Option<usize>,
+    limits: PartialPrefillLimits,
 }
 
 fn setup() -> impl Strategy<Value = Setup> {
@@ -51,19 +51,26 @@ fn setup() -> impl Strategy<Value = Setup> {
         1usize..8,
         any::<bool>(),
         any::<bool>(),
+        (1usize..5, 1usize..5),
     )
         .prop_map(
-            |(budget, num_blocks, block_size, max_num_seqs, priority, cap)| Setup {
-                budget,
-                num_blocks,
-                block_size,
-                max_num_seqs,
-                policy: if priority {
-                    SchedulingPolicy::Priority
-                } else {
-                    SchedulingPolicy::Fcfs
-                },
-                threshold: cap.then_some(budget / 2 + 1),
+            |(budget, num_blocks, block_size, max_num_seqs, priority, cap, (partial, long))| {
+                Setup {
+                    budget,
+                    num_blocks,
+                    block_size,
+                    max_num_seqs,
+                    policy: if priority {
+                        SchedulingPolicy::Priority
+                    } else {
+                        SchedulingPolicy::Fcfs
+                    },
+                    limits: PartialPrefillLimits {
+                        max_partial: partial,
+                        max_long: long.min(partial),
+                        long_threshold: cap.then_some(budget / 2 + 1),
+                    },
+                }
             },
         )
 }
@@ -82,6 +89,12 @@ fn check_step(
         out.num_tokens(),
         setup.budget
     );
+    for c in out.chunks.iter().filter(|c| c.len > 1) {
+        assert!(
+            c.len <= setup.limits.chunk_cap(),
+            "chunk {c:?} over the threshold"
+        );
+    }
     let scheduled: HashSet<SeqId> = out.chunks.iter().map(|c| c.seq_id).collect();
     let preempted: HashSet<SeqId> = out.preempted.iter().copied().collect();
     let admitted_new = out.chunks.iter().any(|c| !before.contains(&c.seq_id));
@@ -94,6 +107,28 @@ fn check_step(
         }
     }
     check_ref_counts(s);
+}
+
+/// Between steps, no more prompts are mid-prefill than the limits allow, and no more of them
+/// long; no prefill chunk went past the threshold (checked by `check_step`).
+fn check_partial_prefills(s: &Scheduler, limits: &PartialPrefillLimits) {
+    let partial: Vec<_> = s
+        .running()
+        .iter()
+        .filter(|q| q.num_computed < q.prompt_len)
+        .collect();
+    assert!(
+        partial.len() <= limits.max_partial,
+        "{} partial prefills, limit {}",
+        partial.len(),
+        limits.max_partial
+    );
+    let long = partial.iter().filter(|q| limits.is_long(q.gap())).count();
+    assert!(
+        long <= limits.max_long,
+        "{long} long prefills, limit {}",
+        limits.max_long
+    );
 }
 
 /// Every block's ref count equals the number of running sequences holding it.
@@ -125,7 +160,7 @@ fn run(setup: Setup, events: Vec<Event>) {
         SchedulerConfig {
             max_num_batched_tokens: setup.budget,
             max_num_seqs: setup.max_num_seqs,
-            long_prefill_token_threshold: setup.threshold,
+            prefill_limits: setup.limits,
             policy: setup.policy,
             max_model_len: limits_len,
             eos_token_ids: vec![0],
@@ -157,6 +192,7 @@ fn run(setup: Setup, events: Vec<Event>) {
             .collect();
         s.update(&out, sampled);
         check_ref_counts(s);
+        check_partial_prefills(s, &setup.limits);
     };
     for ev in events {
         match ev {
@@ -235,7 +271,7 @@ fn a_decode_is_scheduled_before_any_new_prefill() {
         SchedulerConfig {
             max_num_batched_tokens: 8,
             max_num_seqs: 4,
-            long_prefill_token_threshold: None,
+            prefill_limits: PartialPrefillLimits::UNLIMITED,
             policy: SchedulingPolicy::Fcfs,
             max_model_len: 256,
             eos_token_ids: vec![0],
@@ -281,7 +317,7 @@ fn running_out_of_blocks_preempts_the_most_recently_admitted() {
         SchedulerConfig {
             max_num_batched_tokens: 64,
             max_num_seqs: 4,
-            long_prefill_token_threshold: None,
+            prefill_limits: PartialPrefillLimits::UNLIMITED,
             policy: SchedulingPolicy::Fcfs,
             max_model_len: 64,
             eos_token_ids: vec![0],

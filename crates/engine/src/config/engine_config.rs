@@ -5,6 +5,7 @@
 use super::config_error::ConfigError;
 use super::kv_cache_dtype::KvCacheDtype;
 use super::model_config::ModelConfig;
+use super::partial_prefill_limits::PartialPrefillLimits;
 use super::scheduling_policy::SchedulingPolicy;
 use super::weight_mode::WeightMode;
 use std::time::Duration;
@@ -26,7 +27,14 @@ pub struct EngineConfig {
     pub max_num_seqs: usize,
     /// Defaults to the model's context length, capped by what the KV pool holds.
     pub max_model_len: Option<usize>,
+    /// A prompt with more uncomputed tokens than this is long: capped to it per step and
+    /// limited by `max_long_partial_prefills`. `None`: 4% of the context when several
+    /// prompts may prefill at once, else no cap (vLLM's rule).
     pub long_prefill_token_threshold: Option<usize>,
+    /// Most prompts whose prefill spans steps at once.
+    pub max_num_partial_prefills: usize,
+    /// Most of those that are long.
+    pub max_long_partial_prefills: usize,
     pub enable_prefix_caching: bool,
     pub policy: SchedulingPolicy,
     pub weight_mode: WeightMode,
@@ -48,6 +56,8 @@ impl Default for EngineConfig {
             max_num_seqs: 128,
             max_model_len: None,
             long_prefill_token_threshold: None,
+            max_num_partial_prefills: 4,
+            max_long_partial_prefills: 1,
             enable_prefix_caching: true,
             policy: SchedulingPolicy::Fcfs,
             weight_mode: WeightMode::Quantized,
@@ -68,6 +78,21 @@ impl EngineConfig {
     /// Checks every setting; `Ok` means the engine can be built with it.
     pub fn validate(&self, model: &ModelConfig) -> Result<(), ConfigError> {
         self.plan(model).map(|_| ())
+    }
+
+    /// The partial-prefill limits for a context of `max_model_len`, the threshold's default
+    /// filled in.
+    pub fn prefill_limits(&self, max_model_len: usize) -> PartialPrefillLimits {
+        let default = PartialPrefillLimits::default_threshold(
+            self.max_num_partial_prefills,
+            max_model_len,
+            self.block_size,
+        );
+        PartialPrefillLimits {
+            max_partial: self.max_num_partial_prefills,
+            max_long: self.max_long_partial_prefills,
+            long_threshold: self.long_prefill_token_threshold.or(default),
+        }
     }
 
     /// Validates and works out the KV pool size and the context length.
@@ -111,7 +136,26 @@ impl EngineConfig {
             return Err(ConfigError::new(
                 "long_prefill_token_threshold",
                 0,
-                "must be at least 1 (omit it for no cap): a cap of 0 schedules empty chunks",
+                "must be at least 1 (omit it for the default): a cap of 0 schedules empty chunks",
+            ));
+        }
+        if self.max_num_partial_prefills == 0 {
+            return Err(ConfigError::new(
+                "max_num_partial_prefills",
+                0,
+                "must be at least 1, or no prompt longer than a step could ever start",
+            ));
+        }
+        if self.max_long_partial_prefills == 0
+            || self.max_long_partial_prefills > self.max_num_partial_prefills
+        {
+            return Err(ConfigError::new(
+                "max_long_partial_prefills",
+                self.max_long_partial_prefills,
+                format!(
+                    "must be at least 1 and at most max_num_partial_prefills ({})",
+                    self.max_num_partial_prefills
+                ),
             ));
         }
         Ok(())

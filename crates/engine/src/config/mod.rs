@@ -6,6 +6,7 @@ pub mod engine_config;
 pub mod hf_overrides;
 pub mod kv_cache_dtype;
 pub mod model_config;
+pub mod partial_prefill_limits;
 pub mod scheduling_policy;
 pub mod weight_mode;
 
@@ -13,5 +14,6 @@ pub use config_error::ConfigError;
 pub use engine_config::{EngineConfig, KvPlan};
 pub use kv_cache_dtype::KvCacheDtype;
 pub use model_config::ModelConfig;
+pub use partial_prefill_limits::PartialPrefillLimits;
 pub use scheduling_policy::SchedulingPolicy;
 pub use weight_mode::WeightMode;

@@ -129,7 +129,7 @@ impl Engine {
             SchedulerConfig {
                 max_num_batched_tokens: config.max_num_batched_tokens,
                 max_num_seqs: config.max_num_seqs,
-                long_prefill_token_threshold: config.long_prefill_token_threshold,
+                prefill_limits: config.prefill_limits(max_model_len),
                 policy: config.policy,
                 max_model_len,
                 eos_token_ids: c.eos_token_ids.clone(),

@@ -63,9 +63,18 @@ pub struct EngineArgs {
     /// Longest prompt + output (default: the model's context, capped by the KV pool).
     #[arg(long)]
     pub max_model_len: Option<usize>,
-    /// Most tokens one sequence may take from a step's budget.
+    /// A prompt with more uncomputed tokens than this is long: no step gives it more, and
+    /// its chunk shrinks deep in its context so a step costs what one at its start would
+    /// (default: 4% of the context when --max-num-partial-prefills > 1, else no cap).
     #[arg(long)]
     pub long_prefill_token_threshold: Option<usize>,
+    /// Most prompts whose prefill spans steps at once; prompts that fit in a step are not
+    /// counted, so a short request never waits for a long one's chunks.
+    #[arg(long, default_value_t = 4)]
+    pub max_num_partial_prefills: usize,
+    /// Most long prompts (see --long-prefill-token-threshold) prefilling at once.
+    #[arg(long, default_value_t = 1)]
+    pub max_long_partial_prefills: usize,
     /// Reuse KV blocks of shared prompt prefixes (on by default).
     #[arg(long, overrides_with = "no_enable_prefix_caching")]
     pub enable_prefix_caching: bool,
@@ -147,6 +156,8 @@ impl EngineArgs {
             max_num_seqs: self.max_num_seqs,
             max_model_len: self.max_model_len,
             long_prefill_token_threshold: self.long_prefill_token_threshold,
+            max_num_partial_prefills: self.max_num_partial_prefills,
+            max_long_partial_prefills: self.max_long_partial_prefills,
             enable_prefix_caching: !self.no_enable_prefix_caching,
             policy: self.scheduling_policy,
             weight_mode: self.weight_mode,

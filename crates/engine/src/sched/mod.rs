@@ -4,6 +4,7 @@
 
 pub mod forward_batch;
 pub mod moe_expert_stats;
+pub mod prefill_slots;
 pub mod request;
 pub mod scheduler;
 pub mod scheduler_output;

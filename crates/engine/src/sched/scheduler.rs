@@ -1,11 +1,14 @@
 //! `Scheduler`: the policy. Each step has one token budget; running sequences close their
 //! gap first (in admission order — a decode is just a gap of one), then waiting prompts
-//! are admitted in chunks with what is left. When blocks run out, the most recently
-//! admitted (or least important) running sequence is preempted and recomputed later.
+//! are admitted in chunks with what is left, and long prompts' chunks come last, sized so
+//! the step costs no more than a fresh prompt's would: a short request overtakes a long
+//! prefill within a step. When blocks run out, the most recently admitted (or least
+//! important) running sequence is preempted and recomputed later.
 
-use crate::config::SchedulingPolicy;
+use crate::config::{PartialPrefillLimits, SchedulingPolicy};
 use crate::kv::block_manager::{BlockHash, BlockManager};
 use crate::sample::sampled_token::SampledToken;
+use crate::sched::prefill_slots::PrefillSlots;
 use crate::sched::request::{FinishReason, SeqId};
 use crate::sched::scheduler_output::{ScheduledChunk, SchedulerOutput, SeqUpdate};
 use crate::sched::scheduler_stats::SchedulerStats;
@@ -18,8 +21,9 @@ use std::time::{Duration, Instant};
 pub struct SchedulerConfig {
     pub max_num_batched_tokens: usize,
     pub max_num_seqs: usize,
-    /// Caps any one sequence's share of a step, so a long prompt cannot starve others.
-    pub long_prefill_token_threshold: Option<usize>,
+    /// How many prompts prefill at once, and which are long (capped, and sized by the
+    /// step cost model).
+    pub prefill_limits: PartialPrefillLimits,
     pub policy: SchedulingPolicy,
     pub max_model_len: usize,
     pub eos_token_ids: Vec<u32>,
@@ -48,6 +52,15 @@ pub struct Scheduler {
 struct StepBudget {
     tokens: usize,
     prefill: usize,
+}
+
+/// What the step keeps back for long prompts already prefilling while newcomers are admitted:
+/// a block's worth of tokens each, and the blocks they need, so no stream of short requests
+/// starves them.
+#[derive(Debug, Clone, Copy, Default)]
+struct Reserve {
+    tokens: usize,
+    blocks: usize,
 }
 
 impl Scheduler {
@@ -106,12 +119,13 @@ impl Scheduler {
         let prefill = self.prefill_allowance(tokens);
         out.prefill_allowance = self.config.target_itl.map(|_| prefill);
         let mut budget = StepBudget { tokens, prefill };
-        self.schedule_running(&mut budget, &mut out);
+        let long = self.schedule_running(&mut budget, &mut out);
         // A step that had to preempt is short of blocks: admitting newcomers would only
         // preempt them again.
         if out.preempted.is_empty() {
-            self.schedule_waiting(&mut budget, &mut out);
+            self.schedule_waiting(&long, &mut budget, &mut out);
         }
+        self.schedule_long_prefills(&long, &mut budget, &mut out);
         out.prefill_tokens = prefill - budget.prefill;
         self.build_batch(&mut out);
         out.predicted_seconds = self.cost.predict(StepShape::of(&out.chunks));
@@ -198,10 +212,7 @@ impl Scheduler {
     /// Tokens a sequence with `gap` uncomputed tokens gets; prefill (`decode == false`)
     /// is also held to the step's prefill allowance. Zero only when that is spent.
     fn chunk_len(&self, gap: usize, decode: bool, budget: &StepBudget) -> usize {
-        let cap = self
-            .config
-            .long_prefill_token_threshold
-            .unwrap_or(usize::MAX);
+        let cap = self.config.prefill_limits.chunk_cap();
         let n = gap.min(budget.tokens).min(cap);
         if decode {
             n
@@ -210,11 +221,23 @@ impl Scheduler {
         }
     }
 
-    fn schedule_running(&mut self, budget: &mut StepBudget, out: &mut SchedulerOutput) {
+    /// Decodes and short prefills of running sequences, in admission order; returns the
+    /// long prefills, which wait for the end of the step (`schedule_long_prefills`).
+    fn schedule_running(
+        &mut self,
+        budget: &mut StepBudget,
+        out: &mut SchedulerOutput,
+    ) -> Vec<SeqId> {
         let bs = self.blocks.block_size();
+        let mut long = Vec::new();
         let mut i = 0;
         while i < self.running.len() && budget.tokens > 0 {
             let decode = self.running[i].is_decoding();
+            if !decode && self.is_deferred(&self.running[i]) {
+                long.push(self.running[i].id);
+                i += 1;
+                continue;
+            }
             let n = self.chunk_len(self.running[i].gap(), decode, budget);
             if n == 0 {
                 // Prefill allowance spent: this prompt waits; decodes behind it still run.
@@ -248,6 +271,111 @@ impl Scheduler {
             }
             i += 1;
         }
+        // A preempted long prefill is waiting again, not deferred.
+        long.retain(|&id| self.running_index(id).is_some());
+        long
+    }
+
+    /// A running prefill whose chunk waits for the end of the step and is sized by the cost
+    /// model: a long one, or one deep in a long context (its chunks cost the most).
+    fn is_deferred(&self, seq: &Sequence) -> bool {
+        let limits = &self.config.prefill_limits;
+        limits.is_long(seq.gap()) || limits.is_long(seq.num_computed)
+    }
+
+    /// What the long prefills in `long` keep back from newcomers.
+    fn reserve_for(&self, long: &[SeqId], budget: &StepBudget) -> Reserve {
+        let bs = self.blocks.block_size();
+        let mut reserve = Reserve::default();
+        for i in long.iter().filter_map(|&id| self.running_index(id)) {
+            let seq = &self.running[i];
+            let room = budget.tokens.min(budget.prefill) - reserve.tokens;
+            let n = bs.min(room).min(seq.gap());
+            reserve.tokens += n;
+            reserve.blocks += seq.blocks_needed(seq.num_computed + n, bs);
+        }
+        reserve
+    }
+
+    /// The long prefills' chunks, after everyone else's: as many tokens as the budget, the
+    /// threshold and the free blocks allow, and no more than keep the step's predicted
+    /// time under what it would be were the chunk at the start of a prompt. Attention makes
+    /// a chunk deep in a long context cost several times an early one; without this bound a
+    /// step late in an 8,000-token prompt would hold every other request for seconds.
+    fn schedule_long_prefills(
+        &mut self,
+        long: &[SeqId],
+        budget: &mut StepBudget,
+        out: &mut SchedulerOutput,
+    ) {
+        let bs = self.blocks.block_size();
+        for (k, &id) in long.iter().enumerate() {
+            let Some(i) = self.running_index(id) else {
+                continue;
+            };
+            // The long prefills after this one keep their reserve here too.
+            let later = self.reserve_for(&long[k + 1..], budget);
+            let seq = &self.running[i];
+            let room = budget.tokens.min(budget.prefill) - later.tokens;
+            let start = seq.num_computed;
+            let most = self.chunk_len(seq.gap(), false, budget).min(room);
+            if most == 0 {
+                continue;
+            }
+            let held = seq.block_table.len() * bs - start;
+            let fit = |free: usize| held + free.saturating_sub(later.blocks) * bs;
+            // Out of blocks: preempt someone this step has not scheduled, so prefills that
+            // hold blocks cannot wait on each other forever.
+            if fit(self.blocks.num_free()) == 0 && self.preempt_unscheduled(out) == Some(id) {
+                continue;
+            }
+            let fit = fit(self.blocks.num_free());
+            let n = self
+                .time_bounded(start, most, StepShape::of(&out.chunks))
+                .min(fit);
+            if n == 0 {
+                continue;
+            }
+            let need = self.running[i].blocks_needed(start + n, bs);
+            let fresh = self
+                .blocks
+                .allocate(need)
+                .expect("sized to the free blocks");
+            let seq = &mut self.running[i];
+            seq.block_table.extend(fresh);
+            out.chunks.push(ScheduledChunk {
+                seq_id: seq.id,
+                start,
+                len: n,
+                sample: start + n == seq.tokens.len(),
+                prompt_logits: 0..0,
+            });
+            budget.tokens -= n;
+            budget.prefill -= n;
+        }
+    }
+
+    /// The most tokens (at most `most`, at least a block's worth where `most` allows) of a
+    /// chunk from `start` that keep a step of `rest` plus it under the predicted time of
+    /// `rest` plus a full long chunk (the threshold, within the budget) from position 0.
+    /// Until the cost model has seen enough steps, `most`.
+    fn time_bounded(&self, start: usize, most: usize, rest: StepShape) -> usize {
+        let cost = |s, n| self.cost.predict(rest.plus(StepShape::chunk(s, n)));
+        let full = self.config.prefill_limits.chunk_cap();
+        let Some(bound) = cost(0, full.min(self.config.max_num_batched_tokens)) else {
+            return most;
+        };
+        let floor = self.blocks.block_size().min(most);
+        let (mut lo, mut hi) = (floor, most);
+        while lo < hi {
+            let mid = (lo + hi).div_ceil(2);
+            if cost(start, mid).is_some_and(|t| t <= bound) {
+                lo = mid;
+            } else {
+                hi = mid - 1;
+            }
+        }
+        lo
     }
 
     /// Index (≥ `from`, among sequences not yet scheduled this step) of the one to preempt.
@@ -258,6 +386,28 @@ impl Scheduler {
                 .max_by_key(|&j| (self.running[j].priority, self.running[j].arrival_seq))
                 .unwrap_or(from),
         }
+    }
+
+    /// Preempts the running sequence the policy gives up first among those with no chunk
+    /// this step; returns it, `None` when every running sequence is scheduled.
+    fn preempt_unscheduled(&mut self, out: &mut SchedulerOutput) -> Option<SeqId> {
+        let unscheduled = |s: &&Sequence| !out.chunks.iter().any(|c| c.seq_id == s.id);
+        let victim = match self.config.policy {
+            SchedulingPolicy::Fcfs => self
+                .running
+                .iter()
+                .filter(unscheduled)
+                .max_by_key(|s| s.arrival_seq),
+            SchedulingPolicy::Priority => self
+                .running
+                .iter()
+                .filter(unscheduled)
+                .max_by_key(|s| (s.priority, s.arrival_seq)),
+        }?
+        .id;
+        let index = self.running_index(victim).expect("found among the running");
+        self.preempt(index, out);
+        Some(victim)
     }
 
     /// Preemption by recompute: drop the KV, keep the tokens, queue it first.
@@ -280,23 +430,61 @@ impl Scheduler {
         seq.block_hashes.clear();
     }
 
-    fn next_waiting(&self) -> Option<usize> {
-        match self.config.policy {
-            SchedulingPolicy::Fcfs => (!self.waiting.is_empty()).then_some(0),
-            SchedulingPolicy::Priority => (0..self.waiting.len())
-                .min_by_key(|&j| (self.waiting[j].priority, self.waiting[j].arrival_seq)),
+    /// Waiting sequences in the order the policy admits them.
+    fn waiting_order(&self) -> Vec<SeqId> {
+        let mut order: Vec<&Sequence> = self.waiting.iter().collect();
+        if self.config.policy == SchedulingPolicy::Priority {
+            order.sort_by_key(|s| (s.priority, s.arrival_seq));
         }
+        order.into_iter().map(|s| s.id).collect()
     }
 
-    fn schedule_waiting(&mut self, budget: &mut StepBudget, out: &mut SchedulerOutput) {
+    /// Prompts that stay partial after this step among the running: the deferred long ones
+    /// and any short one whose chunk this step does not finish.
+    fn partial_slots(&self, long: &[SeqId], out: &SchedulerOutput) -> PrefillSlots {
+        let mut slots = PrefillSlots::default();
+        for seq in self.running.iter().filter(|s| !s.is_decoding()) {
+            let scheduled: usize = out
+                .chunks
+                .iter()
+                .filter(|c| c.seq_id == seq.id)
+                .map(|c| c.len)
+                .sum();
+            if long.contains(&seq.id) || scheduled < seq.gap() {
+                slots.take(self.config.prefill_limits.is_long(seq.gap()));
+            }
+        }
+        slots
+    }
+
+    /// Admits waiting prompts in policy order with what the budget leaves after the running
+    /// and the `long` prefills' reserve. A prompt that would stay partial needs a free
+    /// partial slot (and a long one a long slot); one that does not is skipped for the next,
+    /// so short requests overtake a long prompt that has to wait for its slot.
+    fn schedule_waiting(
+        &mut self,
+        long: &[SeqId],
+        budget: &mut StepBudget,
+        out: &mut SchedulerOutput,
+    ) {
         let bs = self.blocks.block_size();
-        while budget.tokens > 0
-            && budget.prefill > 0
-            && self.running.len() < self.config.max_num_seqs
-        {
-            let Some(index) = self.next_waiting() else {
+        let limits = self.config.prefill_limits;
+        let reserve = self.reserve_for(long, budget);
+        let mut slots = self.partial_slots(long, out);
+        budget.tokens -= reserve.tokens;
+        budget.prefill -= reserve.tokens;
+        for id in self.waiting_order() {
+            if budget.tokens == 0
+                || budget.prefill == 0
+                || self.running.len() >= self.config.max_num_seqs
+            {
                 break;
-            };
+            }
+            let index = self
+                .waiting
+                .iter()
+                .position(|s| s.id == id)
+                .expect("listed");
             let seq = &self.waiting[index];
             let hashes = if self.blocks.prefix_caching() {
                 BlockHash::of_full_blocks(&seq.tokens, bs)
@@ -315,10 +503,22 @@ impl Scheduler {
                 hits.pop();
             }
             let cached = hits.len() * bs;
-            let n = self.chunk_len(seq.tokens.len() - cached, false, budget);
+            let uncomputed = seq.tokens.len() - cached;
+            let is_long = limits.is_long(uncomputed);
+            let mut n = self.chunk_len(uncomputed, false, budget);
+            if is_long {
+                n = self.time_bounded(cached, n, StepShape::of(&out.chunks));
+            }
+            let partial = n < uncomputed;
+            if partial && !slots.admits(&limits, is_long) {
+                continue;
+            }
             let new = (cached + n).div_ceil(bs) - hits.len();
-            if new + self.blocks.count_free(&hits) > self.blocks.num_free() {
+            if new + self.blocks.count_free(&hits) + reserve.blocks > self.blocks.num_free() {
                 break; // Wait for blocks; newcomers never preempt.
+            }
+            if partial {
+                slots.take(is_long);
             }
             let mut seq = self.waiting.remove(index).expect("index from next_waiting");
             for &id in &hits {
@@ -346,6 +546,8 @@ impl Scheduler {
             budget.prefill -= n;
             self.running.push(seq);
         }
+        budget.tokens += reserve.tokens;
+        budget.prefill += reserve.tokens;
     }
 
     fn build_batch(&self, out: &mut SchedulerOutput) {
