@@ -27,6 +27,9 @@ pub enum DatasetKind {
     Sharegpt,
     /// One prompt per line: a JSON object with "prompt" or a plain string (`--dataset-path`).
     Jsonl,
+    /// Random prompts, `--num-long-prompts` of them `--long-input-len` tokens long and sent
+    /// first, the rest `--input-len` tokens long.
+    Mixed,
 }
 
 // An option value, so it sits with the options: its walk (`TuneSearch::next`, in
@@ -67,9 +70,28 @@ pub struct CommonArgs {
     #[arg(long)]
     pub dataset_path: Option<PathBuf>,
 
-    /// Random dataset: prompt tokens per request (after the shared prefix).
+    /// Random dataset: prompt tokens per request (after the shared prefix); for mixed, of the
+    /// short prompts.
     #[arg(long, default_value_t = 1024)]
     pub input_len: usize,
+
+    /// Mixed dataset: how many of `--num-prompts` are long; they are sent first, all at once.
+    #[arg(long, default_value_t = 1)]
+    pub num_long_prompts: usize,
+
+    /// Mixed dataset: prompt tokens of each long prompt (after the shared prefix).
+    #[arg(long, default_value_t = 8000)]
+    pub long_input_len: usize,
+
+    /// Mixed dataset: seconds between the long prompts' send and the first short one's; the
+    /// short ones then follow at `--request-rate`'s gaps.
+    #[arg(long, default_value_t = 0.0)]
+    pub long_lead: f64,
+
+    /// Prompts of at least this many tokens (as the server counted them) are reported as
+    /// "long", the rest as "short"; default: `--long-input-len` for mixed, else 1024.
+    #[arg(long)]
+    pub long_prompt_threshold: Option<usize>,
 
     /// Tokens to generate per request; default 128 for random and jsonl,
     /// the reference reply's length for sharegpt.
@@ -95,7 +117,8 @@ pub struct CommonArgs {
     #[arg(long, default_value = "inf")]
     pub request_rate: RequestRate,
 
-    /// Gamma shape of the arrival gaps: 1 is Poisson, below 1 burstier, above 1 steadier.
+    /// Gamma shape of the arrival gaps: 1 is Poisson, below 1 burstier, above 1 steadier;
+    /// "inf" makes every gap exactly 1 / rate.
     #[arg(long, default_value_t = 1.0)]
     pub burstiness: f64,
 
@@ -258,6 +281,30 @@ pub struct TuneArgs {
     pub output_dir: PathBuf,
 }
 
+/// Prompt-length threshold of the per-class report when `--long-prompt-threshold` is not
+/// given and the dataset is not mixed.
+pub const DEFAULT_LONG_PROMPT_THRESHOLD: usize = 1024;
+
+impl CommonArgs {
+    /// Tokens from which a prompt counts as long in the per-class report.
+    pub fn prompt_class_threshold(&self) -> usize {
+        match (self.long_prompt_threshold, self.dataset) {
+            (Some(threshold), _) => threshold,
+            (None, DatasetKind::Mixed) => self.long_input_len,
+            (None, _) => DEFAULT_LONG_PROMPT_THRESHOLD,
+        }
+    }
+
+    /// Requests sent first, all at once, ahead of the arrival schedule: the mixed dataset's
+    /// long prompts.
+    pub fn leading_requests(&self) -> usize {
+        match self.dataset {
+            DatasetKind::Mixed => self.num_long_prompts,
+            _ => 0,
+        }
+    }
+}
+
 impl CompareArgs {
     /// The sweep that measures `server`: started with its command, logged and written to its
     /// own folder.
@@ -343,6 +390,44 @@ mod tests {
         assert!(parse(&["serve", "--request-rate", "fast"]).is_err());
         assert!(parse(&["serve", "--goodput", "latency:5"]).is_err());
         assert!(parse(&["serve", "--endpoint", "embeddings"]).is_err());
+    }
+
+    #[test]
+    fn mixed_defaults_to_one_long_prompt_and_its_length_as_the_threshold() {
+        let Ok(Bench::Serve(args)) = parse(&[
+            "serve",
+            "--dataset",
+            "mixed",
+            "--num-prompts",
+            "5",
+            "--input-len",
+            "8",
+            "--request-rate",
+            "2",
+            "--burstiness",
+            "inf",
+            "--long-lead",
+            "1",
+        ]) else {
+            panic!("serve arguments should parse");
+        };
+        let common = &args.common;
+        assert_eq!(common.dataset, DatasetKind::Mixed);
+        assert_eq!((common.num_long_prompts, common.long_input_len), (1, 8000));
+        assert_eq!(common.burstiness, f64::INFINITY);
+        assert_eq!(common.long_lead, 1.0);
+        assert_eq!(common.prompt_class_threshold(), 8000);
+        assert_eq!(common.leading_requests(), 1);
+
+        let Ok(Bench::Serve(random)) = parse(&["serve"]) else {
+            panic!("serve arguments should parse");
+        };
+        assert_eq!(random.common.prompt_class_threshold(), 1024);
+        assert_eq!(random.common.leading_requests(), 0);
+        let Ok(Bench::Serve(given)) = parse(&["serve", "--long-prompt-threshold", "300"]) else {
+            panic!("serve arguments should parse");
+        };
+        assert_eq!(given.common.prompt_class_threshold(), 300);
     }
 
     #[test]

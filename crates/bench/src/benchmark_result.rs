@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use crate::class_latencies::ClassLatencies;
 use crate::client::{Reply, RequestRecord};
 use crate::distribution::Distribution;
 use crate::goodput::{self, RequestLatencies, Slo};
@@ -19,6 +20,8 @@ pub struct RunSettings {
     pub max_concurrency: Option<usize>,
     pub percentiles: Vec<f64>,
     pub goodput: Vec<Slo>,
+    /// Prompt tokens from which a request counts as long in `by_class`.
+    pub long_prompt_threshold: usize,
 }
 
 /// Everything a run measured. Latencies are in milliseconds, throughputs per second.
@@ -46,6 +49,9 @@ pub struct BenchmarkResult {
     pub tpot: Distribution,
     pub itl: Distribution,
     pub e2el: Distribution,
+    /// TTFT and E2EL per prompt-length class, short before long; empty when every request
+    /// falls in one class.
+    pub by_class: Vec<ClassLatencies>,
     /// Successful requests whose server token count and content-chunk count differ by over 2%.
     pub token_count_mismatches: usize,
     pub client_cpu_s: Option<f64>,
@@ -83,6 +89,11 @@ impl BenchmarkResult {
             .count();
         let [ttft, tpot, itl, e2el] = distributions(&replies, &settings.percentiles);
         let columns = PerRequest::of(records);
+        let by_class = ClassLatencies::split(
+            records,
+            settings.long_prompt_threshold,
+            &settings.percentiles,
+        );
         BenchmarkResult {
             duration_s,
             completed: replies.len(),
@@ -103,6 +114,7 @@ impl BenchmarkResult {
             tpot,
             itl,
             e2el,
+            by_class,
             token_count_mismatches: replies
                 .iter()
                 .filter(|(_, reply)| counts_disagree(reply))
@@ -207,6 +219,7 @@ pub(crate) mod tests {
             max_concurrency: None,
             percentiles: vec![50.0, 99.0],
             goodput: goodput.iter().map(|s| s.parse().unwrap()).collect(),
+            long_prompt_threshold: 1024,
         }
     }
 
@@ -257,6 +270,27 @@ pub(crate) mod tests {
         assert_eq!(result.e2el.median, 250.0);
         assert_eq!(result.errors, vec!["", "", "timed out"]);
         assert_eq!(result.output_lens, vec![3, 1, 0]);
+        assert!(result.by_class.is_empty(), "all prompts are short");
+    }
+
+    #[test]
+    fn prompts_on_both_sides_of_the_threshold_get_per_class_latencies() {
+        let mut settings = settings(&[]);
+        settings.long_prompt_threshold = 10;
+        let start = Instant::now();
+        let mut short = record(start, 0, &[40, 50], Some(2), 60);
+        short.prompt_len = 9;
+        let long = record(start, 0, &[100, 150, 200], Some(3), 210);
+        let result = BenchmarkResult::from_records(settings, &[long, short], 2);
+        let classes: Vec<(&str, usize, f64, f64)> = result
+            .by_class
+            .iter()
+            .map(|c| (c.class.name(), c.requests, c.ttft.median, c.e2el.max))
+            .collect();
+        assert_eq!(
+            classes,
+            vec![("short", 1, 40.0, 50.0), ("long", 1, 100.0, 200.0)]
+        );
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! The sweep chart: server throughput and one user's latency against load, as SVG and PNG,
-//! for one server's sweep or for several servers side by side.
+//! for one server's sweep or for several servers side by side; and, for runs that mixed short
+//! and long prompts, the chart of TTFT per prompt-length class.
 
 use std::path::Path;
 use std::sync::Once;
@@ -25,6 +26,9 @@ const SERVER_COLORS: [RGBColor; 6] = [
     RGBColor(148, 103, 189),
     RGBColor(140, 86, 75),
 ];
+const CLASS_SIZE: (u32, u32) = (1200, 720);
+const SHORT_COLOR: RGBColor = RGBColor(31, 119, 180);
+const LONG_COLOR: RGBColor = RGBColor(214, 39, 40);
 const BAND_NOTE: &str = "lines: median run, bands: lowest to highest run";
 
 /// One metric's line: the median per level, and a band from the lowest to the highest run.
@@ -141,6 +145,138 @@ impl ChartContent {
         }
         content
     }
+}
+
+/// The per-class chart's content: one panel of TTFT against load.
+struct ClassChart {
+    title: String,
+    axis: SweepAxis,
+    levels: Vec<f64>,
+    lines: Vec<Series>,
+}
+
+impl ClassChart {
+    /// Short prompts' median TTFT (solid) and worst TTFT (dashed), long prompts' median TTFT.
+    fn of_sweep(summary: &SweepSummary) -> Self {
+        ClassChart {
+            title: format!(
+                "{} — TTFT by prompt length, {} runs per level ({BAND_NOTE})",
+                summary.model_id, summary.runs_per_level
+            ),
+            axis: summary.axis,
+            levels: summary.levels.iter().map(|l| l.level).collect(),
+            lines: vec![
+                Series::of(
+                    summary,
+                    "Short prompts: median TTFT".into(),
+                    SHORT_COLOR,
+                    "ttft_by_class.short.median_ms",
+                ),
+                Series::of(
+                    summary,
+                    "Short prompts: worst TTFT".into(),
+                    SHORT_COLOR,
+                    "ttft_by_class.short.max_ms",
+                )
+                .dashed(),
+                Series::of(
+                    summary,
+                    "Long prompts: median TTFT".into(),
+                    LONG_COLOR,
+                    "ttft_by_class.long.median_ms",
+                ),
+            ],
+        }
+    }
+
+    /// One color per server: its short prompts' median TTFT solid, its long prompts' dashed.
+    fn of_comparison(comparison: &Comparison) -> Self {
+        let names: Vec<&str> = comparison.servers.iter().map(|s| s.name.as_str()).collect();
+        let first = &comparison.servers[0].summary;
+        let mut lines = Vec::new();
+        for (index, server) in comparison.servers.iter().enumerate() {
+            let (summary, name) = (&server.summary, &server.name);
+            let color = SERVER_COLORS[index % SERVER_COLORS.len()];
+            lines.push(Series::of(
+                summary,
+                format!("{name}: short prompts' median TTFT"),
+                color,
+                "ttft_by_class.short.median_ms",
+            ));
+            lines.push(
+                Series::of(
+                    summary,
+                    format!("{name}: long prompts' median TTFT"),
+                    color,
+                    "ttft_by_class.long.median_ms",
+                )
+                .dashed(),
+            );
+        }
+        ClassChart {
+            title: format!(
+                "{} — TTFT by prompt length, {} runs per level ({BAND_NOTE})",
+                names.join(" vs "),
+                comparison.runs_per_level
+            ),
+            axis: comparison.axis,
+            levels: first.levels.iter().map(|l| l.level).collect(),
+            lines,
+        }
+    }
+}
+
+/// Writes the TTFT-per-class chart of one sweep as SVG and PNG.
+pub fn draw_by_class(summary: &SweepSummary, svg: &Path, png: &Path) -> anyhow::Result<()> {
+    draw_class_chart(&ClassChart::of_sweep(summary), svg, png)
+}
+
+/// Writes the TTFT-per-class chart of several servers' sweeps as SVG and PNG.
+pub fn draw_comparison_by_class(
+    comparison: &Comparison,
+    svg: &Path,
+    png: &Path,
+) -> anyhow::Result<()> {
+    draw_class_chart(&ClassChart::of_comparison(comparison), svg, png)
+}
+
+fn draw_class_chart(content: &ClassChart, svg: &Path, png: &Path) -> anyhow::Result<()> {
+    register_font()?;
+    render_classes(
+        SVGBackend::new(svg, CLASS_SIZE).into_drawing_area(),
+        content,
+    )?;
+    render_classes(
+        BitMapBackend::new(png, CLASS_SIZE).into_drawing_area(),
+        content,
+    )
+}
+
+fn render_classes<DB: DrawingBackend>(
+    root: DrawingArea<DB, Shift>,
+    content: &ClassChart,
+) -> anyhow::Result<()> {
+    root.fill(&WHITE).map_err(plot_error)?;
+    let root = root
+        .titled(&content.title, (FONT, 22))
+        .map_err(plot_error)?;
+    let x_title = format!("{} (log scale)", content.axis.title());
+    let y_range = positive_range(
+        content
+            .lines
+            .iter()
+            .flat_map(|s| s.points.iter().flat_map(|(_, p)| [p.min, p.max])),
+    );
+    let y_ticks = one_two_five_ticks(&y_range);
+    let panel = Panel {
+        caption: "Time to first token by prompt length",
+        x_title: &x_title,
+        y_title: "Milliseconds (log scale)",
+        levels: &content.levels,
+        lines: &content.lines,
+    };
+    panel.draw(&root, y_range.log_scale().with_key_points(y_ticks))?;
+    root.present().map_err(plot_error)
 }
 
 /// Writes one sweep's chart as SVG and PNG.

@@ -10,7 +10,8 @@ use crate::report;
 use crate::sweep;
 
 /// Sweeps every `--server` in the order given, then writes comparison.json, table.md,
-/// comparison.svg and comparison.png; each server's own sweep outputs go to its folder.
+/// comparison.svg and comparison.png (and ttft_by_class.svg and .png when the runs mixed short
+/// and long prompts); each server's own sweep outputs go to its folder.
 pub async fn compare(args: &CompareArgs) -> anyhow::Result<Comparison> {
     check_names(args)?;
     let mut sweeps = Vec::with_capacity(args.servers.len());
@@ -51,8 +52,17 @@ fn write_outputs(comparison: &Comparison, dir: &Path) -> anyhow::Result<()> {
         &dir.join("comparison.svg"),
         &dir.join("comparison.png"),
     )?;
+    let mut written = "comparison.json,table.md,comparison.svg,comparison.png".to_owned();
+    if comparison.servers.iter().any(|s| s.summary.has_classes()) {
+        crate::chart::draw_comparison_by_class(
+            comparison,
+            &dir.join("ttft_by_class.svg"),
+            &dir.join("ttft_by_class.png"),
+        )?;
+        written.push_str(",ttft_by_class.svg,ttft_by_class.png");
+    }
     eprintln!(
-        "wrote {}/{{comparison.json,table.md,comparison.svg,comparison.png}} and one folder per server",
+        "wrote {}/{{{written}}} and one folder per server",
         dir.display()
     );
     Ok(())

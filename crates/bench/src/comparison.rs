@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use crate::sweep_summary::{LevelSummary, SweepAxis, SweepSummary, TABLE_COLUMNS};
+use crate::sweep_summary::{LevelSummary, SweepAxis, SweepSummary, CLASS_COLUMNS, TABLE_COLUMNS};
 
 /// One server's sweep under the name it was given on the command line.
 #[derive(Clone, Debug, Serialize)]
@@ -45,7 +45,8 @@ impl Comparison {
     }
 
     /// One row per level and metric: every server's median, then each later server's ratio
-    /// to the first (`2.00×` means twice the first server's value).
+    /// to the first (`2.00×` means twice the first server's value). When the runs had short
+    /// and long prompts, the per-class latencies get rows too.
     pub fn markdown_table(&self) -> String {
         let names: Vec<&str> = self.servers.iter().map(|s| s.name.as_str()).collect();
         let baseline = names[0];
@@ -60,8 +61,10 @@ impl Comparison {
             rule.push_str("---:|");
         }
         let _ = writeln!(out, "\n{rule}");
+        let classes = self.servers.iter().any(|s| s.summary.has_classes());
+        let class_columns: &[(&str, &str)] = if classes { &CLASS_COLUMNS } else { &[] };
         for (index, level) in self.servers[0].summary.levels.iter().enumerate() {
-            for (heading, key) in TABLE_COLUMNS {
+            for (heading, key) in TABLE_COLUMNS.iter().chain(class_columns) {
                 out.push_str(&self.row(index, level.level, heading, key));
             }
         }
@@ -168,6 +171,28 @@ mod tests {
         }
         assert_eq!(table.lines().filter(|l| l.starts_with("| 64 |")).count(), 4);
         assert!(table.contains("llama-server `llama-server-model`, tokenmill `tokenmill-model`"));
+    }
+
+    #[test]
+    fn per_class_latencies_get_rows_when_the_runs_had_them() {
+        let mut servers = vec![
+            sweep("a", &[(1.0, 10.0, 5.0)]),
+            sweep("b", &[(1.0, 20.0, 5.0)]),
+        ];
+        let plain = Comparison::new(servers.clone()).unwrap().markdown_table();
+        assert!(!plain.contains("Short median TTFT"), "{plain}");
+        for (server, short) in servers.iter_mut().zip([400.0, 100.0]) {
+            let run = json!({"median_ttft_ms": 10.0,
+                "ttft_by_class": {"short": {"median_ms": short}, "long": {"median_ms": 3000.0}}});
+            server.summary.levels = vec![LevelSummary::from_runs(1.0, &[run]).unwrap()];
+        }
+        let table = Comparison::new(servers).unwrap().markdown_table();
+        for row in [
+            "| 1 | Short median TTFT (ms) | 400.0 | 100.0 | 0.25× |",
+            "| 1 | Long median TTFT (ms) | 3000.0 | 3000.0 | 1.00× |",
+        ] {
+            assert!(table.contains(row), "missing {row:?} in\n{table}");
+        }
     }
 
     #[test]

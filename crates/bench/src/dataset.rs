@@ -36,7 +36,7 @@ pub async fn load(args: &CommonArgs, counter: &TokenCounter) -> anyhow::Result<V
         anyhow::bail!("--num-prompts must be at least 1");
     }
     match args.dataset {
-        DatasetKind::Random => {
+        DatasetKind::Random | DatasetKind::Mixed => {
             let shape = RandomShape::from_args(args)?;
             let token_ids_allowed = args.endpoint == Endpoint::Completions;
             random_prompts::build(&shape, counter, token_ids_allowed).await

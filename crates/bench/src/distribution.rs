@@ -7,6 +7,7 @@ pub struct Distribution {
     pub median: f64,
     /// Population standard deviation (divides by n).
     pub std: f64,
+    pub max: f64,
     /// (percentile, value) for every requested percentile.
     pub percentiles: Vec<(f64, f64)>,
 }
@@ -30,6 +31,7 @@ impl Distribution {
             mean,
             median: percentile(&sorted, 50.0),
             std: variance.sqrt(),
+            max: sorted.last().copied().unwrap_or(0.0),
             percentiles: percentiles
                 .iter()
                 .map(|&p| (p, percentile(&sorted, p)))
@@ -73,7 +75,7 @@ mod tests {
     #[test]
     fn std_is_the_population_deviation() {
         let summary = Distribution::of(&[2.0, 4.0, 4.0, 4.0, 5.0, 5.0, 7.0, 9.0], &[]);
-        assert_eq!((summary.mean, summary.std), (5.0, 2.0));
+        assert_eq!((summary.mean, summary.std, summary.max), (5.0, 2.0, 9.0));
     }
 
     #[test]
@@ -85,6 +87,7 @@ mod tests {
                 mean: 0.0,
                 median: 0.0,
                 std: 0.0,
+                max: 0.0,
                 percentiles: vec![(99.0, 0.0)]
             }
         );

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::args::{CommonArgs, Endpoint};
+use crate::args::{CommonArgs, DatasetKind, Endpoint};
 use crate::arrivals::ArrivalSchedule;
 use crate::bench_request::BenchRequest;
 use crate::benchmark_result::{BenchmarkResult, RunSettings};
@@ -67,12 +67,15 @@ impl PreparedBenchmark {
             load.max_concurrency,
         )
         .await?;
+        // The mixed dataset's long prompts lead: all leave at once, ahead of the schedule.
+        let leaders = args.leading_requests();
         let schedule = ArrivalSchedule::new(
-            self.requests.len(),
+            self.requests.len().saturating_sub(leaders),
             load.request_rate,
             args.burstiness,
             load.arrival_seed,
-        )?;
+        )?
+        .led_by(leaders, Duration::from_secs_f64(args.long_lead));
         let plan = LoadPlan::new(schedule, load.max_concurrency)?;
         let progress = Arc::new(Progress::new(
             label,
@@ -116,6 +119,7 @@ impl PreparedBenchmark {
             max_concurrency: load.max_concurrency,
             percentiles: self.args.percentiles.clone(),
             goodput: self.args.goodput.clone(),
+            long_prompt_threshold: self.args.prompt_class_threshold(),
         }
     }
 }
@@ -126,6 +130,15 @@ fn validate(args: &CommonArgs) -> anyhow::Result<()> {
             "--timeout must be a positive number of seconds, got {}",
             args.timeout
         );
+    }
+    if !(args.long_lead.is_finite() && args.long_lead >= 0.0) {
+        anyhow::bail!(
+            "--long-lead must be a number of seconds, zero or more, got {}",
+            args.long_lead
+        );
+    }
+    if args.long_lead > 0.0 && args.dataset != DatasetKind::Mixed {
+        anyhow::bail!("--long-lead applies to --dataset mixed only");
     }
     if let Some(p) = args
         .percentiles

@@ -1,4 +1,5 @@
-//! The random dataset: prompts of exact token lengths, fitted with the server's tokenizer.
+//! The random and mixed datasets: prompts of exact token lengths, fitted with the server's
+//! tokenizer.
 
 use std::sync::Arc;
 
@@ -6,7 +7,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use tokio::task::JoinSet;
 
-use crate::args::CommonArgs;
+use crate::args::{CommonArgs, DatasetKind};
 use crate::bench_request::{BenchRequest, Prompt};
 use crate::token_counter::TokenCounter;
 use crate::tokenizer::ServerTokenizer;
@@ -20,10 +21,14 @@ const FIT_ATTEMPTS: usize = 12;
 /// Prompts fitted at once: enough to hide round-trip latency, few enough not to load the server.
 const PARALLEL_FITS: usize = 8;
 
-/// Lengths and seed of the random dataset.
+/// Lengths and seed of the random dataset; the mixed one puts long prompts first.
 #[derive(Clone, Debug)]
 pub struct RandomShape {
+    /// All prompts, the long ones included.
     pub count: usize,
+    /// The first `long_count` prompts have exactly `long_input_len` tokens after the prefix.
+    pub long_count: usize,
+    pub long_input_len: usize,
     pub input_len: usize,
     pub output_len: usize,
     pub range_ratio: f64,
@@ -43,8 +48,14 @@ impl RandomShape {
         if output_len == 0 {
             anyhow::bail!("--output-len must be at least 1");
         }
+        let long_count = args.leading_requests();
+        if args.dataset == DatasetKind::Mixed {
+            check_mixed(args)?;
+        }
         Ok(RandomShape {
             count: args.num_prompts,
+            long_count,
+            long_input_len: args.long_input_len,
             input_len: args.input_len,
             output_len,
             range_ratio: args.range_ratio,
@@ -53,16 +64,40 @@ impl RandomShape {
         })
     }
 
-    /// Per request: (prompt tokens after the prefix, reply tokens), uniform within the range ratio.
+    /// Per request: (prompt tokens after the prefix, reply tokens), uniform within the range
+    /// ratio; the long prompts come first and keep their length exactly.
     pub fn lengths(&self, rng: &mut StdRng) -> Vec<(usize, usize)> {
         (0..self.count)
-            .map(|_| {
-                let input = draw_len(self.input_len, self.range_ratio, rng);
+            .map(|index| {
+                let input = if index < self.long_count {
+                    self.long_input_len
+                } else {
+                    draw_len(self.input_len, self.range_ratio, rng)
+                };
                 let output = draw_len(self.output_len, self.range_ratio, rng).max(1);
                 (input, output)
             })
             .collect()
     }
+}
+
+/// The mixed dataset needs at least one long prompt, and long ones longer than any short one.
+fn check_mixed(args: &CommonArgs) -> anyhow::Result<()> {
+    if args.num_long_prompts == 0 || args.num_long_prompts > args.num_prompts {
+        anyhow::bail!(
+            "--num-long-prompts must be between 1 and --num-prompts ({}), got {}",
+            args.num_prompts,
+            args.num_long_prompts
+        );
+    }
+    let longest_short = (args.input_len as f64 * (1.0 + args.range_ratio)).round() as usize;
+    if args.long_input_len <= longest_short {
+        anyhow::bail!(
+            "--long-input-len ({}) must exceed the longest short prompt ({longest_short} tokens)",
+            args.long_input_len
+        );
+    }
+    Ok(())
 }
 
 fn draw_len(center: usize, ratio: f64, rng: &mut StdRng) -> usize {
@@ -292,6 +327,8 @@ mod tests {
     fn shape(range_ratio: f64) -> RandomShape {
         RandomShape {
             count: 500,
+            long_count: 0,
+            long_input_len: 0,
             input_len: 100,
             output_len: 20,
             range_ratio,
@@ -312,6 +349,20 @@ mod tests {
     fn zero_range_ratio_gives_exact_lengths() {
         let lengths = shape(0.0).lengths(&mut StdRng::seed_from_u64(1));
         assert!(lengths.iter().all(|&l| l == (100, 20)));
+    }
+
+    #[test]
+    fn long_prompts_come_first_with_their_exact_length() {
+        let mut shape = shape(0.5);
+        shape.count = 6;
+        (shape.long_count, shape.long_input_len) = (2, 8000);
+        let lengths = shape.lengths(&mut StdRng::seed_from_u64(4));
+        let inputs: Vec<usize> = lengths.iter().map(|l| l.0).collect();
+        assert_eq!(inputs[..2], [8000, 8000]);
+        assert!(
+            inputs[2..].iter().all(|n| (50..=150).contains(n)),
+            "{inputs:?}"
+        );
     }
 
     #[test]

@@ -7,6 +7,7 @@ use anyhow::Context;
 use serde_json::{json, Map, Value};
 
 use crate::benchmark_result::BenchmarkResult;
+use crate::class_latencies::ClassLatencies;
 use crate::distribution::{percentile_label, Distribution};
 
 const WIDTH: usize = 50;
@@ -96,6 +97,7 @@ pub fn table(result: &BenchmarkResult) -> String {
             );
         }
     }
+    class_lines(&mut out, result);
     let _ = writeln!(out, "{:-^WIDTH$}", "Client");
     if let Some(cpu) = result.client_cpu_s {
         line_f(&mut out, "Client CPU time (s):", cpu);
@@ -104,7 +106,45 @@ pub fn table(result: &BenchmarkResult) -> String {
     out
 }
 
-/// The result as JSON with vllm's field names (plus `client_cpu_time_s`).
+/// Per prompt-length class, when the run has more than one: its requests, then the median,
+/// the asked-for percentiles and the maximum of its TTFT and E2EL.
+fn class_lines(out: &mut String, result: &BenchmarkResult) {
+    if result.by_class.is_empty() {
+        return;
+    }
+    let _ = writeln!(out, "{:-^WIDTH$}", "Latency by Prompt Length");
+    line(
+        out,
+        "Long prompts from (tokens):",
+        result.settings.long_prompt_threshold,
+    );
+    for class in &result.by_class {
+        let name = class.class.name();
+        line(
+            out,
+            &format!("Requests {name} (completed):"),
+            format!("{} ({})", class.requests, class.completed),
+        );
+        for (short, distribution) in [("TTFT", &class.ttft), ("E2EL", &class.e2el)] {
+            line_f(
+                out,
+                &format!("Median {short} {name} (ms):"),
+                distribution.median,
+            );
+            for (p, value) in &distribution.percentiles {
+                line_f(
+                    out,
+                    &format!("P{} {short} {name} (ms):", percentile_label(*p)),
+                    *value,
+                );
+            }
+            line_f(out, &format!("Max {short} {name} (ms):"), distribution.max);
+        }
+    }
+}
+
+/// The result as JSON with vllm's field names (plus `client_cpu_time_s`, and
+/// `ttft_by_class` and `e2el_by_class` when the prompts fall in more than one length class).
 pub fn to_json(result: &BenchmarkResult) -> Value {
     let settings = &result.settings;
     let mut fields = json!({
@@ -133,10 +173,48 @@ pub fn to_json(result: &BenchmarkResult) -> Value {
         "client_cpu_time_s": result.client_cpu_s,
     });
     let map = fields.as_object_mut().expect("built as an object");
+    if settings.burstiness == f64::INFINITY {
+        // JSON has no infinity; "inf" as for the request rate.
+        map.insert("burstiness".into(), json!("inf"));
+    }
     for (key, _, _, distribution) in latency_sections(result) {
         insert_distribution(map, key, distribution);
     }
+    if !result.by_class.is_empty() {
+        map.insert(
+            "long_prompt_threshold".into(),
+            json!(settings.long_prompt_threshold),
+        );
+        map.insert(
+            "ttft_by_class".into(),
+            by_class(&result.by_class, |c| &c.ttft),
+        );
+        map.insert(
+            "e2el_by_class".into(),
+            by_class(&result.by_class, |c| &c.e2el),
+        );
+    }
     fields
+}
+
+/// `{"short": {...}, "long": {...}}`: per class its request counts and one metric's summary.
+fn by_class(classes: &[ClassLatencies], metric: fn(&ClassLatencies) -> &Distribution) -> Value {
+    let mut map = Map::new();
+    for class in classes {
+        let distribution = metric(class);
+        let mut fields = Map::new();
+        fields.insert("requests".into(), json!(class.requests));
+        fields.insert("completed".into(), json!(class.completed));
+        fields.insert("mean_ms".into(), json!(distribution.mean));
+        fields.insert("median_ms".into(), json!(distribution.median));
+        fields.insert("std_ms".into(), json!(distribution.std));
+        for (p, value) in &distribution.percentiles {
+            fields.insert(format!("p{}_ms", percentile_label(*p)), json!(value));
+        }
+        fields.insert("max_ms".into(), json!(distribution.max));
+        map.insert(class.class.name().into(), Value::Object(fields));
+    }
+    Value::Object(map)
 }
 
 fn insert_distribution(map: &mut Map<String, Value>, key: &str, distribution: &Distribution) {
@@ -279,5 +357,74 @@ mod table_tests {
         assert_eq!(json["request_rate"], "inf");
         assert_eq!(json["ttfts"][0], 0.1);
         assert_eq!(json["itls"][0], serde_json::json!([0.05, 0.05]));
+        assert!(json.get("ttft_by_class").is_none(), "one class only");
+        assert!(!table(&sample(&[])).contains("Prompt Length"));
+    }
+
+    /// The sample with its first request (TTFT 100) short and its second (TTFT and E2EL
+    /// 300) long.
+    fn two_class_sample() -> BenchmarkResult {
+        use crate::prompt_class::PromptClass;
+        let mut result = sample(&[]);
+        result.settings.long_prompt_threshold = 8000;
+        let class = |class, ttft: f64, e2el: f64| ClassLatencies {
+            class,
+            requests: 1,
+            completed: 1,
+            ttft: Distribution::of(&[ttft], &[50.0, 99.0]),
+            e2el: Distribution::of(&[e2el], &[50.0, 99.0]),
+        };
+        result.by_class = vec![
+            class(PromptClass::Short, 100.0, 200.0),
+            class(PromptClass::Long, 300.0, 300.0),
+        ];
+        result
+    }
+
+    #[test]
+    fn two_classes_give_per_class_json_and_table_lines() {
+        let result = two_class_sample();
+        let json = to_json(&result);
+        assert_eq!(json["long_prompt_threshold"], 8000);
+        for key in ["ttft_by_class", "e2el_by_class"] {
+            for class in ["short", "long"] {
+                for field in [
+                    "requests",
+                    "completed",
+                    "mean_ms",
+                    "median_ms",
+                    "std_ms",
+                    "p50_ms",
+                    "p99_ms",
+                    "max_ms",
+                ] {
+                    assert!(
+                        json[key][class].get(field).is_some(),
+                        "missing {key}.{class}.{field} in {json}"
+                    );
+                }
+            }
+        }
+        assert_eq!(json["ttft_by_class"]["long"]["max_ms"], 300.0);
+        assert_eq!(json["ttft_by_class"]["short"]["median_ms"], 100.0);
+        let table = table(&result);
+        for expected in [
+            "-------------Latency by Prompt Length-------------\n",
+            "Long prompts from (tokens):             8000      \n",
+            "Requests short (completed):             1 (1)     \n",
+            "Median TTFT short (ms):                 100.00    \n",
+            "P99 TTFT long (ms):                     300.00    \n",
+            "Max E2EL long (ms):                     300.00    \n",
+        ] {
+            assert!(table.contains(expected), "missing {expected:?} in\n{table}");
+        }
+    }
+
+    #[test]
+    fn infinite_burstiness_is_saved_as_inf() {
+        let mut result = sample(&[]);
+        result.settings.burstiness = f64::INFINITY;
+        assert_eq!(to_json(&result)["burstiness"], "inf");
+        assert_eq!(to_json(&sample(&[]))["burstiness"], 1.0);
     }
 }

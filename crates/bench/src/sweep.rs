@@ -78,7 +78,8 @@ fn levels(args: &SweepArgs) -> anyhow::Result<Vec<Level>> {
     Ok(levels)
 }
 
-/// Runs the sweep and writes summary.json, sweep.svg, sweep.png, table.md and runs/*.json.
+/// Runs the sweep and writes summary.json, sweep.svg, sweep.png, table.md and runs/*.json,
+/// and ttft_by_class.svg and .png when the runs had short and long prompts.
 pub async fn sweep(args: &SweepArgs) -> anyhow::Result<SweepSummary> {
     let levels = levels(args)?;
     let mut common = args.common.clone();
@@ -129,12 +130,29 @@ async fn run_level(
             &runs_dir.join(format!("{}.json", level.run_name(run))),
         )?;
         eprintln!(
-            "{label}: {:.1} output tok/s, median TTFT {:.1} ms, median TPOT {:.1} ms, {} failed",
-            result.output_throughput, result.ttft.median, result.tpot.median, result.failed
+            "{label}: {:.1} output tok/s, median TTFT {:.1} ms{}, median TPOT {:.1} ms, {} failed",
+            result.output_throughput,
+            result.ttft.median,
+            class_ttfts(&result),
+            result.tpot.median,
+            result.failed
         );
         results.push(json);
     }
     LevelSummary::from_runs(level.value, &results)
+}
+
+/// `" (short 120.0, long 3000.0)"`: each class's median TTFT, when the run had two.
+fn class_ttfts(result: &crate::benchmark_result::BenchmarkResult) -> String {
+    if result.by_class.is_empty() {
+        return String::new();
+    }
+    let parts: Vec<String> = result
+        .by_class
+        .iter()
+        .map(|c| format!("{} {:.1}", c.class.name(), c.ttft.median))
+        .collect();
+    format!(" ({})", parts.join(", "))
 }
 
 fn write_outputs(summary: &SweepSummary, dir: &Path) -> anyhow::Result<()> {
@@ -143,9 +161,15 @@ fn write_outputs(summary: &SweepSummary, dir: &Path) -> anyhow::Result<()> {
     std::fs::write(dir.join("table.md"), &table)?;
     println!("\n{table}");
     crate::chart::draw(summary, &dir.join("sweep.svg"), &dir.join("sweep.png"))?;
-    eprintln!(
-        "wrote {}/{{summary.json,table.md,sweep.svg,sweep.png,runs/}}",
-        dir.display()
-    );
+    let mut written = "summary.json,table.md,sweep.svg,sweep.png,runs/".to_owned();
+    if summary.has_classes() {
+        crate::chart::draw_by_class(
+            summary,
+            &dir.join("ttft_by_class.svg"),
+            &dir.join("ttft_by_class.png"),
+        )?;
+        written.push_str(",ttft_by_class.svg,ttft_by_class.png");
+    }
+    eprintln!("wrote {}/{{{written}}}", dir.display());
     Ok(())
 }

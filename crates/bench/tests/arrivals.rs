@@ -76,3 +76,30 @@ fn non_positive_burstiness_is_an_error() {
     assert!(ArrivalSchedule::new(10, RequestRate::PerSecond(1.0), 0.0, 0).is_err());
     assert!(ArrivalSchedule::new(10, RequestRate::PerSecond(1.0), f64::NAN, 0).is_err());
 }
+
+#[test]
+fn infinite_burstiness_makes_every_gap_exactly_one_over_the_rate() {
+    let schedule = ArrivalSchedule::new(4, RequestRate::PerSecond(2.0), f64::INFINITY, 5).unwrap();
+    let expected: Vec<Duration> = [0, 500, 1000, 1500]
+        .into_iter()
+        .map(Duration::from_millis)
+        .collect();
+    assert_eq!(schedule.offsets(), expected);
+}
+
+#[test]
+fn leaders_leave_at_once_and_the_rest_follow_after_the_lead() {
+    // The scenario: one long prompt, then four short ones 1 s later, 0.5 s apart.
+    let schedule = ArrivalSchedule::new(4, RequestRate::PerSecond(2.0), f64::INFINITY, 5)
+        .unwrap()
+        .led_by(1, Duration::from_secs(1));
+    let expected: Vec<Duration> = [0, 1000, 1500, 2000, 2500]
+        .into_iter()
+        .map(Duration::from_millis)
+        .collect();
+    assert_eq!(schedule.offsets(), expected);
+    let two_leaders = ArrivalSchedule::new(2, RequestRate::Infinite, 1.0, 0)
+        .unwrap()
+        .led_by(2, Duration::ZERO);
+    assert_eq!(two_leaders.offsets(), [Duration::ZERO; 4]);
+}

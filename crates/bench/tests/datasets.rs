@@ -59,6 +59,99 @@ fn random_prompts_have_exact_token_counts_by_the_server_tokenizer() {
 }
 
 #[test]
+fn mixed_sends_the_long_prompts_first_and_reports_each_class() {
+    // 1 ms of prefill per prompt token: the long prompt's TTFT is over 300 ms, a short one's
+    // about 13 ms.
+    let server = MockServer::start(MockOptions {
+        tokenizer: true,
+        prefill_per_token: std::time::Duration::from_millis(1),
+        ..Default::default()
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let args = [
+        "--dataset",
+        "mixed",
+        "--num-prompts",
+        "6",
+        "--num-long-prompts",
+        "2",
+        "--input-len",
+        "8",
+        "--long-input-len",
+        "300",
+        "--output-len",
+        "2",
+        "--request-rate",
+        "20",
+        "--burstiness",
+        "inf",
+        "--long-lead",
+        "0.2",
+    ];
+    let r = run(&server, dir.path(), &args);
+
+    let lengths: Vec<usize> = server
+        .take_generation_bodies()
+        .iter()
+        .map(|b| tokenize(b["prompt"].as_str().expect("text prompts")).len())
+        .collect();
+    assert_eq!(
+        lengths,
+        [300, 300, 8, 8, 8, 8],
+        "long ones first, exact lengths"
+    );
+    assert_eq!(r["input_lens"], serde_json::json!([300, 300, 8, 8, 8, 8]));
+    assert_eq!(r["burstiness"], "inf");
+    assert_eq!(r["long_prompt_threshold"], 300);
+    for key in ["ttft_by_class", "e2el_by_class"] {
+        assert_eq!(r[key]["short"]["requests"], 4, "{}", r[key]);
+        assert_eq!(r[key]["short"]["completed"], 4);
+        assert_eq!(r[key]["long"]["requests"], 2);
+        for field in ["median_ms", "p99_ms", "max_ms", "mean_ms"] {
+            assert!(
+                r[key]["long"][field].as_f64().unwrap() >= 300.0,
+                "{key}: {}",
+                r[key]
+            );
+        }
+    }
+    let short_median = r["ttft_by_class"]["short"]["median_ms"].as_f64().unwrap();
+    assert!(
+        (8.0..150.0).contains(&short_median),
+        "short TTFT {short_median}"
+    );
+    // The whole run spans the lead and three 50 ms gaps at least.
+    assert!(r["duration"].as_f64().unwrap() >= 0.35, "{}", r["duration"]);
+}
+
+#[test]
+fn mixed_needs_long_prompts_longer_than_the_short_ones() {
+    let server = MockServer::with_tokenizer();
+    for extra in [
+        ["--long-input-len", "8"],
+        ["--num-long-prompts", "0"],
+        ["--num-long-prompts", "7"],
+    ] {
+        let mut words = vec![
+            "--base-url",
+            &server.base_url,
+            "--dataset",
+            "mixed",
+            "--num-prompts",
+            "6",
+            "--input-len",
+            "8",
+        ];
+        words.extend_from_slice(&extra);
+        let error = tokenmill_bench::run_serve(serve_args(&words)).unwrap_err();
+        assert!(format!("{error:#}").contains(extra[0]), "{error:#}");
+    }
+    let lead_without_mixed = serve_args(&["--base-url", &server.base_url, "--long-lead", "1"]);
+    let error = tokenmill_bench::run_serve(lead_without_mixed).unwrap_err();
+    assert!(format!("{error:#}").contains("--long-lead"), "{error:#}");
+}
+
+#[test]
 fn range_ratio_spreads_random_lengths() {
     let server = MockServer::with_tokenizer();
     let dir = tempfile::tempdir().unwrap();

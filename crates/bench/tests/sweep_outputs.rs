@@ -81,10 +81,80 @@ fn sweep_writes_summary_json_table_runs_and_both_charts() {
     ] {
         assert!(svg.contains(text), "the SVG lacks {text:?}");
     }
+    assert!(
+        !out.join("ttft_by_class.svg").exists(),
+        "one prompt class, no class chart"
+    );
     let png = std::fs::read(out.join("sweep.png")).unwrap();
     assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
     // Width and height sit in the IHDR chunk.
     assert_eq!(u32::from_be_bytes(png[16..20].try_into().unwrap()), 1600);
+}
+
+#[test]
+fn a_mixed_sweep_summarises_each_class_and_charts_its_ttft() {
+    let server = MockServer::with_tokenizer();
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("sweep");
+    let args = sweep_args(&[
+        "--base-url",
+        &server.base_url,
+        "--dataset",
+        "mixed",
+        "--num-prompts",
+        "3",
+        "--input-len",
+        "4",
+        "--long-input-len",
+        "40",
+        "--output-len",
+        "2",
+        "--burstiness",
+        "inf",
+        "--request-rates",
+        "20,40",
+        "--runs",
+        "2",
+        "--output-dir",
+        out.to_str().unwrap(),
+    ]);
+    tokenmill_bench::run_sweep(args).expect("the sweep completes");
+
+    let summary = read_json(&out.join("summary.json"));
+    for level in summary["levels"].as_array().unwrap() {
+        let metrics = &level["metrics"];
+        for key in [
+            "ttft_by_class.short.median_ms",
+            "ttft_by_class.short.p99_ms",
+            "ttft_by_class.short.max_ms",
+            "ttft_by_class.long.median_ms",
+            "e2el_by_class.long.max_ms",
+        ] {
+            let spread = &metrics[key];
+            assert!(spread["min"].as_f64().unwrap() > 0.0, "{key}: {spread}");
+            assert!(spread["min"].as_f64() <= spread["max"].as_f64(), "{key}");
+        }
+        assert_eq!(metrics["ttft_by_class.short.requests"]["min"], 2.0);
+        assert_eq!(metrics["ttft_by_class.long.requests"]["max"], 1.0);
+    }
+    let run = read_json(&out.join("runs").join("rate-20-run1.json"));
+    assert_eq!(run["ttft_by_class"]["long"]["completed"], 1);
+    let table = std::fs::read_to_string(out.join("table.md")).unwrap();
+    assert!(
+        table.contains("| Short median TTFT (ms) |") && table.contains("| 40 |"),
+        "{table}"
+    );
+    let svg = std::fs::read_to_string(out.join("ttft_by_class.svg")).unwrap();
+    for text in [
+        "Time to first token by prompt length",
+        "Short prompts: median TTFT",
+        "Long prompts: median TTFT",
+        "Requests per second",
+    ] {
+        assert!(svg.contains(text), "the SVG lacks {text:?}");
+    }
+    let png = std::fs::read(out.join("ttft_by_class.png")).unwrap();
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
 }
 
 #[test]

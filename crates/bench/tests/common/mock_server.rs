@@ -27,6 +27,9 @@ pub struct MockOptions {
     /// Server-wide timing replacing the prompts' `ttft` and `itl`, for a mock that plays a
     /// server whose flags set its speed.
     pub pacing: Option<Pacing>,
+    /// Added to the TTFT per prompt token, as a prefill would take, so long prompts answer
+    /// later than short ones.
+    pub prefill_per_token: Duration,
 }
 
 /// How a paced mock streams every reply.
@@ -71,6 +74,7 @@ impl MockServer {
             slowdown_file: options.slowdown_file,
             slots: options.pacing.as_ref().map(|p| Slots::new(p.slots)),
             pacing: options.pacing,
+            prefill_per_token: options.prefill_per_token,
             bodies: bodies.clone(),
         });
         // Every worker waits in accept before the first request, so none arrives to an empty house.
@@ -99,6 +103,7 @@ struct State {
     slowdown_file: Option<std::path::PathBuf>,
     pacing: Option<Pacing>,
     slots: Option<Slots>,
+    prefill_per_token: Duration,
     bodies: Arc<Mutex<Vec<Value>>>,
 }
 
@@ -205,6 +210,7 @@ fn answer(
                 script.ttft = pacing.ttft;
                 script.gaps = pacing.gaps.clone();
             }
+            script.ttft += state.prefill_per_token * prompt_tokens(body) as u32;
             let received = if state.slots.is_some() {
                 Instant::now()
             } else {
