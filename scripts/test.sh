@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test: fetches the default model (cached), prepares the official openai Python
-# SDK (for the server's compatibility test), then the whole workspace in the `ci` profile:
+# SDK (for the server's compatibility test) and pyzmq + msgpack (for the KV-event
+# subscriber), then the whole workspace in the `ci` profile:
 # release optimization with our crates' debug assertions and overflow checks on (Cargo.toml),
 # so the invariant checks run where the tests run.
 set -euo pipefail
@@ -10,6 +11,12 @@ VENV="${TOKENMILL_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/tokenmill/venv}"
 if ! "$VENV/bin/python" -c 'import openai' 2>/dev/null; then
   python3 -m venv "$VENV"
   "$VENV/bin/pip" install --quiet openai
+fi
+# pyzmq and msgpack for the KV-cache event subscriber (crates/server/tests/kv_events.rs),
+# which says SKIPPED where they cannot be installed.
+if ! "$VENV/bin/python" -c 'import zmq, msgpack' 2>/dev/null; then
+  "$VENV/bin/pip" install --quiet pyzmq msgpack ||
+    echo "pip could not install pyzmq and msgpack: the KV-event subscriber test will be SKIPPED"
 fi
 export TOKENMILL_PYTHON="$VENV/bin/python"
 LOG=$(mktemp); trap 'rm -f "$LOG"' EXIT

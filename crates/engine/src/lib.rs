@@ -25,6 +25,7 @@ pub use crate::core::engine_limits::EngineLimits;
 pub use crate::core::step_times::StepTimes;
 pub use config::{ConfigError, EngineConfig};
 pub use error::{EngineError, Result};
+pub use kv::kv_event::{KvEvent, KvEventSink};
 pub use sample::sampling_params::SamplingParams;
 pub use sample::token_constraint::{ConstraintCell, ConstraintError, TokenConstraint, TokenMask};
 pub use sched::request::{FinishReason, Request, RequestEvent, SeqId};

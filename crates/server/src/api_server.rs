@@ -20,6 +20,8 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
 use crate::app_state::AppState;
+use crate::kv_event_publisher::KvEventPublisher;
+use crate::kv_events_config::KvEventsConfig;
 use crate::metrics::Metrics;
 use crate::model_loader::{self, LoadedModel};
 use crate::reasoning_parser::ReasoningParserKind;
@@ -66,6 +68,11 @@ pub struct ServeArgs {
     pub tool_call_parser: ToolCallParserKind,
     #[command(flatten)]
     pub request_limits: RequestLimits,
+    /// Publish KV-cache events over ZeroMQ as vLLM does: a JSON object with vLLM's keys, e.g.
+    /// `{"enable_kv_cache_events": true, "publisher": "zmq", "endpoint": "tcp://*:5557",
+    /// "replay_endpoint": "tcp://*:5558", "topic": "kv-events"}` (docs/scale-out.md).
+    #[arg(long, value_name = "JSON", value_parser = KvEventsConfig::parse)]
+    pub kv_events_config: Option<KvEventsConfig>,
 }
 
 /// Server settings that are not about the engine.
@@ -78,6 +85,8 @@ pub struct ServerOptions {
     pub request_limits: RequestLimits,
     pub reasoning_parser: Option<ReasoningParserKind>,
     pub tool_call_parser: ToolCallParserKind,
+    /// `--kv-events-config`: publish the prefix cache's changes.
+    pub kv_events: Option<KvEventsConfig>,
 }
 
 impl Default for ServerOptions {
@@ -90,6 +99,7 @@ impl Default for ServerOptions {
             request_limits: RequestLimits::default(),
             reasoning_parser: None,
             tool_call_parser: ToolCallParserKind::Auto,
+            kv_events: None,
         }
     }
 }
@@ -104,12 +114,40 @@ impl ServeArgs {
             request_limits: self.request_limits.clone(),
             reasoning_parser: self.reasoning_parser,
             tool_call_parser: self.tool_call_parser,
+            kv_events: self.kv_events_config.clone(),
         }
     }
 }
 
+/// Starts the KV-cache event publisher `options` ask for on `runtime` (its sockets live
+/// there) and gives its sink to the engine, before the engine thread starts.
+fn start_kv_events(
+    runtime: &tokio::runtime::Runtime,
+    model: &mut LoadedModel,
+    options: &ServerOptions,
+) -> anyhow::Result<Option<KvEventPublisher>> {
+    let Some(config) = options.kv_events.as_ref() else {
+        return Ok(None);
+    };
+    if !config.publishes() {
+        tracing::info!(
+            "KV-cache events: off (--kv-events-config has enable_kv_cache_events {} and publisher {:?})",
+            config.enable_kv_cache_events,
+            config.publisher.as_deref().unwrap_or("null")
+        );
+        return Ok(None);
+    }
+    let (publisher, sink) = runtime.block_on(KvEventPublisher::start(config))?;
+    model.engine.set_kv_event_sink(sink);
+    Ok(Some(publisher))
+}
+
 /// Starts the engine thread and gathers what the handlers share.
-pub fn app_state(model: LoadedModel, options: &ServerOptions) -> Arc<AppState> {
+pub fn app_state(
+    model: LoadedModel,
+    options: &ServerOptions,
+    kv_events: Option<KvEventPublisher>,
+) -> Arc<AppState> {
     let served = options
         .served_model_name
         .clone()
@@ -131,6 +169,7 @@ pub fn app_state(model: LoadedModel, options: &ServerOptions) -> Arc<AppState> {
             .unwrap_or(0),
         closing: tokio::sync::watch::Sender::new(false),
         constraint_compiler: std::sync::OnceLock::new(),
+        kv_events,
     })
 }
 
@@ -145,13 +184,14 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         .with_context(|| format!("cannot resolve --host {}", args.host))?
         .next()
         .with_context(|| format!("--host {} resolves to no address", args.host))?;
-    let model = model_loader::load(&args.engine)?;
+    let mut model = model_loader::load(&args.engine)?;
     let options = args.options();
-    let state = app_state(model, &options);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .context("starting the async runtime")?;
+    let kv_events = start_kv_events(&runtime, &mut model, &options)?;
+    let state = app_state(model, &options, kv_events);
     let served = runtime.block_on(async {
         let listener = TcpListener::bind(addr)
             .await
@@ -208,7 +248,7 @@ impl Drop for ServerHandle {
 
 /// Binds `addr` (port 0 picks a free one) and serves `model` on a new thread.
 pub fn spawn_server(
-    model: LoadedModel,
+    mut model: LoadedModel,
     options: ServerOptions,
     addr: SocketAddr,
 ) -> anyhow::Result<ServerHandle> {
@@ -220,7 +260,8 @@ pub fn spawn_server(
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    let state = app_state(model, &options);
+    let kv_events = start_kv_events(&runtime, &mut model, &options)?;
+    let state = app_state(model, &options, kv_events);
     let (stop, stopped) = oneshot::channel::<()>();
     let thread = std::thread::Builder::new()
         .name("tokenmill-http".into())

@@ -10,6 +10,7 @@ use tokio::sync::watch;
 use crate::api_error::ApiError;
 use crate::chat_template::ChatTemplate;
 use crate::constraint_compiler::ConstraintCompiler;
+use crate::kv_event_publisher::KvEventPublisher;
 use crate::metrics::Metrics;
 use crate::reasoning_parser::ReasoningParserKind;
 use crate::request_limits::RequestLimits;
@@ -42,6 +43,8 @@ pub struct AppState {
     /// Built on the first structured-output request: a trie over the whole vocabulary that
     /// requests without constraints never need.
     pub constraint_compiler: OnceLock<Result<ConstraintCompiler, String>>,
+    /// `--kv-events-config`: the running KV-cache event publisher, if any.
+    pub kv_events: Option<KvEventPublisher>,
 }
 
 impl AppState {

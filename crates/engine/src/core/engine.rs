@@ -12,6 +12,7 @@ use crate::kernels::compute_pool::{ComputePool, Shards};
 use crate::kernels::cpu_kernel::CpuKernel;
 use crate::kernels::huge_buf;
 use crate::kv::block_manager::BlockManager;
+use crate::kv::kv_event::KvEventSink;
 use crate::models::checkpoint::Checkpoint;
 use crate::models::Llama;
 use crate::sample::sampled_token::SampledToken;
@@ -51,6 +52,8 @@ pub struct Engine {
     times: StepTimes,
     /// Mixture-of-experts models only.
     moe_experts: Option<MoeExpertStats>,
+    /// Where each step's prefix-cache events go; `None`: none are recorded.
+    kv_events: Option<KvEventSink>,
 }
 
 impl Engine {
@@ -151,6 +154,7 @@ impl Engine {
             fault: None,
             times: StepTimes::default(),
             moe_experts,
+            kv_events: None,
         }
     }
 
@@ -179,6 +183,32 @@ impl Engine {
         SchedulerStats {
             moe_active_experts: self.moe_experts.clone(),
             ..self.scheduler.stats()
+        }
+    }
+
+    /// Reports every change to the prefix cache's set of blocks to `sink`, once per step
+    /// (never an empty batch). The first batch, handed over at once, says what is cached
+    /// already (see [`BlockManager::enable_events`]), so applying every batch in order
+    /// rebuilds the set exactly.
+    pub fn set_kv_event_sink(&mut self, sink: KvEventSink) {
+        self.scheduler.block_manager_mut().enable_events();
+        self.kv_events = Some(sink);
+        self.publish_kv_events();
+    }
+
+    /// The external hashes of every block the prefix cache can hand out by content (the set
+    /// the events describe).
+    pub fn cached_block_hashes(&self) -> Vec<u64> {
+        self.scheduler.block_manager().cached_hashes()
+    }
+
+    /// Hands the events recorded since the last call to the sink, if there is one.
+    fn publish_kv_events(&mut self) {
+        if let Some(sink) = &mut self.kv_events {
+            let events = self.scheduler.block_manager_mut().take_events();
+            if !events.is_empty() {
+                sink(events);
+            }
         }
     }
 
@@ -261,6 +291,7 @@ impl Engine {
         // The gap between this step's tokens and the previous ones: what the target bounds.
         self.scheduler.observe_step(&out, started.elapsed());
         self.dispatch(updates);
+        self.publish_kv_events();
         self.in_flight.clear();
         clock.lap(&mut times.update);
         times.steps += 1;
@@ -276,6 +307,8 @@ impl Engine {
     /// After `step` returned an error or panicked: finishes the failed step's requests with
     /// `FinishReason::Error` and frees their blocks, so the engine can go on with the rest.
     pub fn fail_step(&mut self) {
+        // What the failed step evicted before it failed is gone all the same.
+        self.publish_kv_events();
         for id in std::mem::take(&mut self.in_flight) {
             match self.scheduler.abort(id) {
                 Some(mut seq) => {

@@ -28,6 +28,8 @@ enum Command {
         reply: Sender<Result<Vec<SeqId>>>,
     },
     Abort(SeqId),
+    /// The external hashes of every prefix-cached block, read between steps.
+    CachedBlocks(Sender<Vec<u64>>),
     Shutdown,
 }
 
@@ -171,6 +173,16 @@ impl EngineHandle {
     /// Cancels a request; its blocks are freed before the next step.
     pub fn abort(&self, id: SeqId) {
         let _ = self.commands.send(Command::Abort(id));
+    }
+
+    /// The external hashes of every block the prefix cache can hand out by content, read
+    /// between two steps (waits for at most one step): the set KV-cache events describe.
+    pub fn cached_block_hashes(&self) -> Result<Vec<u64>> {
+        let (reply, answer) = channel();
+        self.commands
+            .send(Command::CachedBlocks(reply))
+            .map_err(|_| EngineError::EngineStopped)?;
+        answer.recv().map_err(|_| EngineError::EngineStopped)
     }
 
     /// Stops the engine thread after the current step and waits for it.
@@ -324,6 +336,9 @@ fn apply(engine: &mut Engine, cmd: Command) -> bool {
             let _ = reply.send(enqueue_all(engine, requests, arrival));
         }
         Command::Abort(id) => engine.abort(id),
+        Command::CachedBlocks(reply) => {
+            let _ = reply.send(engine.cached_block_hashes());
+        }
         Command::Shutdown => return false,
     }
     true

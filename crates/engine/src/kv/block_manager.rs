@@ -8,7 +8,12 @@
 //! CVE-2025-25183: a 64-bit unkeyed hash lets a client craft a prompt whose blocks alias
 //! another user's. A hit is still verified: the block's own tokens and its parent's key
 //! must both match, so even a key collision cannot hand out KV computed for another prefix.
+//!
+//! Once `enable_events` is called it also records each change to the set of cached blocks
+//! as a [`KvEvent`] (a block registered, a cached block evicted), for `take_events` to hand
+//! on; until then nothing is recorded and nothing allocated.
 
+use crate::kv::kv_event::KvEvent;
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, HashMap};
 
@@ -50,6 +55,16 @@ impl BlockHash {
             h.update(t.to_le_bytes());
         }
         Self(h.finalize().into())
+    }
+
+    /// The key as a 64-bit integer, the form vLLM's KV-cache events carry (its default,
+    /// `VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES`): the SHA-256 digest read as a big-endian
+    /// integer and cut to its low 64 bits (`int.from_bytes(h, "big") & (2**64 - 1)`),
+    /// that is, its last 8 bytes big-endian.
+    pub fn external(&self) -> u64 {
+        let mut low = [0u8; 8];
+        low.copy_from_slice(&self.0[24..]);
+        u64::from_be_bytes(low)
     }
 
     /// Hashes of every full block of `tokens`.
@@ -105,6 +120,8 @@ pub struct BlockManager {
     next_tick: u64,
     by_hash: HashMap<BlockHash, BlockId>,
     prefix_caching: bool,
+    /// Changes to the set of cached blocks not yet taken; `None` until `enable_events`.
+    events: Option<Vec<KvEvent>>,
 }
 
 impl BlockManager {
@@ -116,6 +133,7 @@ impl BlockManager {
             next_tick: 0,
             by_hash: HashMap::new(),
             prefix_caching,
+            events: None,
         };
         // Last pushed is handed out first: a fresh pool hands out blocks 0, 1, 2, …
         for i in (0..num_blocks).rev() {
@@ -211,6 +229,9 @@ impl BlockManager {
                 // Evicted: its content is about to be overwritten.
                 if self.by_hash.get(&old.hash) == Some(&id) {
                     self.by_hash.remove(&old.hash);
+                    if let Some(events) = &mut self.events {
+                        record_removed(events, old.hash);
+                    }
                 }
             }
             out.push(id);
@@ -253,12 +274,70 @@ impl BlockManager {
         if !self.prefix_caching || self.by_hash.contains_key(&hash) {
             return;
         }
+        if let Some(events) = &mut self.events {
+            record_stored(events, hash, parent, tokens, self.block_size);
+        }
         self.blocks[id.index()].cached = Some(CachedContent {
             hash,
             parent,
             tokens: tokens.to_vec(),
         });
         self.by_hash.insert(hash, id);
+    }
+
+    /// How many blocks the prefix cache can hand out by content.
+    pub fn num_cached(&self) -> usize {
+        self.by_hash.len()
+    }
+
+    /// The external hashes ([`BlockHash::external`]) of every block the prefix cache can
+    /// hand out by content, in no particular order: what applying every event rebuilds.
+    pub fn cached_hashes(&self) -> Vec<u64> {
+        self.by_hash.keys().map(BlockHash::external).collect()
+    }
+
+    /// Starts recording changes to the set of cached blocks. The first events say what is
+    /// cached already: `AllBlocksCleared` (a subscriber holding a view of an earlier run
+    /// starts afresh), then a `BlockStored` per cached block, each parent before its child.
+    /// Calling it again starts the record afresh the same way.
+    pub fn enable_events(&mut self) {
+        let mut events = vec![KvEvent::AllBlocksCleared];
+        // A block's depth is how many of its ancestors are still cached: sorted by it, every
+        // cached parent comes before its children.
+        let depth = |mut hash: BlockHash| {
+            let mut n = 0usize;
+            while let Some(parent) = self.by_hash.get(&hash).and_then(|&id| {
+                let cached = self.blocks[id.index()].cached.as_ref()?;
+                cached.parent.filter(|p| self.by_hash.contains_key(p))
+            }) {
+                n += 1;
+                hash = parent;
+            }
+            n
+        };
+        let mut cached: Vec<(usize, BlockId)> = self
+            .by_hash
+            .iter()
+            .map(|(&hash, &id)| (depth(hash), id))
+            .collect();
+        cached.sort_unstable();
+        for (_, id) in cached {
+            if let Some(c) = &self.blocks[id.index()].cached {
+                events.push(KvEvent::BlockStored {
+                    block_hashes: vec![c.hash.external()],
+                    parent_block_hash: c.parent.map(|p| p.external()),
+                    token_ids: c.tokens.clone(),
+                    block_size: self.block_size,
+                });
+            }
+        }
+        self.events = Some(events);
+    }
+
+    /// The changes recorded since the last call, oldest first (empty, and nothing
+    /// allocated, while events are off or nothing changed).
+    pub fn take_events(&mut self) -> Vec<KvEvent> {
+        self.events.as_mut().map(std::mem::take).unwrap_or_default()
     }
 
     fn push_free(&mut self, id: BlockId) {
@@ -295,5 +374,48 @@ impl BlockManager {
             }
         }
         Ok(())
+    }
+}
+
+/// Records a block entering the cache, extending the last event when it stored this
+/// block's parent (a prompt's blocks registered in one step make one event, as vLLM sends).
+fn record_stored(
+    events: &mut Vec<KvEvent>,
+    hash: BlockHash,
+    parent: Option<BlockHash>,
+    tokens: &[u32],
+    block_size: usize,
+) {
+    let parent = parent.map(|p| p.external());
+    if let (
+        Some(KvEvent::BlockStored {
+            block_hashes,
+            token_ids,
+            ..
+        }),
+        Some(parent),
+    ) = (events.last_mut(), parent)
+    {
+        if block_hashes.last() == Some(&parent) {
+            block_hashes.push(hash.external());
+            token_ids.extend_from_slice(tokens);
+            return;
+        }
+    }
+    events.push(KvEvent::BlockStored {
+        block_hashes: vec![hash.external()],
+        parent_block_hash: parent,
+        token_ids: tokens.to_vec(),
+        block_size,
+    });
+}
+
+/// Records a cached block's eviction, extending the last event when it too was a removal.
+fn record_removed(events: &mut Vec<KvEvent>, hash: BlockHash) {
+    match events.last_mut() {
+        Some(KvEvent::BlockRemoved { block_hashes }) => block_hashes.push(hash.external()),
+        _ => events.push(KvEvent::BlockRemoved {
+            block_hashes: vec![hash.external()],
+        }),
     }
 }

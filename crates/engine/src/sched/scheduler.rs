@@ -80,6 +80,12 @@ impl Scheduler {
         &self.blocks
     }
 
+    /// The block manager, to switch its event record on and take its events (mechanism
+    /// only: what is scheduled stays the scheduler's).
+    pub fn block_manager_mut(&mut self) -> &mut BlockManager {
+        &mut self.blocks
+    }
+
     pub fn add(&mut self, seq: Sequence) {
         self.waiting.push_back(seq);
     }

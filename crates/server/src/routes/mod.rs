@@ -8,6 +8,7 @@ pub mod chat_completions;
 pub mod completions;
 pub mod generation;
 pub mod info;
+pub mod prefix_cache;
 pub mod tokenize;
 
 use std::sync::Arc;
@@ -39,6 +40,7 @@ pub fn router(state: Arc<AppState>) -> Router {
     let tokenizing = Router::new()
         .route("/tokenize", post(tokenize::tokenize))
         .route("/detokenize", post(tokenize::detokenize))
+        .route("/debug/prefix_cache", get(prefix_cache::prefix_cache))
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
             require_api_key,

@@ -1,0 +1,29 @@
+//! `KvEvent`: a change to the set of prefix-cached blocks, as vLLM reports KV-cache events
+//! (`BlockStored`, `BlockRemoved`, `AllBlocksCleared`), in plain data.
+//!
+//! A subscriber that applies every event in order holds exactly the set of blocks the
+//! prefix cache can hand out by content: `BlockStored` adds its hashes, `BlockRemoved`
+//! drops them, `AllBlocksCleared` empties the set. Hashes are the 64-bit external form of
+//! the cache's SHA-256 keys ([`BlockHash::external`](crate::kv::block_manager::BlockHash::external)).
+
+/// One change to the prefix cache's set of blocks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KvEvent {
+    /// Blocks that became reusable by content: a run along one prefix, each block the child
+    /// of the one before it, the first the child of `parent_block_hash` (`None`: a prompt's
+    /// first block). `token_ids` holds the run's tokens, `block_size` per block.
+    BlockStored {
+        block_hashes: Vec<u64>,
+        parent_block_hash: Option<u64>,
+        token_ids: Vec<u32>,
+        block_size: usize,
+    },
+    /// Blocks whose content was evicted (their memory is reused for other tokens).
+    BlockRemoved { block_hashes: Vec<u64> },
+    /// Every block was dropped from the set.
+    AllBlocksCleared,
+}
+
+/// Where the engine hands each step's events (never an empty batch). It runs on the engine
+/// thread, between steps: it must not block (send to a bounded channel with `try_send`).
+pub type KvEventSink = Box<dyn FnMut(Vec<KvEvent>) + Send + Sync>;
