@@ -11,7 +11,9 @@ use super::online_softmax::{f16_chunk, folds_direct};
 use super::online_softmax::{merge, normalise, ChunkBufs, Scratch, Span};
 use super::plan::Ctx;
 use super::rows::{Bf16Rows, F16Rows, F32Rows, Rows};
-use super::{CHUNK, PARTITION};
+#[cfg(target_arch = "x86_64")]
+use super::CHUNK;
+use super::PARTITION;
 use crate::kv::block_manager::BlockId;
 use crate::kv::kv_cache::{KvLayer, KvSlab};
 use std::cell::RefCell;
