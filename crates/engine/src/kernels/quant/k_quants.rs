@@ -15,7 +15,12 @@
 //! bit of vector `c`'s byte `p` at bit `c + 4·(p / 16)` of byte `p % 16` (16 bytes: one
 //! broadcast and a per-lane shift bring each 128-bit lane's bits down).
 
-use super::{f16, Group, QuantMatrix, WeightFormat, XRow, BLOCK, K_NR as NR, SUB, SUPER};
+use super::activations::XRow;
+use super::group::Group;
+use super::quant_matrix::QuantMatrix;
+use super::weight_format::WeightFormat;
+use super::{BLOCK, K_NR as NR, SUB, SUPER};
+use half::f16;
 
 /// Nibble bytes of one block's four rows; the high bits follow.
 const NIBBLES: usize = NR * BLOCK / 2;
@@ -221,7 +226,7 @@ fn scale_min(i: usize, q: &[u8]) -> [u8; 2] {
 }
 
 /// One activation row against one K-quant weight group, in the K-quants' per-element
-/// sequence (module doc of `quant_matrix`).
+/// sequence (module doc of `quant`).
 pub(super) fn row(format: WeightFormat, w: Group, x: &XRow) -> [f32; NR] {
     let qb = format.quant_bytes();
     let mut acc = [0f32; NR];

@@ -10,9 +10,16 @@
 //!
 //! `sdot`'s intrinsics are not stable Rust yet, so one instruction is inline assembly.
 
-use super::{check_group, check_rows, f16, Group, Tile, WeightFormat, XRow, BLOCK, MR, NR};
+use super::activations::{check_rows, XRow};
+use super::group::{check_group, Group};
+use super::quant_matrix::QuantMatrix;
+use super::tile::{Rows, Tile, TileKernel};
+use super::weight_format::WeightFormat;
+use super::{BLOCK, MR, NR};
+use half::f16;
 use std::arch::aarch64::*;
 use std::arch::asm;
+use std::ops::Range;
 
 /// Chunks of four elements in a block.
 const CHUNKS: usize = BLOCK / 4;
@@ -66,34 +73,39 @@ fn f32x8(v: &[u16], b: usize) -> [float32x4_t; 2] {
     unsafe { [vld1q_f32(w.as_ptr()), vld1q_f32(w.as_ptr().add(4))] }
 }
 
-/// Every group of `groups` against the first `mr` (1–4) activation rows.
-///
-/// # Safety
-/// The CPU must have NEON and the dot-product extension (`CpuKernel::NeonDotprod`).
-pub(super) unsafe fn tiles(
-    m: &super::QuantMatrix,
-    groups: std::ops::Range<usize>,
-    x: &[XRow; MR],
-    mr: usize,
-    emit: &mut impl FnMut(usize, &Tile),
-) {
-    // SAFETY: the caller's contract.
-    unsafe {
-        match mr {
-            1 => tiles_of::<1>(m, groups, x, emit),
-            2 => tiles_of::<2>(m, groups, x, emit),
-            3 => tiles_of::<3>(m, groups, x, emit),
-            _ => tiles_of::<4>(m, groups, x, emit),
+/// The NEON tiles behind [`TileKernel`] (Q4_0, Q4_1 and Q8_0).
+pub(super) struct Neon;
+
+impl TileKernel for Neon {
+    /// Every group of `groups` against the first `mr` (1–4) activation rows.
+    ///
+    /// # Safety
+    /// The CPU must have NEON and the dot-product extension (`CpuKernel::NeonDotprod`).
+    unsafe fn tiles(
+        m: &QuantMatrix,
+        groups: Range<usize>,
+        rows: Rows,
+        emit: &mut impl FnMut(usize, &Tile),
+    ) {
+        let x = rows.x;
+        // SAFETY: the caller's contract.
+        unsafe {
+            match rows.mr {
+                1 => tiles_of::<1>(m, groups, x, emit),
+                2 => tiles_of::<2>(m, groups, x, emit),
+                3 => tiles_of::<3>(m, groups, x, emit),
+                _ => tiles_of::<4>(m, groups, x, emit),
+            }
         }
     }
 }
 
 /// # Safety
-/// As [`tiles`].
+/// As [`Neon::tiles`].
 #[target_feature(enable = "neon,dotprod")]
 unsafe fn tiles_of<const R: usize>(
-    m: &super::QuantMatrix,
-    groups: std::ops::Range<usize>,
+    m: &QuantMatrix,
+    groups: Range<usize>,
     x: &[XRow; MR],
     emit: &mut impl FnMut(usize, &Tile),
 ) {
