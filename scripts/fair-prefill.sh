@@ -3,20 +3,22 @@
 # server per configuration, default model; an 8,000-token prompt, then four 8-token requests
 # (16 output tokens) 1 s later, one every 0.5 s; then the same long prompt alone. Prints per
 # configuration the short requests' median and worst TTFT, the long prompt's end-to-end time
-# with them and alone, and their ratio. Prefix caching is off, so the runs do not reuse each
-# other's prompts.
+# with them and alone, and their ratio: medians over REPEAT pairs of runs (default 3), a mixed
+# run and then an alone one, since a long prefill's time moves by tens of percent between runs
+# on a shared machine. Prefix caching is off, so the runs do not reuse each other's prompts.
 #
 #   scripts/fair-prefill.sh [OUTPUT_DIR]                  # default: a new directory from mktemp
 #   CONFIGS=$'default=\nthreshold-128=--long-prefill-token-threshold 128' scripts/fair-prefill.sh
 #
 # CONFIGS: lines of NAME=SERVER FLAGS (default: the defaults, the scheduler without partial
 # prefills, and a few thresholds). TOKENMILL: the binary (default ./target/release/tokenmill,
-# built here). PORT: 8016.
+# built here). PORT: 8016. REPEAT: pairs of runs per configuration (3).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT="${1:-$(mktemp -d -t tokenmill-fair.XXXXXX)}"
 mkdir -p "$OUT"
 PORT="${PORT:-8016}"
+REPEAT="${REPEAT:-3}"
 if [ -z "${TOKENMILL:-}" ]; then
   cargo build --release -p tokenmill >&2
   TOKENMILL=./target/release/tokenmill
@@ -40,23 +42,29 @@ while IFS= read -r line; do
   [ -n "$line" ] || continue
   name="${line%%=*}"
   flags="${line#*=}"
-  bench "$name" "$flags" 5
-  bench "$name-alone" "$flags" 1
+  for r in $(seq "$REPEAT"); do
+    bench "$name-$r" "$flags" 5
+    bench "$name-alone-$r" "$flags" 1
+  done
 done <<<"$CONFIGS"
 
 echo "results in $OUT"
-python3 - "$OUT" "$CONFIGS" <<'EOF'
-import json, sys
-out, configs = sys.argv[1], sys.argv[2]
+python3 - "$OUT" "$CONFIGS" "$REPEAT" <<'EOF'
+import json, statistics, sys
+out, configs, repeat = sys.argv[1], sys.argv[2], int(sys.argv[3])
 print("| configuration | short TTFT median (s) | short TTFT worst (s) | long e2e (s) | long alone (s) | ratio |")
 print("|---|---:|---:|---:|---:|---:|")
 for line in filter(None, configs.splitlines()):
     name = line.split("=", 1)[0]
-    mixed = json.load(open(f"{out}/{name}.json"))
-    alone = json.load(open(f"{out}/{name}-alone.json"))
-    short = mixed["ttft_by_class"]["short"]
-    long_e2e = mixed["e2el_by_class"]["long"]["max_ms"] / 1000
-    alone_e2e = alone["median_e2el_ms"] / 1000
-    print(f"| {name} | {short['median_ms']/1000:.2f} | {short['max_ms']/1000:.2f} | "
-          f"{long_e2e:.1f} | {alone_e2e:.1f} | {long_e2e/alone_e2e:.2f} |")
+    rows = []
+    for r in range(1, repeat + 1):
+        mixed = json.load(open(f"{out}/{name}-{r}.json"))
+        alone = json.load(open(f"{out}/{name}-alone-{r}.json"))
+        short = mixed["ttft_by_class"]["short"]
+        long_e2e = mixed["e2el_by_class"]["long"]["max_ms"] / 1000
+        alone_e2e = alone["median_e2el_ms"] / 1000
+        rows.append((short["median_ms"] / 1000, short["max_ms"] / 1000, long_e2e, alone_e2e,
+                     long_e2e / alone_e2e))
+    m = [statistics.median(col) for col in zip(*rows)]
+    print(f"| {name} | {m[0]:.2f} | {m[1]:.2f} | {m[2]:.1f} | {m[3]:.1f} | {m[4]:.2f} |")
 EOF
