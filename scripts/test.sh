@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test: fetches the default model (cached), prepares the official openai Python
-# SDK (for the server's compatibility test), then the whole workspace in the `ci` profile:
+# SDK (for the server's compatibility test) and SGLang's router from PyPI (for the test that
+# puts it in front of two servers; ~10 s to install, skipped where it cannot be), then the whole workspace in the `ci` profile:
 # release optimization with our crates' debug assertions and overflow checks on (Cargo.toml),
 # so the invariant checks run where the tests run.
 set -euo pipefail
@@ -10,6 +11,10 @@ VENV="${TOKENMILL_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/tokenmill/venv}"
 if ! "$VENV/bin/python" -c 'import openai' 2>/dev/null; then
   python3 -m venv "$VENV"
   "$VENV/bin/pip" install --quiet openai
+fi
+if ! "$VENV/bin/python" -c 'import sglang_router' 2>/dev/null; then
+  "$VENV/bin/pip" install --quiet sglang-router==0.3.2 ||
+    echo "note: sglang-router could not be installed; tests/sglang_router.rs will skip"
 fi
 export TOKENMILL_PYTHON="$VENV/bin/python"
 LOG=$(mktemp); trap 'rm -f "$LOG"' EXIT
