@@ -67,6 +67,11 @@ pub struct CommonArgs {
     #[arg(long, value_enum, default_value_t = DatasetKind::Random)]
     pub dataset: DatasetKind,
 
+    /// Where prompts are tokenized (`POST /tokenize`) to fit their lengths, when not at
+    /// `--base-url`: one replica behind a router that does not pass `/tokenize` on.
+    #[arg(long)]
+    pub tokenizer_base_url: Option<String>,
+
     /// File for the `sharegpt` and `jsonl` datasets.
     #[arg(long)]
     pub dataset_path: Option<PathBuf>,
