@@ -121,6 +121,43 @@ cluster_up() {
   cluster_log "$CLUSTER_ROUTER router ($policy): $CLUSTER_URL; logs in $CLUSTER_DIR"
 }
 
+# The router's id for replica i's worker (sglang-router's GET /workers), empty if not listed.
+cluster_worker_id() {
+  curl -sf "$CLUSTER_URL/workers" | python3 -c '
+import json, sys
+url = sys.argv[1]
+for worker in json.load(sys.stdin).get("workers", []):
+    if worker.get("url") == url:
+        print(worker.get("id", ""))
+' "$(cluster_url "$1")"
+}
+
+# Takes replica i out of the router's rotation (what a Kubernetes preStop pause does for a
+# Service): no request is routed to it from here on.
+cluster_detach() {
+  local i=$1 id tries=0
+  id=$(cluster_worker_id "$i")
+  [ -n "$id" ] || return 0
+  curl -sf -X DELETE -o /dev/null "$CLUSTER_URL/workers/$id"
+  while [ -n "$(cluster_worker_id "$i")" ]; do
+    tries=$((tries + 1))
+    [ "$tries" -lt 100 ] || { cluster_log "the router still lists replica $i"; return 1; }
+    sleep 0.1
+  done
+}
+
+# Puts replica i back into the router's rotation.
+cluster_attach() {
+  local i=$1 tries=0
+  curl -sf -o /dev/null -X POST -H 'content-type: application/json' \
+    -d "{\"url\": \"$(cluster_url "$i")\"}" "$CLUSTER_URL/workers"
+  until [ -n "$(cluster_worker_id "$i")" ]; do
+    tries=$((tries + 1))
+    [ "$tries" -lt 300 ] || { cluster_log "the router did not take replica $i back"; return 1; }
+    sleep 0.1
+  done
+}
+
 # Stops the router and every replica (each by its own pid), and waits for them.
 cluster_down() {
   local pid
