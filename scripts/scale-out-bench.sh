@@ -27,7 +27,8 @@ CLUSTER_BASE_PORT="${BASE_PORT:-8200}"
 export TOKENMILL_ROUTER_FLAGS="${TOKENMILL_ROUTER_FLAGS:---health-check-interval-secs 1 --health-failure-threshold 1 --health-success-threshold 1 --cb-timeout-duration-secs 5}"
 mkdir -p "$OUT"
 SUMMARY="$OUT/summary.txt"
-: >"$SUMMARY"
+PHASES="${PHASES:-prefix kill rolling}" # a subset reruns only those, adding to summary.txt
+[ "$PHASES" != "prefix kill rolling" ] || : >"$SUMMARY"
 trap cluster_down EXIT
 trap 'exit 130' INT TERM
 
@@ -71,6 +72,12 @@ wait_for_load() {
   done
 }
 
+# Failed requests of a saved run whose stream had begun (a reply under way when its replica
+# died); any other failure is a request that never started.
+broken_streams() {
+  python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print(sum(1 for e in r["errors"] if e.startswith("stream broke")))' "$1"
+}
+
 requests_served_by() {
   curl -sf "$(cluster_url "$1")/metrics" |
     awk 'index($1, "tokenmill:request_success_total{") == 1 { n += $2 } END { print n + 0 }'
@@ -82,6 +89,7 @@ say "router flags: $TOKENMILL_ROUTER_FLAGS"
 # 1. Prefix-cache hit ratio per router and policy, each seed (a different draw of prefixes
 # and order) on fresh replicas; the ratio over all seeds is hits / queries summed.
 for run in sglang:cache_aware sglang:round_robin vllm:cache_aware vllm:round_robin; do
+  [[ " $PHASES " == *" prefix "* ]] || break
   CLUSTER_ROUTER=${run%%:*}
   policy=${run#*:}
   name="$CLUSTER_ROUTER-$policy"
@@ -102,6 +110,7 @@ done
 CLUSTER_ROUTER=sglang
 
 # 2. kill -9 one replica under load, then restart it.
+if [[ " $PHASES " == *" kill "* ]]; then
 cluster_up "$REPLICAS" cache_aware "$ROUTER_PORT"
 url=$CLUSTER_URL
 bench "$url" kill-9 240 6 &
@@ -118,7 +127,7 @@ sleep 3
 cluster_start_replica "$victim"
 wait "$load" || true
 read -r completed failed < <(outcome "$OUT/kill-9.json")
-say "kill -9: $completed completed, $failed failed (the killed replica had $started started)"
+say "kill -9: $completed completed, $failed failed: $(broken_streams "$OUT/kill-9.json") broken mid-stream (started on the killed replica), the others never started"
 # New prefixes: cache-aware routing sends prompts it has no match for to the replica with the
 # least cached, which is the restarted one, if the router took it back.
 before=$(requests_served_by "$victim")
@@ -127,11 +136,13 @@ after=$(requests_served_by "$victim")
 read -r completed failed < <(outcome "$OUT/after-restart.json")
 say "after the restart: $completed completed, $failed failed; the restarted replica served $((after - before)) of them"
 cluster_down
+fi
 
 # 3. Rolling restarts under load, each replica in turn: (a) SIGTERM alone, the router
 # learning of the drain from /health (polled every second) and 503s; (b) out of the router's
 # rotation first (as a Kubernetes preStop pause does), then SIGTERM.
 for how in sigterm detach-then-sigterm; do
+  [[ " $PHASES " == *" rolling "* ]] || break
   cluster_up "$REPLICAS" cache_aware "$ROUTER_PORT"
   url=$CLUSTER_URL
   bench "$url" "rolling-$how" 240 6 &

@@ -278,7 +278,8 @@ fn closing_margin(drain: Duration) -> Duration {
 
 /// Serves until `signal`, then drains: `/health` and new generation requests answer 503
 /// (connections are still accepted, so clients get that answer rather than a refused
-/// connection) while in-flight requests finish; the server returns as soon as none is left.
+/// connection) while in-flight requests finish; the server returns as soon as none is left
+/// and none has been refused for `drain::QUIET`.
 /// Shortly before the shutdown timeout runs out it ends the ones still generating (each
 /// stream gets a final chunk with finish reason `abort`, then `[DONE]`), and at the timeout
 /// it gives up on whatever is left.
@@ -307,7 +308,7 @@ async fn serve(
     let margin = closing_margin(drain);
     let finished = tokio::select! {
         () = accept_connections(&listener, &http, &app, &connections) => false,
-        () = state.drain.idle() => true,
+        () = state.drain.settled(crate::drain::QUIET) => true,
         () = tokio::time::sleep(drain - margin) => false,
     };
     drop(listener);

@@ -1,14 +1,23 @@
 //! `Drain`: the server's in-flight generation requests and whether it is draining (a
 //! SIGTERM or Ctrl-C arrived): from that moment `/health` answers 503, so routers and load
 //! balancers stop sending work here, new generation requests are refused with 503 (which
-//! routers retry elsewhere), and the server exits once the requests it took have finished.
+//! routers retry elsewhere), and the server exits once the requests it took have finished
+//! and no new one has been refused for `QUIET` (a router that has not yet seen `/health` fail
+//! still sends here; a 503 it retries beats a refused connection after the exit).
+
+use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
+
+/// How long no request may have been refused before a drained server exits.
+pub const QUIET: Duration = Duration::from_secs(1);
 
 #[derive(Debug, Default, Clone, Copy)]
 struct DrainState {
     draining: bool,
     in_flight: usize,
+    /// When a request was last refused because of the drain.
+    last_refused: Option<Instant>,
 }
 
 /// Shared by the generation routes (which admit requests) and the connection loop (which
@@ -44,6 +53,7 @@ impl Drain {
     pub fn admit(&self) -> Option<Admitted> {
         let admitted = self.state.send_if_modified(|s| {
             if s.draining {
+                s.last_refused = Some(Instant::now());
                 return false;
             }
             s.in_flight += 1;
@@ -72,6 +82,20 @@ impl Drain {
         // The sender lives in `self`, so the channel cannot close while this waits.
         let _ = watching.wait_for(|s| s.in_flight == 0).await;
     }
+
+    /// Resolves once no admitted request is left and none has been refused for `quiet`: the
+    /// clients (routers) have stopped sending here.
+    pub async fn settled(&self, quiet: Duration) {
+        loop {
+            self.idle().await;
+            let last = self.state.borrow().last_refused;
+            let since = last.map_or(quiet, |at| at.elapsed());
+            if since >= quiet && self.in_flight() == 0 {
+                return;
+            }
+            tokio::time::sleep(quiet.saturating_sub(since)).await;
+        }
+    }
 }
 
 #[cfg(test)]
@@ -89,6 +113,22 @@ mod tests {
         assert_eq!(drain.in_flight(), 1);
         drop(first);
         assert_eq!(drain.in_flight(), 0);
+    }
+
+    #[tokio::test]
+    async fn settled_waits_until_nothing_was_refused_for_a_while() {
+        let drain = Drain::default();
+        drain.begin();
+        assert!(drain.admit().is_none());
+        let started = Instant::now();
+        drain.settled(Duration::from_millis(100)).await;
+        assert!(started.elapsed() >= Duration::from_millis(90));
+        // Nothing refused at all: settled at once.
+        let quiet = Drain::default();
+        quiet.begin();
+        let started = Instant::now();
+        quiet.settled(Duration::from_secs(10)).await;
+        assert!(started.elapsed() < Duration::from_secs(1));
     }
 
     #[tokio::test]
