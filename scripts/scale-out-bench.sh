@@ -78,6 +78,11 @@ broken_streams() {
   python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print(sum(1 for e in r["errors"] if e.startswith("stream broke")))' "$1"
 }
 
+in_flight() {
+  curl -sf "$(cluster_url "$1")/metrics" |
+    awk 'index($1, "tokenmill:num_requests_running{") == 1 || index($1, "tokenmill:num_requests_waiting{") == 1 { n += $2 } END { print n + 0 }'
+}
+
 requests_served_by() {
   curl -sf "$(cluster_url "$1")/metrics" |
     awk 'index($1, "tokenmill:request_success_total{") == 1 { n += $2 } END { print n + 0 }'
@@ -117,17 +122,20 @@ bench "$url" kill-9 240 6 &
 load=$!
 wait_for_load
 sleep "${KILL_AFTER:-3}"
-victim=1
-started=$(curl -sf "$(cluster_url "$victim")/metrics" |
-  awk 'index($1, "tokenmill:num_requests_running{") == 1 || index($1, "tokenmill:num_requests_waiting{") == 1 { n += $2 } END { print n + 0 }')
+# The victim: the replica with the most requests under way, so the kill hits replies.
+victim=0 started=-1
+for ((i = 0; i < REPLICAS; i++)); do
+  n=$(in_flight "$i")
+  if [ "$n" -gt "$started" ]; then victim=$i started=$n; fi
+done
 kill -9 "${CLUSTER_PIDS[victim]}"
 wait "${CLUSTER_PIDS[victim]}" 2>/dev/null || true
-say "kill -9: replica $victim killed with $started requests started on it"
+say "kill -9: replica $victim killed; its /metrics (updated after each engine step) showed $started under way"
 sleep 3
 cluster_start_replica "$victim"
 wait "$load" || true
 read -r completed failed < <(outcome "$OUT/kill-9.json")
-say "kill -9: $completed completed, $failed failed: $(broken_streams "$OUT/kill-9.json") broken mid-stream (started on the killed replica), the others never started"
+say "kill -9: $completed completed, $failed failed, of which $(broken_streams "$OUT/kill-9.json") were streams broken mid-reply (started on the killed replica); any other failure never started"
 # New prefixes: cache-aware routing sends prompts it has no match for to the replica with the
 # least cached, which is the restarted one, if the router took it back.
 before=$(requests_served_by "$victim")
