@@ -411,3 +411,50 @@ async fn metrics_compat_vllm_exports_what_endpoint_pickers_read_under_vllm_names
         .lines()
         .any(|l| l.starts_with("vllm:lora_requests_info{max_lora=\"0\"")));
 }
+
+#[tokio::test]
+async fn a_drain_that_runs_out_ends_the_streams_still_generating_with_abort() {
+    let mut server = start_server(
+        &[],
+        ServerOptions {
+            shutdown_timeout: Duration::from_secs(2),
+            ..ServerOptions::default()
+        },
+    );
+    let base = server.base_url();
+    let body = json!({"prompt": "Once upon a time", "max_tokens": 4000, "ignore_eos": true,
+                      "stream": true});
+    let mut stream = client()
+        .post(format!("{base}/v1/completions"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stream.status(), 200);
+    let mut reader = SseReader::default();
+    let mut payloads = Vec::new();
+    while payloads.is_empty() {
+        let bytes = stream.chunk().await.unwrap().expect("a first chunk");
+        payloads.extend(reader.feed(&bytes));
+    }
+    let started = Instant::now();
+    server.begin_shutdown();
+    while let Some(bytes) = stream.chunk().await.unwrap() {
+        payloads.extend(reader.feed(&bytes));
+    }
+    let ended = started.elapsed();
+    assert!(
+        ended < Duration::from_secs(4),
+        "the stream ran {ended:?} past a 2 s drain limit"
+    );
+    assert_eq!(payloads.last().map(String::as_str), Some("[DONE]"));
+    let chunks: Vec<Value> = payloads[..payloads.len() - 1]
+        .iter()
+        .map(|p| serde_json::from_str(p).unwrap())
+        .collect();
+    assert_eq!(streamed_finish_reason(&chunks, 0).as_deref(), Some("abort"));
+    while !server.has_stopped() {
+        assert!(started.elapsed() < Duration::from_secs(6), "still up");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
