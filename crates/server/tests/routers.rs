@@ -1,10 +1,11 @@
-//! SGLang's router (`sglang-router` from PyPI, a real process) in front of two servers:
-//! it registers both under the served model's name and every request through it succeeds,
-//! streamed and not, completions and chat, with the reply a lone server gives.
+//! SGLang's router (`sglang-router` from PyPI, a real process) and then vLLM's
+//! (`vllm-router`) in front of two servers: every request through either succeeds, streamed
+//! and not, completions and chat, with the reply a lone server gives, and SGLang's registers
+//! both servers under the served model's name.
 //!
-//! Runs the router with the Python in `TOKENMILL_PYTHON` (default `python3`), which
-//! `scripts/test.sh` gives `sglang-router`; where that package is not installed the test
-//! prints a SKIPPED line and passes.
+//! Runs the routers with the Python in `TOKENMILL_PYTHON` (default `python3`), which
+//! `scripts/test.sh` gives both packages; where one is not installed its test prints a
+//! SKIPPED line and passes.
 
 mod common;
 
@@ -15,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use serde_json::{json, Value};
-use tokenmill_server::api_server::ServerOptions;
+use tokenmill_server::api_server::{ServerHandle, ServerOptions};
 
 const MODEL: &str = "SmolLM2-135M-Instruct.Q4_1";
 
@@ -23,6 +24,7 @@ const MODEL: &str = "SmolLM2-135M-Instruct.Q4_1";
 struct Router {
     child: Child,
     base: String,
+    ready: &'static str,
 }
 
 impl Drop for Router {
@@ -39,20 +41,47 @@ fn free_port() -> u16 {
         .expect("a free port")
 }
 
-fn start_router(python: &str, workers: &[String]) -> Router {
+/// How one router is started and asked whether it is ready.
+struct RouterKind {
+    package: &'static str,
+    module: &'static str,
+    /// 200 once the router serves (sglang-router's also counts the healthy workers).
+    ready: &'static str,
+    log_level: &'static str,
+}
+
+const SGLANG: RouterKind = RouterKind {
+    package: "sglang-router",
+    module: "sglang_router",
+    ready: "/readiness",
+    log_level: "warn",
+};
+
+const VLLM: RouterKind = RouterKind {
+    package: "vllm-router",
+    module: "vllm_router",
+    ready: "/health",
+    log_level: "warning",
+};
+
+fn start_router(kind: &RouterKind, python: &str, workers: &[String]) -> Router {
     let port = free_port();
+    let launcher = format!("{}.launch_router", kind.module);
     let mut command = Command::new(python);
     command
-        .args(["-m", "sglang_router.launch_router", "--host", "127.0.0.1"])
+        .args(["-m", &launcher, "--host", "127.0.0.1"])
         .args(["--port", &port.to_string(), "--policy", "round_robin"])
-        .args(["--log-level", "warn", "--worker-urls"])
+        // Each its own metrics port: both routers default to 29000, and the tests run at once.
+        .args(["--prometheus-port", &free_port().to_string()])
+        .args(["--log-level", kind.log_level, "--worker-urls"])
         .args(workers)
         .stdout(Stdio::null())
         .stderr(Stdio::inherit());
-    let child = command.spawn().expect("starting sglang-router");
+    let child = command.spawn().expect("starting the router");
     Router {
         child,
         base: format!("http://127.0.0.1:{port}"),
+        ready: kind.ready,
     }
 }
 
@@ -61,10 +90,10 @@ async fn wait_ready(router: &mut Router) {
     let started = Instant::now();
     loop {
         if let Some(status) = router.child.try_wait().unwrap() {
-            panic!("sglang-router exited early: {status}");
+            panic!("the router exited early: {status}");
         }
         let ready = client()
-            .get(format!("{}/readiness", router.base))
+            .get(format!("{}{}", router.base, router.ready))
             .send()
             .await;
         if let Ok(response) = ready {
@@ -77,7 +106,7 @@ async fn wait_ready(router: &mut Router) {
         }
         assert!(
             started.elapsed() < Duration::from_secs(60),
-            "sglang-router did not become ready with both workers"
+            "the router did not become ready with both workers"
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
@@ -127,32 +156,39 @@ async fn finished_requests(base: &str) -> f64 {
         .sum()
 }
 
-#[tokio::test]
-async fn requests_through_sglang_router_to_two_servers_all_succeed() {
+/// The router's Python, or `None` (with a SKIPPED line) where its package is missing.
+fn router_python(kind: &RouterKind) -> Option<String> {
     let python = std::env::var("TOKENMILL_PYTHON").unwrap_or_else(|_| "python3".into());
     let installed = Command::new(&python)
-        .args(["-c", "import sglang_router"])
+        .args(["-c", &format!("import {}", kind.module)])
         .output()
         .is_ok_and(|o| o.status.success());
-    if !installed {
-        let line = format!(
-            "SKIPPED: sglang-router is not installed for {python} (scripts/test.sh installs it)"
-        );
-        // Straight to the terminal or log, past the test harness's capture, so the skip is seen.
-        match std::fs::OpenOptions::new().write(true).open("/dev/stderr") {
-            Ok(mut stderr) => {
-                let _ = writeln!(stderr, "{line}");
-            }
-            Err(_) => eprintln!("{line}"),
-        }
-        return;
+    if installed {
+        return Some(python);
     }
+    let line = format!(
+        "SKIPPED: {} is not installed for {python} (scripts/test.sh installs it)",
+        kind.package
+    );
+    // Straight to the terminal or log, past the test harness's capture, so the skip is seen.
+    match std::fs::OpenOptions::new().write(true).open("/dev/stderr") {
+        Ok(mut stderr) => {
+            let _ = writeln!(stderr, "{line}");
+        }
+        Err(_) => eprintln!("{line}"),
+    }
+    None
+}
+
+/// Two servers behind the router; every shape of request through it gets a lone server's
+/// reply, and both servers take their share. Returns the router for further checks.
+async fn through_router(kind: &RouterKind, python: &str) -> (Router, [ServerHandle; 2]) {
     let servers = [
         start_server(&[], ServerOptions::default()),
         start_server(&[], ServerOptions::default()),
     ];
     let workers: Vec<String> = servers.iter().map(|s| s.base_url()).collect();
-    let mut router = start_router(&python, &workers);
+    let mut router = start_router(kind, python, &workers);
     wait_ready(&mut router).await;
     let base = router.base.clone();
 
@@ -177,10 +213,23 @@ async fn requests_through_sglang_router_to_two_servers_all_succeed() {
         let chunks = stream(format!("{base}/v1/chat/completions"), &streamed).await;
         assert_eq!(streamed_text(&chunks, 0), expected_chat);
     }
+    for worker in &workers {
+        let served = finished_requests(worker).await;
+        assert!(served >= 4.0, "{worker} served {served} of the 8 requests");
+    }
+    (router, servers)
+}
+
+#[tokio::test]
+async fn requests_through_sglang_router_to_two_servers_all_succeed() {
+    let Some(python) = router_python(&SGLANG) else {
+        return;
+    };
+    let (router, _servers) = through_router(&SGLANG, &python).await;
     // The router registered each worker under the served name, read from /server_info
     // (without it, the model id is `unknown`).
     let listed = client()
-        .get(format!("{base}/workers"))
+        .get(format!("{}/workers", router.base))
         .send()
         .await
         .unwrap()
@@ -192,8 +241,12 @@ async fn requests_through_sglang_router_to_two_servers_all_succeed() {
         2,
         "{listed}"
     );
-    for worker in &workers {
-        let served = finished_requests(worker).await;
-        assert!(served >= 4.0, "{worker} served {served} of the 8 requests");
-    }
+}
+
+#[tokio::test]
+async fn requests_through_vllm_router_to_two_servers_all_succeed() {
+    let Some(python) = router_python(&VLLM) else {
+        return;
+    };
+    through_router(&VLLM, &python).await;
 }
