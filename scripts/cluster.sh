@@ -45,10 +45,11 @@ cluster_router_python() {
   echo "$CLUSTER_VENV/bin/python"
 }
 
-# Replica i's cores: the machine's cores split into N runs; with fewer cores than replicas,
-# replica i gets core i mod cores.
+# Replica i's cores: the machine's cores split into N runs (CLUSTER_CORE_SETS runs when set,
+# so 1 replica can get the share 1 of N would); with fewer cores than replicas, replica i gets
+# core i mod cores.
 cluster_cores() {
-  local i=$1 n=$2 cores
+  local i=$1 n=${CLUSTER_CORE_SETS:-$2} cores
   cores=$(nproc)
   if [ "$n" -le "$cores" ]; then
     local from=$((i * cores / n)) to=$(((i + 1) * cores / n - 1))

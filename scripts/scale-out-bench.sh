@@ -11,6 +11,9 @@
 #   3. a rolling restart of every replica under load (SIGTERM: drain, exit, start again), once
 #      with SIGTERM alone and once taking the replica out of the router first: failed requests.
 #
+#   4. throughput of N replicas on N core sets (N = the machine's cores) against one replica
+#      on one core set.
+#
 #   cargo build --release -p tokenmill && scripts/scale-out-bench.sh [OUTPUT_DIR]
 #
 # OUTPUT_DIR (default docs/scale-out) receives each run's `--save-result` JSON and summary.txt.
@@ -27,8 +30,8 @@ CLUSTER_BASE_PORT="${BASE_PORT:-8200}"
 export TOKENMILL_ROUTER_FLAGS="${TOKENMILL_ROUTER_FLAGS:---health-check-interval-secs 1 --health-failure-threshold 1 --health-success-threshold 1 --cb-timeout-duration-secs 5}"
 mkdir -p "$OUT"
 SUMMARY="$OUT/summary.txt"
-PHASES="${PHASES:-prefix kill rolling}" # a subset reruns only those, adding to summary.txt
-[ "$PHASES" != "prefix kill rolling" ] || : >"$SUMMARY"
+PHASES="${PHASES:-prefix kill rolling throughput}" # a subset reruns only those, adding to summary.txt
+[ "$PHASES" != "prefix kill rolling throughput" ] || : >"$SUMMARY"
 trap cluster_down EXIT
 trap 'exit 130' INT TERM
 
@@ -168,3 +171,23 @@ for how in sigterm detach-then-sigterm; do
   say "rolling restart ($how): $completed completed, $failed failed"
   cluster_down
 done
+
+# 4. Throughput: N replicas on N core sets against one replica on one of them (random
+# 128-token prompts, 64 output tokens, prefix caching off, 16 in flight).
+if [[ " $PHASES " == *" throughput "* ]]; then
+  sets=$(nproc)
+  for replicas in 1 "$sets"; do
+    CLUSTER_CORE_SETS=$sets CLUSTER_SERVE_FLAGS=(--no-enable-prefix-caching)
+    cluster_up "$replicas" round_robin "$ROUTER_PORT"
+    "$TOKENMILL_BIN" bench serve --base-url "$CLUSTER_URL" --tokenizer-base-url "$(cluster_url 0)" \
+      --input-len 128 --output-len 64 --ignore-eos --num-prompts 128 --max-concurrency 16 \
+      --seed 0 --no-progress-bar --save-result "$OUT/throughput-$replicas.json" \
+      >"$OUT/throughput-$replicas.log" 2>&1
+    read -r completed failed < <(outcome "$OUT/throughput-$replicas.json")
+    tput=$(python3 -c 'import json,sys; print(round(json.load(open(sys.argv[1]))["output_throughput"], 1))' "$OUT/throughput-$replicas.json")
+    say "throughput, $replicas of $sets core sets: $completed completed, $failed failed; $tput output tokens/s"
+    cluster_down
+  done
+  unset CLUSTER_CORE_SETS
+  CLUSTER_SERVE_FLAGS=()
+fi
