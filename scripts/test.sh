@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs every test: fetches the default model (cached), prepares the official openai Python
-# SDK (for the server's compatibility test) and pyzmq + msgpack (for the KV-event
-# subscriber), then the whole workspace in the `ci` profile:
+# SDK (for the server's compatibility test), pyzmq + msgpack (for the KV-event subscriber) and
+# SGLang's and vLLM's routers from PyPI (for the test that puts each in front of two servers;
+# ~10 s to install, skipped where they cannot be), then the whole workspace in the `ci` profile:
 # release optimization with our crates' debug assertions and overflow checks on (Cargo.toml),
 # so the invariant checks run where the tests run.
 set -euo pipefail
@@ -17,6 +18,10 @@ fi
 if ! "$VENV/bin/python" -c 'import zmq, msgpack' 2>/dev/null; then
   "$VENV/bin/pip" install --quiet pyzmq msgpack ||
     echo "pip could not install pyzmq and msgpack: the KV-event subscriber test will be SKIPPED"
+fi
+if ! "$VENV/bin/python" -c 'import sglang_router, vllm_router' 2>/dev/null; then
+  "$VENV/bin/pip" install --quiet sglang-router==0.3.2 vllm-router==0.1.17 ||
+    echo "note: the routers could not be installed; tests/routers.rs will say SKIPPED"
 fi
 export TOKENMILL_PYTHON="$VENV/bin/python"
 LOG=$(mktemp); trap 'rm -f "$LOG"' EXIT

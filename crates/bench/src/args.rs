@@ -30,6 +30,10 @@ pub enum DatasetKind {
     /// Random prompts, `--num-long-prompts` of them `--long-input-len` tokens long and sent
     /// first, the rest `--input-len` tokens long.
     Mixed,
+    /// vLLM's `prefix_repetition`: `--num-prefixes` random prefixes of `--prefix-len` tokens
+    /// (long system prompts), each followed by random questions of `--input-len` tokens; the
+    /// prompts of all prefixes come shuffled, sent as text (what routers match prefixes on).
+    PrefixRepetition,
 }
 
 // An option value, so it sits with the options: its walk (`TuneSearch::next`, in
@@ -65,6 +69,11 @@ pub struct CommonArgs {
 
     #[arg(long, value_enum, default_value_t = DatasetKind::Random)]
     pub dataset: DatasetKind,
+
+    /// Where prompts are tokenized (`POST /tokenize`) to fit their lengths, when not at
+    /// `--base-url`: one replica behind a router that does not pass `/tokenize` on.
+    #[arg(long)]
+    pub tokenizer_base_url: Option<String>,
 
     /// File for the `sharegpt` and `jsonl` datasets.
     #[arg(long)]
@@ -102,9 +111,15 @@ pub struct CommonArgs {
     #[arg(long, default_value_t = 0.0)]
     pub range_ratio: f64,
 
-    /// Random dataset: tokens of a prefix shared by every prompt.
+    /// Random dataset: tokens of a prefix shared by every prompt (prefix-repetition: by
+    /// every prompt of one prefix).
     #[arg(long, default_value_t = 0)]
     pub prefix_len: usize,
+
+    /// Prefix-repetition dataset: how many different prefixes the prompts share out, in
+    /// turn (`--num-prompts 48 --num-prefixes 12`: 4 prompts per prefix).
+    #[arg(long, default_value_t = 10)]
+    pub num_prefixes: usize,
 
     #[arg(long, default_value_t = 1000)]
     pub num_prompts: usize,

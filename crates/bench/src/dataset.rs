@@ -41,6 +41,10 @@ pub async fn load(args: &CommonArgs, counter: &TokenCounter) -> anyhow::Result<V
             let token_ids_allowed = args.endpoint == Endpoint::Completions;
             random_prompts::build(&shape, counter, token_ids_allowed).await
         }
+        DatasetKind::PrefixRepetition => {
+            let shape = RandomShape::from_args(args)?;
+            random_prompts::build_prefix_groups(&shape, args.num_prefixes, counter).await
+        }
         DatasetKind::Sharegpt => {
             let path = dataset_path(args)?;
             let prompts = read_sharegpt(path, args.seed)?;

@@ -40,7 +40,13 @@ impl PreparedBenchmark {
             Some(model) => model.clone(),
             None => server.first_model().await?,
         };
-        let counter = TokenCounter::for_server(&server, &model).await;
+        let counter = match &args.tokenizer_base_url {
+            Some(url) => {
+                let tokenizing = Server::new(url, args.api_key.as_deref())?;
+                TokenCounter::for_server(&tokenizing, &model).await
+            }
+            None => TokenCounter::for_server(&server, &model).await,
+        };
         let requests = dataset::load(args, &counter).await?;
         let target = RequestTarget {
             server,

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use rand::rngs::StdRng;
+use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use tokio::task::JoinSet;
 
@@ -126,6 +127,44 @@ pub async fn build(
             Ok(word_prompts(shape, &lengths, &mut rng))
         }
     }
+}
+
+/// The prefix-repetition requests: prompt `i` starts with prefix `i % num_prefixes` (each
+/// prefix drawn with its own seed), then the lot is shuffled with the seed. Always text, so a
+/// router that matches prefixes on text sees the shared part.
+pub async fn build_prefix_groups(
+    shape: &RandomShape,
+    num_prefixes: usize,
+    counter: &TokenCounter,
+) -> anyhow::Result<Vec<BenchRequest>> {
+    if num_prefixes == 0 || shape.prefix_len == 0 {
+        anyhow::bail!(
+            "the prefix-repetition dataset needs --num-prefixes and --prefix-len of at least 1"
+        );
+    }
+    let mut groups = Vec::with_capacity(num_prefixes);
+    for group in 0..num_prefixes {
+        let members = (shape.count + num_prefixes - 1 - group) / num_prefixes;
+        let group_shape = RandomShape {
+            count: members,
+            seed: shape.seed.wrapping_add(group as u64 * 7_919),
+            ..shape.clone()
+        };
+        if members > 0 {
+            groups.push(build(&group_shape, counter, false).await?.into_iter());
+        }
+    }
+    // Round the prefixes in turn, then shuffle: arrival order says nothing about the prefix.
+    let mut requests = Vec::with_capacity(shape.count);
+    while requests.len() < shape.count {
+        let before = requests.len();
+        requests.extend(groups.iter_mut().filter_map(Iterator::next));
+        if requests.len() == before {
+            break;
+        }
+    }
+    requests.shuffle(&mut StdRng::seed_from_u64(shape.seed));
+    Ok(requests)
 }
 
 fn blind_token_prompts(
@@ -343,6 +382,52 @@ mod tests {
         let inputs: Vec<usize> = lengths.iter().map(|l| l.0).collect();
         assert!(inputs.iter().all(|&n| (50..=150).contains(&n)));
         assert!(*inputs.iter().min().unwrap() < 60 && *inputs.iter().max().unwrap() > 140);
+    }
+
+    #[test]
+    fn prefix_groups_share_each_prefix_among_their_prompts_only() {
+        let shape = RandomShape {
+            count: 48,
+            input_len: 5,
+            output_len: 8,
+            range_ratio: 0.0,
+            prefix_len: 30,
+            long_count: 0,
+            long_input_len: 0,
+            seed: 4,
+        };
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let requests = runtime
+            .block_on(build_prefix_groups(
+                &shape,
+                12,
+                &TokenCounter::ApproximateWords,
+            ))
+            .unwrap();
+        assert_eq!(requests.len(), 48);
+        let mut prefixes = std::collections::BTreeMap::<String, usize>::new();
+        for request in &requests {
+            let Prompt::Text(text) = &request.prompt else {
+                panic!("prefix-repetition prompts are text");
+            };
+            let words: Vec<&str> = text.split(' ').collect();
+            assert_eq!(words.len(), 35);
+            *prefixes.entry(words[..30].join(" ")).or_default() += 1;
+        }
+        assert_eq!(prefixes.len(), 12, "12 different prefixes");
+        assert!(prefixes.values().all(|&n| n == 4), "{prefixes:?}");
+        // Shuffled: the first prompts do not simply walk the prefixes in order.
+        let first: Vec<&str> = requests[..12]
+            .iter()
+            .map(|r| match &r.prompt {
+                Prompt::Text(t) => &t[..20],
+                _ => "",
+            })
+            .collect();
+        let distinct: std::collections::BTreeSet<_> = first.iter().collect();
+        assert!(distinct.len() < 12, "{first:?}");
     }
 
     #[test]

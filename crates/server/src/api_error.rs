@@ -153,6 +153,20 @@ impl ApiError {
         }
     }
 
+    /// The server is draining (shutting down): it takes no new work, and a router should
+    /// send the request to another replica. Counted as `unavailable`.
+    pub fn draining() -> Self {
+        Self {
+            code: Some("shutting_down"),
+            retry_after: Some(1),
+            ..Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "server_error",
+                "the server is shutting down and takes no new requests; send this one to another replica",
+            )
+        }
+    }
+
     /// The engine failed while computing the request (see the server log for why).
     pub fn engine_failed() -> Self {
         Self {

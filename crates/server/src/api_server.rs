@@ -1,13 +1,14 @@
 //! `tokenmill serve`: the OpenAI-compatible HTTP server — its flags, startup, its connection
 //! loop (HTTP/1.1 with a header read timeout, so silent or half-sent requests cannot hold
-//! sockets), and graceful shutdown (stop accepting, let in-flight requests finish within a
-//! bound, end the rest cleanly, stop the engine).
+//! sockets), and graceful shutdown: a drain (`/health` and new generation requests answer
+//! 503 while in-flight requests finish, within a bound; the rest are ended cleanly), then
+//! the engine stops.
 
 use std::future::Future;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
 use axum::Router;
@@ -22,7 +23,7 @@ use tokio::sync::oneshot;
 use crate::app_state::AppState;
 use crate::kv_event_publisher::KvEventPublisher;
 use crate::kv_events_config::KvEventsConfig;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, MetricsCompat};
 use crate::model_loader::{self, LoadedModel};
 use crate::reasoning_parser::ReasoningParserKind;
 use crate::request_limits::RequestLimits;
@@ -66,6 +67,11 @@ pub struct ServeArgs {
     /// call), or `auto` (both).
     #[arg(long, value_enum, default_value_t = ToolCallParserKind::Auto)]
     pub tool_call_parser: ToolCallParserKind,
+    /// Also export the metrics under another engine's names: `vllm` adds `vllm:*` series
+    /// (queue, running requests, KV usage, LoRA and cache config info, the counters and
+    /// histograms), which endpoint pickers and dashboards written for vLLM read.
+    #[arg(long, value_enum)]
+    pub metrics_compat: Option<MetricsCompat>,
     #[command(flatten)]
     pub request_limits: RequestLimits,
     /// Publish KV-cache events over ZeroMQ as vLLM does: a JSON object with vLLM's keys, e.g.
@@ -87,6 +93,7 @@ pub struct ServerOptions {
     pub tool_call_parser: ToolCallParserKind,
     /// `--kv-events-config`: publish the prefix cache's changes.
     pub kv_events: Option<KvEventsConfig>,
+    pub metrics_compat: Option<MetricsCompat>,
 }
 
 impl Default for ServerOptions {
@@ -100,6 +107,7 @@ impl Default for ServerOptions {
             reasoning_parser: None,
             tool_call_parser: ToolCallParserKind::Auto,
             kv_events: None,
+            metrics_compat: None,
         }
     }
 }
@@ -115,6 +123,7 @@ impl ServeArgs {
             reasoning_parser: self.reasoning_parser,
             tool_call_parser: self.tool_call_parser,
             kv_events: self.kv_events_config.clone(),
+            metrics_compat: self.metrics_compat,
         }
     }
 }
@@ -156,7 +165,9 @@ pub fn app_state(
         handle: EngineHandle::spawn(model.engine),
         tokenizer: model.tokenizer,
         chat_template: model.chat_template,
-        metrics: Arc::new(Metrics::new(served.clone())),
+        metrics: Arc::new(
+            Metrics::new(served.clone()).with_compat(options.metrics_compat, &model.config),
+        ),
         served_model_name: served,
         root: model.name,
         api_key: options.api_key.clone(),
@@ -167,6 +178,8 @@ pub fn app_state(
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_secs())
             .unwrap_or(0),
+        config: model.config,
+        drain: Default::default(),
         closing: tokio::sync::watch::Sender::new(false),
         constraint_compiler: std::sync::OnceLock::new(),
         kv_events,
@@ -228,6 +241,18 @@ impl ServerHandle {
     /// Graceful stop: in-flight requests finish (within the shutdown timeout), then the engine stops.
     pub fn shutdown(mut self) {
         self.stop_and_join();
+    }
+
+    /// Starts the drain a SIGTERM starts, without waiting for it (`shutdown` waits).
+    pub fn begin_shutdown(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+
+    /// Whether the server thread has ended (the drain is over).
+    pub fn has_stopped(&self) -> bool {
+        self.thread.as_ref().is_none_or(|t| t.is_finished())
     }
 
     fn stop_and_join(&mut self) {
@@ -292,9 +317,13 @@ fn closing_margin(drain: Duration) -> Duration {
     (drain / 2).min(Duration::from_secs(1))
 }
 
-/// Serves until `signal`, then lets in-flight requests finish; shortly before the shutdown
-/// timeout runs out it ends the ones still generating (each stream gets a final chunk with
-/// finish reason `abort`, then `[DONE]`), and at the timeout it gives up on whatever is left.
+/// Serves until `signal`, then drains: `/health` and new generation requests answer 503
+/// (connections are still accepted, so clients get that answer rather than a refused
+/// connection) while in-flight requests finish; the server returns as soon as none is left
+/// and none has been refused for `drain::QUIET`.
+/// Shortly before the shutdown timeout runs out it ends the ones still generating (each
+/// stream gets a final chunk with finish reason `abort`, then `[DONE]`), and at the timeout
+/// it gives up on whatever is left.
 async fn serve(
     listener: TcpListener,
     state: Arc<AppState>,
@@ -306,20 +335,59 @@ async fn serve(
     http.timer(TokioTimer::new())
         .header_read_timeout(options.header_read_timeout);
     let connections = GracefulShutdown::new();
-    let mut signal = std::pin::pin!(signal);
+    tokio::select! {
+        () = accept_connections(&listener, &http, &app, &connections) => {}
+        () = signal => {}
+    }
+    let drain = options.shutdown_timeout;
+    let started = Instant::now();
+    state.drain.begin();
+    tracing::info!(
+        "draining: /health answers 503 and new requests are refused; waiting for {} in flight",
+        state.drain.in_flight()
+    );
+    let margin = closing_margin(drain);
+    let finished = tokio::select! {
+        () = accept_connections(&listener, &http, &app, &connections) => false,
+        () = state.drain.settled(crate::drain::QUIET) => true,
+        () = tokio::time::sleep(drain - margin) => false,
+    };
+    drop(listener);
+    if !finished {
+        tracing::warn!(
+            "requests still generating after {:?}; ending them",
+            drain - margin
+        );
+        state.close_replies();
+    }
+    // What is left: idle keep-alive connections (closed now) and replies being written.
+    let rest = drain.saturating_sub(started.elapsed()).max(margin);
+    tokio::select! {
+        () = connections.shutdown() => {}
+        () = tokio::time::sleep(rest) => {
+            tracing::warn!("connections still open after {drain:?}; closing them");
+        }
+    }
+    Ok(())
+}
+
+/// Accepts connections until the future is dropped.
+async fn accept_connections(
+    listener: &TcpListener,
+    http: &hyper::server::conn::http1::Builder,
+    app: &Router,
+    connections: &GracefulShutdown,
+) {
     loop {
-        let socket = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok((socket, _)) => socket,
-                Err(error) => {
-                    // Out of file descriptors, most likely: retrying at once would spin; the
-                    // header read timeout frees the sockets that slow clients hold.
-                    tracing::warn!("cannot accept a connection: {error}");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-            },
-            () = &mut signal => break,
+        let socket = match listener.accept().await {
+            Ok((socket, _)) => socket,
+            Err(error) => {
+                // Out of file descriptors, most likely: retrying at once would spin; the
+                // header read timeout frees the sockets that slow clients hold.
+                tracing::warn!("cannot accept a connection: {error}");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
         };
         let connection =
             http.serve_connection(TokioIo::new(socket), TowerToHyperService::new(app.clone()));
@@ -330,26 +398,6 @@ async fn serve(
             }
         });
     }
-    drop(listener);
-    tracing::info!("shutting down: no new connections; waiting for in-flight requests");
-    let drain = options.shutdown_timeout;
-    let deadline = async {
-        let margin = closing_margin(drain);
-        tokio::time::sleep(drain - margin).await;
-        tracing::warn!(
-            "requests still generating after {:?}; ending them",
-            drain - margin
-        );
-        state.close_replies();
-        tokio::time::sleep(margin).await;
-    };
-    tokio::select! {
-        () = connections.shutdown() => {}
-        () = deadline => {
-            tracing::warn!("connections still open after {drain:?}; closing them");
-        }
-    }
-    Ok(())
 }
 
 async fn shutdown_signal() {

@@ -10,10 +10,12 @@ use tokio::sync::watch;
 use crate::api_error::ApiError;
 use crate::chat_template::ChatTemplate;
 use crate::constraint_compiler::ConstraintCompiler;
+use crate::drain::Drain;
 use crate::kv_event_publisher::KvEventPublisher;
 use crate::metrics::Metrics;
 use crate::reasoning_parser::ReasoningParserKind;
 use crate::request_limits::RequestLimits;
+use crate::serving_config::ServingConfig;
 use crate::structured_output::StructuredOutput;
 use crate::tokenizer::Tokenizer;
 use crate::tool_call_parser::ToolCallParserKind;
@@ -36,6 +38,10 @@ pub struct AppState {
     pub metrics: Arc<Metrics>,
     /// Unix seconds when the server started.
     pub created: u64,
+    /// The engine settings, as the info endpoints report them.
+    pub config: ServingConfig,
+    /// In-flight generation requests, and whether the server is draining (shutting down).
+    pub drain: Drain,
     /// Set once, when a shutdown's drain limit is about to run out: every choice still
     /// generating then ends with finish reason `abort`, so streams close with a final chunk
     /// and `[DONE]` instead of being cut.

@@ -14,7 +14,7 @@ use tokio::sync::watch;
 
 use crate::detokenizer::IncrementalDetokenizer;
 use crate::metrics::{FinishedRequest, Metrics};
-use crate::reasoning_parser::{ReasoningParser, ReasoningParserKind};
+use crate::reasoning_parser::{ReasoningDelivery, ReasoningParser, ReasoningParserKind};
 use crate::tokenizer::Tokenizer;
 use crate::tool_call_parser::{ToolCall, ToolCallParser};
 
@@ -54,8 +54,9 @@ pub struct ChoiceSetup {
     pub stop: Vec<String>,
     pub include_stop: bool,
     pub skip_special_tokens: bool,
-    /// How reasoning is marked in this choice's text, when it is to be split off.
-    pub reasoning: Option<ReasoningParserKind>,
+    /// How reasoning is marked in this choice's text, when it is to be split off, and what
+    /// is done with it then.
+    pub reasoning: Option<(ReasoningParserKind, ReasoningDelivery)>,
     /// Splits tool calls from the content, when the request offered tools.
     pub tool_calls: Option<ToolCallParser>,
     /// Becomes `true` when the server ends every open reply (shutdown).
@@ -67,7 +68,9 @@ pub struct ChoiceRun {
     id: SeqId,
     events: UnboundedReceiver<RequestEvent>,
     decoder: TextDecoder,
-    reasoning: Option<ReasoningParser>,
+    reasoning: Option<(ReasoningParser, ReasoningDelivery)>,
+    /// Reasoning split off but not shown yet (`ReasoningDelivery::Whole`).
+    held_reasoning: String,
     tool_calls: Option<ToolCallParser>,
     metrics: Arc<Metrics>,
     prompt_tokens: usize,
@@ -91,7 +94,10 @@ impl ChoiceRun {
             id,
             events,
             decoder,
-            reasoning: setup.reasoning.map(ReasoningParser::new),
+            reasoning: setup
+                .reasoning
+                .map(|(kind, delivery)| (ReasoningParser::new(kind), delivery)),
+            held_reasoning: String::new(),
             tool_calls: setup.tool_calls,
             metrics: setup.metrics,
             prompt_tokens: setup.prompt.len(),
@@ -138,7 +144,7 @@ impl ChoiceRun {
 
     async fn next_split_delta(&mut self) -> Option<ChoiceDelta> {
         let mut delta = self.next_text_delta().await?;
-        if let Some(parser) = &mut self.reasoning {
+        if let Some((parser, delivery)) = &mut self.reasoning {
             let mut split = parser.push(&delta.text);
             if delta.finish_reason.is_some() {
                 let rest = parser.finish();
@@ -146,7 +152,19 @@ impl ChoiceRun {
                 split.content.push_str(&rest.content);
             }
             delta.text = split.content;
-            delta.reasoning = split.reasoning;
+            delta.reasoning = match delivery {
+                ReasoningDelivery::Stream => split.reasoning,
+                ReasoningDelivery::Dropped => String::new(),
+                // Held until content (or the end) shows the reasoning is over.
+                ReasoningDelivery::Whole => {
+                    self.held_reasoning.push_str(&split.reasoning);
+                    if delta.text.is_empty() && delta.finish_reason.is_none() {
+                        String::new()
+                    } else {
+                        std::mem::take(&mut self.held_reasoning)
+                    }
+                }
+            };
         }
         if let Some(parser) = &mut self.tool_calls {
             let mut split = parser.push(&delta.text);

@@ -45,7 +45,7 @@ fn is_text_modality(value: &Value) -> bool {
 }
 
 /// Fields known from OpenAI's or vLLM's API that this server refuses, with the reason a user sees.
-pub const REFUSED_FIELDS: [(&str, FieldPolicy); 8] = [
+pub const REFUSED_FIELDS: [(&str, FieldPolicy); 9] = [
     ("functions", refused(LEGACY_FUNCTIONS, never)),
     ("function_call", refused(LEGACY_FUNCTIONS, never)),
     (
@@ -68,6 +68,13 @@ pub const REFUSED_FIELDS: [(&str, FieldPolicy); 8] = [
     (
         "prediction",
         refused("predicted outputs are not supported", never),
+    ),
+    // SGLang's field; its routers send `false` with every request.
+    (
+        "return_hidden_states",
+        refused("hidden states are not returned by this server", |v| {
+            v == false
+        }),
     ),
 ];
 
@@ -117,7 +124,8 @@ pub fn check_fields(body: &GenerationRequest, endpoint: Endpoint) -> Result<(), 
 fn check_endpoint_fields(body: &GenerationRequest, endpoint: Endpoint) -> Result<(), ApiError> {
     let completions_only = [
         ("prompt", body.prompt.is_some()),
-        ("echo", body.echo.is_some()),
+        // `false` asks for nothing (vLLM's chat reads `echo` too; routers may send it).
+        ("echo", body.echo == Some(true)),
         ("suffix", body.suffix.is_some()),
         ("prompt_logprobs", body.prompt_logprobs.is_some()),
     ];
@@ -132,6 +140,13 @@ fn check_endpoint_fields(body: &GenerationRequest, endpoint: Endpoint) -> Result
         ("tools", body.tools.is_some()),
         ("tool_choice", body.tool_choice.is_some()),
         ("parallel_tool_calls", body.parallel_tool_calls.is_some()),
+        (
+            "continue_final_message",
+            body.continue_final_message == Some(true),
+        ),
+        ("separate_reasoning", body.separate_reasoning == Some(false)),
+        ("stream_reasoning", body.stream_reasoning == Some(false)),
+        ("include_reasoning", body.include_reasoning == Some(false)),
     ];
     let (foreign, home) = match endpoint {
         Endpoint::Completions => (chat_only.as_slice(), "/v1/chat/completions"),

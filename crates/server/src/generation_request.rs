@@ -68,6 +68,19 @@ pub struct GenerationRequest {
     pub tool_choice: Option<Value>,
     /// Chat: whether one reply may hold several tool calls (default true).
     pub parallel_tool_calls: Option<bool>,
+    /// SGLang's spelling of `include_stop_str_in_output` (routers add it, `false`).
+    pub no_stop_trim: Option<bool>,
+    /// vLLM's chat field: the reply continues the last (assistant) message instead of
+    /// opening a new turn; the template's generation prompt is left out.
+    pub continue_final_message: Option<bool>,
+    /// SGLang's chat field (default true): with `--reasoning-parser`, reasoning goes to
+    /// `reasoning_content`; `false` leaves it in `content`.
+    pub separate_reasoning: Option<bool>,
+    /// SGLang's chat field (default true): `false` streams the reasoning as one chunk, when
+    /// it is complete, instead of as it is generated.
+    pub stream_reasoning: Option<bool>,
+    /// vLLM's chat field (default true): `false` drops the reasoning from the reply.
+    pub include_reasoning: Option<bool>,
     /// Every field not named above, for `field_policy::check_fields` to accept or refuse.
     #[serde(flatten)]
     pub other: BTreeMap<String, Value>,

@@ -1,11 +1,16 @@
 //! `Metrics`: request latencies and token counts, rendered with the engine's scheduler gauges in
-//! Prometheus' text format under vLLM's metric names (prefix `tokenmill:`). See docs/metrics.md.
+//! Prometheus' text format under vLLM's metric names (prefix `tokenmill:`), and with
+//! `--metrics-compat vllm` under vLLM's own prefix too (`vllm:`, with the info gauges endpoint
+//! pickers read). See docs/metrics.md.
 
 use std::fmt::Write;
 use std::sync::Mutex;
 use std::time::Instant;
 
+use clap::ValueEnum;
+
 use crate::api_error::REFUSAL_REASONS;
+use crate::serving_config::ServingConfig;
 use tokenmill_engine::sched::moe_expert_stats::ACTIVE_EXPERT_BUCKETS;
 use tokenmill_engine::sched::request::RequestTimings;
 use tokenmill_engine::sched::scheduler_stats::{SchedulerStats, STEP_BUCKETS};
@@ -33,6 +38,17 @@ const MASK_HISTOGRAM: HistogramSpec = HistogramSpec {
     help: "Time to compute one token mask of a constrained (structured output) request.",
     buckets: MASK_BUCKETS,
 };
+
+/// `--metrics-compat`: another engine's names to export the metrics under as well.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum MetricsCompat {
+    /// `vllm:*`, as the Gateway API Inference Extension's endpoint picker and vLLM
+    /// dashboards read them.
+    Vllm,
+}
+
+/// The prefix of the native names.
+const NATIVE: &str = "tokenmill";
 
 /// The ways a request can end, as `request_success`'s `finished_reason` label.
 const FINISH_REASONS: [&str; 4] = ["stop", "length", "abort", "error"];
@@ -141,6 +157,10 @@ pub struct FinishedRequest<'a> {
 
 pub struct Metrics {
     model_name: String,
+    /// The KV cache's settings, for `cache_config_info` (absent in unit tests).
+    config: Option<ServingConfig>,
+    /// `--metrics-compat`: also render under another engine's names.
+    compat: Option<MetricsCompat>,
     recorded: Mutex<Recorded>,
     /// Apart from `recorded`: every constrained token takes this lock, from sampling threads.
     masks: Mutex<Histogram>,
@@ -150,6 +170,8 @@ impl Metrics {
     pub fn new(model_name: impl Into<String>) -> Self {
         Self {
             model_name: model_name.into(),
+            config: None,
+            compat: None,
             recorded: Mutex::new(Recorded {
                 histograms: HISTOGRAMS
                     .iter()
@@ -161,6 +183,15 @@ impl Metrics {
                 refusals: [0; REFUSAL_REASONS.len()],
             }),
             masks: Mutex::new(Histogram::new(MASK_BUCKETS)),
+        }
+    }
+
+    /// Reports `config` in `cache_config_info`, and renders vLLM's names too under `compat`.
+    pub fn with_compat(self, compat: Option<MetricsCompat>, config: &ServingConfig) -> Self {
+        Self {
+            config: Some(config.clone()),
+            compat,
+            ..self
         }
     }
 
@@ -196,31 +227,52 @@ impl Metrics {
         }
     }
 
-    /// The whole exposition: request metrics plus the scheduler's live gauges and counters.
+    /// The whole exposition: request metrics plus the scheduler's live gauges and counters,
+    /// under the native names and, with `--metrics-compat vllm`, vLLM's.
     pub fn render(&self, stats: &SchedulerStats) -> String {
-        let label = format!("model_name=\"{}\"", escape_label(&self.model_name));
         let mut out = String::new();
+        self.render_prefixed(&mut out, stats, NATIVE);
+        if self.compat == Some(MetricsCompat::Vllm) {
+            self.render_prefixed(&mut out, stats, "vllm");
+            self.render_vllm_only(&mut out, stats);
+        }
+        out
+    }
+
+    /// Every family under `prefix`; tokenmill's own (step times, structured output, MoE,
+    /// refusals) only under the native prefix, since vLLM has no such series.
+    fn render_prefixed(&self, out: &mut String, stats: &SchedulerStats, prefix: &str) {
+        let native = prefix == NATIVE;
+        let label = format!("model_name=\"{}\"", escape_label(&self.model_name));
+        let sample_family =
+            |out: &mut String, name: &str, kind: &str, help: &str, samples: &[(String, f64)]| {
+                sample_family(out, prefix, name, kind, help, samples)
+            };
+        let histogram_family = |out: &mut String, spec: &HistogramSpec, h: &Histogram| {
+            histogram_family(out, prefix, spec, h, &label)
+        };
         let gauge = |out: &mut String, name: &str, help: &str, value: f64| {
             sample_family(out, name, "gauge", help, &[(label.clone(), value)]);
         };
         gauge(
-            &mut out,
+            out,
             "num_requests_running",
             "Requests in the running batch.",
             stats.num_running as f64,
         );
         gauge(
-            &mut out,
+            out,
             "num_requests_waiting",
             "Requests waiting to be scheduled.",
             stats.num_waiting as f64,
         );
         gauge(
-            &mut out,
+            out,
             "kv_cache_usage_perc",
             "Fraction of KV-cache blocks in use (0 to 1).",
             stats.kv_cache_usage,
         );
+        self.render_cache_config(out, prefix);
         let counter = |out: &mut String, name: &str, help: &str, value: f64| {
             sample_family(
                 out,
@@ -231,32 +283,35 @@ impl Metrics {
             );
         };
         counter(
-            &mut out,
+            out,
             "prefix_cache_queries",
             "Prompt tokens looked up in the prefix cache.",
             stats.prefix_cache_queries as f64,
         );
         counter(
-            &mut out,
+            out,
             "prefix_cache_hits",
             "Prompt tokens found in the prefix cache.",
             stats.prefix_cache_hits as f64,
         );
         counter(
-            &mut out,
+            out,
             "num_preemptions",
             "Times a running request was preempted.",
             stats.num_preemptions as f64,
         );
+        if !native {
+            return self.render_recorded(out, prefix, &label);
+        }
         counter(
-            &mut out,
+            out,
             "step_prefill_tokens",
             "Prompt tokens computed by engine steps (what --target-itl-ms rations).",
             stats.prefill_tokens as f64,
         );
         if let Some(error) = stats.step_prediction_error {
             gauge(
-                &mut out,
+                out,
                 "step_time_prediction_error_ratio",
                 "Mean |predicted - measured| / measured step time of the step cost model.",
                 error,
@@ -273,9 +328,9 @@ impl Metrics {
             help: "Wall time of each engine step, schedule to update: the inter-token gap.",
             buckets: &STEP_BUCKETS,
         };
-        histogram_family(&mut out, &spec, &steps, &label);
+        histogram_family(out, &spec, &steps);
         if let Ok(masks) = self.masks.lock() {
-            histogram_family(&mut out, &MASK_HISTOGRAM, &masks, &label);
+            histogram_family(out, &MASK_HISTOGRAM, &masks);
         }
         if let Some(moe) = &stats.moe_active_experts {
             let experts = Histogram {
@@ -289,19 +344,34 @@ impl Metrics {
                 help: "Distinct experts each engine step ran per MoE layer (mean over MoE layers).",
                 buckets: &ACTIVE_EXPERT_BUCKETS,
             };
-            histogram_family(&mut out, &spec, &experts, &label);
+            histogram_family(out, &spec, &experts);
         }
+        self.render_recorded(out, prefix, &label);
+    }
+
+    /// The counters and histograms of ended requests (and, natively, the refusals).
+    fn render_recorded(&self, out: &mut String, prefix: &str, label: &str) {
         let Ok(r) = self.recorded.lock() else {
-            return out;
+            return;
+        };
+        let counter = |out: &mut String, name: &str, help: &str, value: f64| {
+            sample_family(
+                out,
+                prefix,
+                &format!("{name}_total"),
+                "counter",
+                help,
+                &[(label.to_owned(), value)],
+            );
         };
         counter(
-            &mut out,
+            out,
             "prompt_tokens",
             "Prompt tokens of finished requests.",
             r.prompt_tokens as f64,
         );
         counter(
-            &mut out,
+            out,
             "generation_tokens",
             "Generated tokens of finished requests.",
             r.generation_tokens as f64,
@@ -312,28 +382,114 @@ impl Metrics {
             .map(|(reason, n)| (format!("{label},finished_reason=\"{reason}\""), n as f64))
             .collect();
         sample_family(
-            &mut out,
+            out,
+            prefix,
             "request_success_total",
             "counter",
             "Finished requests by finish reason.",
             &successes,
         );
-        let refusals: Vec<(String, f64)> = REFUSAL_REASONS
-            .iter()
-            .zip(r.refusals)
-            .map(|(reason, n)| (format!("{label},reason=\"{reason}\""), n as f64))
-            .collect();
-        sample_family(
-            &mut out,
-            "requests_refused_total",
-            "counter",
-            "Requests refused with an error status before any generation, by reason.",
-            &refusals,
-        );
-        for (spec, histogram) in HISTOGRAMS.iter().zip(&r.histograms) {
-            histogram_family(&mut out, spec, histogram, &label);
+        if prefix == NATIVE {
+            let refusals: Vec<(String, f64)> = REFUSAL_REASONS
+                .iter()
+                .zip(r.refusals)
+                .map(|(reason, n)| (format!("{label},reason=\"{reason}\""), n as f64))
+                .collect();
+            sample_family(
+                out,
+                prefix,
+                "requests_refused_total",
+                "counter",
+                "Requests refused with an error status before any generation, by reason.",
+                &refusals,
+            );
         }
-        out
+        for (spec, histogram) in HISTOGRAMS.iter().zip(&r.histograms) {
+            histogram_family(out, prefix, spec, histogram, label);
+        }
+        if prefix != NATIVE {
+            // vLLM's older name for the inter-token latency, still read by dashboards.
+            let spec = HistogramSpec {
+                name: "time_per_output_token_seconds",
+                ..HISTOGRAMS[ITL]
+            };
+            histogram_family(out, prefix, &spec, &r.histograms[ITL], label);
+        }
+    }
+
+    /// vLLM's info gauge of the KV cache's settings (value 1, the settings in labels), which
+    /// an endpoint picker's prefix scorer reads `block_size` and `num_gpu_blocks` from.
+    fn render_cache_config(&self, out: &mut String, prefix: &str) {
+        let Some(c) = &self.config else {
+            return;
+        };
+        let prefix_caching = if c.enable_prefix_caching {
+            "True"
+        } else {
+            "False"
+        };
+        sample_family(
+            out,
+            prefix,
+            "cache_config_info",
+            "gauge",
+            "Information of the KV cache's configuration, in labels.",
+            &[(
+                format!(
+                    "block_size=\"{}\",cache_dtype=\"{}\",enable_prefix_caching=\"{prefix_caching}\",\
+                     num_gpu_blocks=\"{}\",num_cpu_blocks=\"0\",prefix_caching_hash_algo=\"sha256\"",
+                    c.block_size, c.kv_cache_dtype, c.num_kv_blocks
+                ),
+                1.0,
+            )],
+        );
+    }
+
+    /// The series vLLM has and tokenmill's names do not: its older names for KV usage and
+    /// the prefix cache, and the info gauges an endpoint picker reads labels from.
+    fn render_vllm_only(&self, out: &mut String, stats: &SchedulerStats) {
+        let label = format!("model_name=\"{}\"", escape_label(&self.model_name));
+        let one = |value: f64| [(label.clone(), value)];
+        sample_family(
+            out,
+            "vllm",
+            "gpu_cache_usage_perc",
+            "gauge",
+            "Fraction of KV-cache blocks in use (0 to 1); vLLM's older name of kv_cache_usage_perc.",
+            &one(stats.kv_cache_usage),
+        );
+        sample_family(
+            out,
+            "vllm",
+            "gpu_prefix_cache_queries_total",
+            "counter",
+            "Prompt tokens looked up in the prefix cache; vLLM's older name.",
+            &one(stats.prefix_cache_queries as f64),
+        );
+        sample_family(
+            out,
+            "vllm",
+            "gpu_prefix_cache_hits_total",
+            "counter",
+            "Prompt tokens found in the prefix cache; vLLM's older name.",
+            &one(stats.prefix_cache_hits as f64),
+        );
+        // vLLM's shape: the value is the time of the report, the adapters are labels.
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs_f64())
+            .unwrap_or(0.0);
+        sample_family(
+            out,
+            "vllm",
+            "lora_requests_info",
+            "gauge",
+            "Running and waiting LoRA adapters (none: tokenmill serves no adapters).",
+            &[(
+                "max_lora=\"0\",running_lora_adapters=\"\",waiting_lora_adapters=\"\"".to_owned(),
+                now,
+            )],
+        );
     }
 }
 
@@ -365,33 +521,40 @@ fn observe_timings(histograms: &mut [Histogram], t: &RequestTimings, completion_
     }
 }
 
-fn sample_family(out: &mut String, name: &str, kind: &str, help: &str, samples: &[(String, f64)]) {
-    let _ = writeln!(out, "# HELP tokenmill:{name} {help}");
-    let _ = writeln!(out, "# TYPE tokenmill:{name} {kind}");
+fn sample_family(
+    out: &mut String,
+    prefix: &str,
+    name: &str,
+    kind: &str,
+    help: &str,
+    samples: &[(String, f64)],
+) {
+    let name = format!("{prefix}:{name}");
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} {kind}");
     for (labels, value) in samples {
-        let _ = writeln!(out, "tokenmill:{name}{{{labels}}} {value}");
+        let _ = writeln!(out, "{name}{{{labels}}} {value}");
     }
 }
 
-fn histogram_family(out: &mut String, spec: &HistogramSpec, h: &Histogram, label: &str) {
-    let name = spec.name;
-    let _ = writeln!(out, "# HELP tokenmill:{name} {}", spec.help);
-    let _ = writeln!(out, "# TYPE tokenmill:{name} histogram");
+fn histogram_family(
+    out: &mut String,
+    prefix: &str,
+    spec: &HistogramSpec,
+    h: &Histogram,
+    label: &str,
+) {
+    let name = format!("{prefix}:{}", spec.name);
+    let _ = writeln!(out, "# HELP {name} {}", spec.help);
+    let _ = writeln!(out, "# TYPE {name} histogram");
     let mut cumulative = 0;
     for (bound, count) in h.bounds.iter().zip(&h.counts) {
         cumulative += count;
-        let _ = writeln!(
-            out,
-            "tokenmill:{name}_bucket{{{label},le=\"{bound}\"}} {cumulative}"
-        );
+        let _ = writeln!(out, "{name}_bucket{{{label},le=\"{bound}\"}} {cumulative}");
     }
-    let _ = writeln!(
-        out,
-        "tokenmill:{name}_bucket{{{label},le=\"+Inf\"}} {}",
-        h.count
-    );
-    let _ = writeln!(out, "tokenmill:{name}_sum{{{label}}} {}", h.sum);
-    let _ = writeln!(out, "tokenmill:{name}_count{{{label}}} {}", h.count);
+    let _ = writeln!(out, "{name}_bucket{{{label},le=\"+Inf\"}} {}", h.count);
+    let _ = writeln!(out, "{name}_sum{{{label}}} {}", h.sum);
+    let _ = writeln!(out, "{name}_count{{{label}}} {}", h.count);
 }
 
 /// Prometheus label values escape backslash, quote and newline.
@@ -482,10 +645,78 @@ mod tests {
             help: "h",
             buckets: &[0.1, 1.0],
         };
-        histogram_family(&mut out, &spec, &h, "model_name=\"m\"");
+        histogram_family(&mut out, NATIVE, &spec, &h, "model_name=\"m\"");
         assert!(out.contains("tokenmill:x_bucket{model_name=\"m\",le=\"0.1\"} 1\n"));
         assert!(out.contains("tokenmill:x_bucket{model_name=\"m\",le=\"1\"} 3\n"));
         assert!(out.contains("tokenmill:x_bucket{model_name=\"m\",le=\"+Inf\"} 4\n"));
+    }
+
+    fn config() -> ServingConfig {
+        ServingConfig {
+            model_path: None,
+            block_size: 16,
+            num_kv_blocks: 512,
+            max_model_len: 2048,
+            max_num_seqs: 256,
+            max_num_batched_tokens: 2048,
+            enable_prefix_caching: true,
+            kv_cache_dtype: "float16",
+        }
+    }
+
+    #[test]
+    fn vllm_compat_adds_vllm_names_with_the_same_values_and_the_info_gauges() {
+        let stats = SchedulerStats {
+            num_running: 3,
+            num_waiting: 2,
+            kv_cache_usage: 0.5,
+            prefix_cache_queries: 100,
+            prefix_cache_hits: 40,
+            ..Default::default()
+        };
+        let native = Metrics::new("m")
+            .with_compat(None, &config())
+            .render(&stats);
+        assert!(!native.contains("vllm:"), "{native}");
+        assert!(native.contains("tokenmill:cache_config_info{block_size=\"16\","));
+        let metrics = Metrics::new("m").with_compat(Some(MetricsCompat::Vllm), &config());
+        let t = timings(&[50, 70, 90]);
+        metrics.record(FinishedRequest {
+            reason: "stop",
+            prompt_tokens: 5,
+            completion_tokens: 3,
+            timings: Some(&t),
+        });
+        let text = metrics.render(&stats);
+        for (series, value) in [
+            ("vllm:num_requests_running", 3.0),
+            ("vllm:num_requests_waiting", 2.0),
+            ("vllm:kv_cache_usage_perc", 0.5),
+            ("vllm:gpu_cache_usage_perc", 0.5),
+            ("vllm:prefix_cache_queries_total", 100.0),
+            ("vllm:gpu_prefix_cache_hits_total", 40.0),
+            ("vllm:prompt_tokens_total", 5.0),
+            ("vllm:time_to_first_token_seconds_count", 1.0),
+            ("vllm:time_per_output_token_seconds_count", 2.0),
+            ("tokenmill:num_requests_running", 3.0),
+        ] {
+            assert_eq!(sample_value(&text, series), Some(value), "{series}");
+        }
+        let cache = text
+            .lines()
+            .find(|l| l.starts_with("vllm:cache_config_info{"))
+            .expect("cache_config_info");
+        assert!(cache.contains("block_size=\"16\""), "{cache}");
+        assert!(cache.contains("num_gpu_blocks=\"512\""), "{cache}");
+        assert!(cache.ends_with("} 1"), "{cache}");
+        let lora = text
+            .lines()
+            .find(|l| l.starts_with("vllm:lora_requests_info{"))
+            .expect("lora_requests_info");
+        assert!(lora.contains("running_lora_adapters=\"\""), "{lora}");
+        // tokenmill's own series have no vLLM name.
+        assert!(!text.contains("vllm:step_time_seconds"), "{text}");
+        assert!(!text.contains("vllm:requests_refused_total"), "{text}");
     }
 
     #[test]

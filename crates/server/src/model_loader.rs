@@ -2,6 +2,7 @@
 //! tokenizer and chat template from the same checkpoint (text stays on this side).
 
 use crate::chat_template::ChatTemplate;
+use crate::serving_config::ServingConfig;
 use crate::tokenizer::{self, Tokenizer};
 use anyhow::Context;
 use std::path::Path;
@@ -19,6 +20,8 @@ pub struct LoadedModel {
     pub chat_template: Option<ChatTemplate>,
     /// The name clients use (file stem or shape).
     pub name: String,
+    /// The settings it runs with, for the info endpoints and metrics.
+    pub config: ServingConfig,
 }
 
 pub fn load(args: &EngineArgs) -> anyhow::Result<LoadedModel> {
@@ -30,11 +33,17 @@ pub fn load(args: &EngineArgs) -> anyhow::Result<LoadedModel> {
         }
         None => (None, None),
     };
+    let model_path = loaded
+        .checkpoint_path
+        .as_ref()
+        .map(|path| path.display().to_string());
+    let config = ServingConfig::new(args, loaded.engine.limits(), model_path)?;
     Ok(LoadedModel {
         engine: loaded.engine,
         tokenizer,
         chat_template,
         name: loaded.name,
+        config,
     })
 }
 

@@ -14,6 +14,20 @@ pub enum ReasoningParserKind {
     Qwen3,
 }
 
+/// What a chat request asks done with the reasoning a parser splits off (SGLang's
+/// `stream_reasoning`, vLLM's `include_reasoning`; SGLang's `separate_reasoning: false` asks
+/// for no split at all, so it has no delivery).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReasoningDelivery {
+    /// `reasoning_content` as it is generated (the default).
+    Stream,
+    /// `reasoning_content` in one piece, once the reasoning has ended (`stream_reasoning:
+    /// false`); the same as `Stream` for a reply that is not streamed.
+    Whole,
+    /// No `reasoning_content` at all (`include_reasoning: false`).
+    Dropped,
+}
+
 const OPEN: &str = "<think>";
 const CLOSE: &str = "</think>";
 

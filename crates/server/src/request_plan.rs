@@ -11,6 +11,7 @@ use tokenmill_engine::{EngineLimits, Request, SamplingParams};
 
 use crate::api_error::ApiError;
 use crate::generation_request::{stop_strings, GenerationRequest};
+use crate::reasoning_parser::ReasoningDelivery;
 use crate::request_limits::RequestLimits;
 use crate::structured_output::StructuredOutput;
 use crate::tool_call_parser::ToolCallParserKind;
@@ -60,6 +61,9 @@ pub struct RequestPlan {
     pub parallel_tool_calls: bool,
     /// A forced tool choice: the reply holds calls only, never content.
     pub tool_calls_only: bool,
+    /// Chat with `--reasoning-parser`: what is done with the reasoning; `None` leaves it in
+    /// the content (`separate_reasoning: false`).
+    pub reasoning: Option<ReasoningDelivery>,
 }
 
 impl RequestPlan {
@@ -128,7 +132,9 @@ impl RequestPlan {
             n,
             requests,
             stop: stop_strings(body.stop.as_ref())?,
-            include_stop_str_in_output: body.include_stop_str_in_output.unwrap_or(false),
+            // SGLang's `no_stop_trim` is the same request under another name.
+            include_stop_str_in_output: body.include_stop_str_in_output.unwrap_or(false)
+                || body.no_stop_trim.unwrap_or(false),
             skip_special_tokens: body.skip_special_tokens.unwrap_or(true),
             logprobs: base.logprobs,
             prompt_logprobs,
@@ -145,8 +151,22 @@ impl RequestPlan {
             tool_call_parser: None,
             parallel_tool_calls: true,
             tool_calls_only: false,
+            reasoning: reasoning_delivery(body),
         })
     }
+}
+
+/// `separate_reasoning: false` keeps reasoning in the content; otherwise `include_reasoning:
+/// false` drops it and `stream_reasoning: false` sends it whole.
+fn reasoning_delivery(body: &GenerationRequest) -> Option<ReasoningDelivery> {
+    if body.separate_reasoning == Some(false) {
+        return None;
+    }
+    Some(match (body.include_reasoning, body.stream_reasoning) {
+        (Some(false), _) => ReasoningDelivery::Dropped,
+        (_, Some(false)) => ReasoningDelivery::Whole,
+        _ => ReasoningDelivery::Stream,
+    })
 }
 
 /// `max_completion_tokens` (the newer name) wins over `max_tokens`; `None` means "up to the context".

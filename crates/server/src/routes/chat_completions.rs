@@ -30,13 +30,17 @@ pub async fn chat_completions(
     let tools = ToolRequest::from_request(&body)?;
     state.limits.check(&body, 1)?;
     let rendering = state.clone();
-    let add_generation_prompt = body.add_generation_prompt.unwrap_or(true);
+    let continue_final = continuation(&body, &messages)?;
+    // vLLM's default is a generation prompt; a continued message has none (SGLang's router
+    // sends `continue_final_message` without `add_generation_prompt`).
+    let add_generation_prompt = body.add_generation_prompt.unwrap_or(!continue_final);
     let kwargs = body.chat_template_kwargs.clone().unwrap_or_default();
     let offered = tools.clone();
     let prompt = off_runtime(move || {
         let prompt = ChatPrompt {
             messages: &messages,
             add_generation_prompt,
+            continue_final,
             kwargs: &kwargs,
             tools: offered.as_ref(),
         };
@@ -54,6 +58,28 @@ pub async fn chat_completions(
         plan_tool_calls(&mut plan, tools, state.tool_call_parser)?;
     }
     generate(state, plan, Endpoint::Chat).await
+}
+
+/// Whether the reply continues the last message (`continue_final_message`), as vLLM allows
+/// it: the last message must be the assistant's, and there is no generation prompt after it.
+fn continuation(body: &GenerationRequest, messages: &[ChatMessage]) -> Result<bool, ApiError> {
+    if body.continue_final_message != Some(true) {
+        return Ok(false);
+    }
+    if body.add_generation_prompt == Some(true) {
+        return Err(ApiError::bad_param(
+            "continue_final_message",
+            "`continue_final_message` and `add_generation_prompt` cannot both be true: a \
+             continued message has no generation prompt after it",
+        ));
+    }
+    match messages.last() {
+        Some(last) if last.role == "assistant" => Ok(true),
+        _ => Err(ApiError::bad_param(
+            "continue_final_message",
+            "`continue_final_message` needs the last message to be an assistant message",
+        )),
+    }
 }
 
 /// How the reply's calls are read: a forced choice is held to the Hermes grammar (so read as
@@ -88,6 +114,9 @@ pub fn plan_tool_calls(
 pub struct ChatPrompt<'a> {
     pub messages: &'a [ChatMessage],
     pub add_generation_prompt: bool,
+    /// The prompt ends where the last message's content ends (`continue_final_message`):
+    /// whatever the template writes after it (the end of the turn) is cut off.
+    pub continue_final: bool,
     pub kwargs: &'a Map<String, Value>,
     /// The tools the model is offered (`None` also under `tool_choice: "none"`).
     pub tools: Option<&'a ToolRequest>,
@@ -125,11 +154,34 @@ impl ChatPrompt<'_> {
             let messages = ToolPrompt::new(offered).apply(self.messages.to_vec());
             template.render_with(&messages, self.add_generation_prompt, self.kwargs)
         };
-        rendered.map_err(|error| match error {
+        let rendered = rendered.map_err(|error| match error {
             ChatTemplateError::Raised(why) => ApiError::bad_param("messages", why),
             other => ApiError::internal(other.to_string()),
-        })
+        })?;
+        match self.messages.last() {
+            Some(last) if self.continue_final => cut_after_final(rendered, &last.content),
+            _ => Ok(rendered),
+        }
     }
+}
+
+/// The rendered conversation up to the end of its final message, as Hugging Face's
+/// `continue_final_message` cuts it (the content is looked for stripped of surrounding
+/// whitespace, since templates often trim it).
+fn cut_after_final(mut rendered: String, final_content: &str) -> Result<String, ApiError> {
+    let content = final_content.trim();
+    if content.is_empty() {
+        return Ok(rendered);
+    }
+    let Some(start) = rendered.rfind(content) else {
+        return Err(ApiError::bad_param(
+            "continue_final_message",
+            "the chat template does not write the final message's content as sent, so the \
+             reply cannot continue it",
+        ));
+    };
+    rendered.truncate(start + content.len());
+    Ok(rendered)
 }
 
 /// Renders the conversation and tokenizes it. The template already wrote any BOS it wants,
@@ -142,6 +194,7 @@ pub fn chat_prompt_ids(
     ChatPrompt {
         messages,
         add_generation_prompt,
+        continue_final: false,
         kwargs: &Map::new(),
         tools: None,
     }

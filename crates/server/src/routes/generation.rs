@@ -13,6 +13,7 @@ use futures_util::stream::{self, BoxStream, SelectAll, StreamExt};
 use crate::api_error::ApiError;
 use crate::app_state::AppState;
 use crate::choice_run::{ChoiceDelta, ChoiceRun, ChoiceSetup};
+use crate::reasoning_parser::{ReasoningDelivery, ReasoningParserKind};
 use crate::reply_builder::{ChoiceTotal, PromptReport, ReplyBuilder, Usage};
 use crate::request_plan::{Endpoint, RequestPlan};
 use crate::routes::off_runtime;
@@ -39,7 +40,9 @@ pub async fn generate(
         choices_per_prompt: plan.n,
     })
     .with_tokens_as_ids(plan.tokens_as_ids)
-    .with_reasoning(endpoint == Endpoint::Chat && state.reasoning_parser.is_some());
+    .with_reasoning(
+        reasoning(&state, &plan, endpoint).is_some_and(|(_, d)| d != ReasoningDelivery::Dropped),
+    );
     let prompt_tokens = plan.prompt_lens.iter().sum();
     if plan.stream {
         Ok(stream_reply(runs, reply, prompt_tokens, plan.include_usage).into_response())
@@ -82,10 +85,7 @@ async fn start_runs(
                 stop: plan.stop.clone(),
                 include_stop: plan.include_stop_str_in_output,
                 skip_special_tokens: plan.skip_special_tokens,
-                reasoning: match endpoint {
-                    Endpoint::Chat => state.reasoning_parser,
-                    Endpoint::Completions => None,
-                },
+                reasoning: reasoning(state, plan, endpoint),
                 tool_calls: plan.tool_call_parser.map(|kind| {
                     let parser = ToolCallParser::new(kind, plan.parallel_tool_calls);
                     if plan.tool_calls_only {
@@ -100,6 +100,19 @@ async fn start_runs(
         })
         .collect();
     Ok(runs)
+}
+
+/// The server's reasoning parser and the request's wish for its output, where reasoning is
+/// split off at all: chat only, and not under `separate_reasoning: false`.
+fn reasoning(
+    state: &AppState,
+    plan: &RequestPlan,
+    endpoint: Endpoint,
+) -> Option<(ReasoningParserKind, ReasoningDelivery)> {
+    match endpoint {
+        Endpoint::Chat => state.reasoning_parser.zip(plan.reasoning),
+        Endpoint::Completions => None,
+    }
 }
 
 /// The whole reply, or a 500 if the engine failed while computing any choice.

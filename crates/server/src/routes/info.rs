@@ -28,9 +28,12 @@ pub async fn models(State(state): State<Arc<AppState>>) -> Json<Value> {
 }
 
 /// 200 with an empty body while the engine is serving, as vLLM answers; 503 with the reason
-/// once the engine thread has ended or its steps keep failing, so load balancers stop
-/// sending traffic here.
+/// from the moment a drain starts (SIGTERM), and once the engine thread has ended or its
+/// steps keep failing, so routers and load balancers stop sending traffic here.
 pub async fn health(State(state): State<Arc<AppState>>) -> Result<(), ApiError> {
+    if state.drain.is_draining() {
+        return Err(ApiError::draining());
+    }
     match state.handle.health() {
         EngineHealth::Healthy => Ok(()),
         EngineHealth::Failing { consecutive } => Err(ApiError::unavailable(format!(

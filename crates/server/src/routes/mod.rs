@@ -9,33 +9,43 @@ pub mod completions;
 pub mod generation;
 pub mod info;
 pub mod prefix_cache;
+pub mod sglang;
 pub mod tokenize;
 
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
+use axum::body::{Body, Bytes};
 use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::header;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
+use http_body::{Frame, SizeHint};
 
 use crate::api_error::{ApiError, Refusal};
 use crate::api_key;
 use crate::app_state::AppState;
+use crate::drain::Admitted;
 
 pub fn router(state: Arc<AppState>) -> Router {
-    let v1 = Router::new()
+    // Generation counts towards a drain: refused once it starts, waited for until it ends.
+    let generation = Router::new()
         .route("/completions", post(completions::completions))
         .route(
             "/chat/completions",
             post(chat_completions::chat_completions),
         )
-        .route("/models", get(info::models))
-        .route_layer(middleware::from_fn_with_state(
-            state.clone(),
-            require_api_key,
-        ));
+        .route_layer(middleware::from_fn_with_state(state.clone(), admit));
+    let v1 =
+        generation
+            .route("/models", get(info::models))
+            .route_layer(middleware::from_fn_with_state(
+                state.clone(),
+                require_api_key,
+            ));
     // Tokenizing costs CPU in proportion to the text sent, so it wants the key like generation.
     let tokenizing = Router::new()
         .route("/tokenize", post(tokenize::tokenize))
@@ -45,14 +55,20 @@ pub fn router(state: Arc<AppState>) -> Router {
             state.clone(),
             require_api_key,
         ));
-    // `/health`, `/version` and `/metrics` stay open: each is a cheap read of fixed size, and
-    // what polls them (load balancers, orchestrators' probes, Prometheus) holds no API key.
+    // `/health`, `/version`, `/metrics` and SGLang's info and load endpoints stay open: each
+    // is a cheap read of fixed size, and what polls them (load balancers, routers,
+    // orchestrators' probes, Prometheus) holds no API key.
     Router::new()
         .nest("/v1", v1)
         .merge(tokenizing)
         .route("/health", get(info::health))
         .route("/version", get(info::version))
         .route("/metrics", get(info::metrics))
+        .route("/server_info", get(sglang::server_info))
+        .route("/get_server_info", get(sglang::server_info))
+        .route("/model_info", get(sglang::model_info))
+        .route("/get_model_info", get(sglang::model_info))
+        .route("/get_load", get(sglang::load))
         .fallback(unknown_route)
         .method_not_allowed_fallback(wrong_method)
         // Bodies without a Content-Length (chunked) are cut off at the limit while being read.
@@ -92,6 +108,45 @@ async fn require_api_key(
         }
     }
     next.run(request).await
+}
+
+/// Admits a generation request unless the server is draining (then 503, which routers retry
+/// on another replica). The admission is held until the reply's body is done or dropped, so
+/// a drain waits for streams to finish, not just for their headers.
+async fn admit(State(state): State<Arc<AppState>>, request: Request, next: Next) -> Response {
+    let Some(admitted) = state.drain.admit() else {
+        return ApiError::draining().into_response();
+    };
+    let response = next.run(request).await;
+    let (parts, body) = response.into_parts();
+    Response::from_parts(parts, Body::new(AdmittedBody { body, admitted }))
+}
+
+/// A reply body that holds its request's admission until it is done.
+struct AdmittedBody {
+    body: Body,
+    #[allow(dead_code)] // held for its `Drop`
+    admitted: Admitted,
+}
+
+impl http_body::Body for AdmittedBody {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
 }
 
 /// Counts each refused request in the metrics by its reason. `/health` is left out: its 503

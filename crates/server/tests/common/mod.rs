@@ -108,6 +108,20 @@ impl Reference {
         self.tokenizer.encode(&text, false).unwrap()
     }
 
+    /// The default model's chat template applied to `messages`.
+    pub fn template_render(
+        &self,
+        messages: &[ChatMessage],
+        add_generation_prompt: bool,
+    ) -> Option<String> {
+        self.template.render(messages, add_generation_prompt).ok()
+    }
+
+    /// The reply to a prompt given as token ids.
+    pub fn run_ids(&self, prompt: Vec<u32>, params: SamplingParams) -> Expected {
+        self.run(prompt, params)
+    }
+
     fn run(&self, prompt: Vec<u32>, params: SamplingParams) -> Expected {
         let prompt_tokens = prompt.len();
         let done = self
