@@ -367,14 +367,25 @@ async fn metrics_compat_vllm_exports_what_endpoint_pickers_read_under_vllm_names
         .await
         .unwrap();
     assert_eq!(reply.status(), 200);
-    let text = client()
-        .get(format!("{base}/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    // The gauges are the engine's last published step: the reply can reach the client a
+    // moment before the step that retired its request is published.
+    let started = Instant::now();
+    let text = loop {
+        let text = client()
+            .get(format!("{base}/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        if metric(&text, "tokenmill:num_requests_running") == 0.0
+            || started.elapsed().as_secs() >= 10
+        {
+            break text;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
     for gauge in [
         "vllm:num_requests_waiting",
         "vllm:num_requests_running",
