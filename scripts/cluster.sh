@@ -33,6 +33,9 @@ CLUSTER_ROUTER=sglang
 # With CLUSTER_KV_EVENTS=1 replica i publishes KV-cache events on tcp port
 # CLUSTER_KV_BASE_PORT + 2i (replay on the next port), and a vllm-router running
 # `--policy kv_aware` subscribes to them (VLLM_ROUTER_TOKENIZER must name a HF tokenizer).
+# vllm-router 0.1.17 keeps only messages whose topic frame is "" (static sources have no topic
+# flag) and decodes events only as maps tagged by "type": hence topic "" and
+# "event_encoding": "map".
 CLUSTER_KV_EVENTS="${CLUSTER_KV_EVENTS:-0}"
 CLUSTER_KV_BASE_PORT="${CLUSTER_KV_BASE_PORT:-5600}"
 
@@ -96,7 +99,7 @@ cluster_start_replica() {
   if [ "$CLUSTER_KV_EVENTS" = 1 ]; then
     local pub
     pub=$(cluster_kv_port "$i")
-    kv=(--kv-events-config "{\"enable_kv_cache_events\": true, \"publisher\": \"zmq\", \"endpoint\": \"tcp://*:$pub\", \"replay_endpoint\": \"tcp://*:$((pub + 1))\", \"topic\": \"kv-events\"}")
+    kv=(--kv-events-config "{\"enable_kv_cache_events\": true, \"publisher\": \"zmq\", \"endpoint\": \"tcp://*:$pub\", \"replay_endpoint\": \"tcp://*:$((pub + 1))\", \"topic\": \"\", \"event_encoding\": \"map\"}")
   fi
   taskset -c "$cores" "$TOKENMILL_BIN" serve --port $((CLUSTER_BASE_PORT + i)) \
     --threads "$threads" "${kv[@]}" "${CLUSTER_SERVE_FLAGS[@]}" >>"$CLUSTER_DIR/replica-$i.log" 2>&1 &
