@@ -30,6 +30,14 @@ CLUSTER_BASE_PORT=8100
 CLUSTER_N=0
 CLUSTER_URL=""
 CLUSTER_ROUTER=sglang
+# With CLUSTER_KV_EVENTS=1 replica i publishes KV-cache events on tcp port
+# CLUSTER_KV_BASE_PORT + 2i (replay on the next port), and a vllm-router running
+# `--policy kv_aware` subscribes to them (VLLM_ROUTER_TOKENIZER must name a HF tokenizer).
+# vllm-router 0.1.17 keeps only messages whose topic frame is "" (static sources have no topic
+# flag) and decodes events only as maps tagged by "type": hence topic "" and
+# "event_encoding": "map".
+CLUSTER_KV_EVENTS="${CLUSTER_KV_EVENTS:-0}"
+CLUSTER_KV_BASE_PORT="${CLUSTER_KV_BASE_PORT:-5600}"
 
 cluster_log() { echo "cluster: $*" >&2; }
 
@@ -69,6 +77,9 @@ cluster_threads() {
 
 cluster_url() { echo "http://127.0.0.1:$((CLUSTER_BASE_PORT + $1))"; }
 
+# Replica i's KV-event endpoints: the PUB port, then the replay port.
+cluster_kv_port() { echo $((CLUSTER_KV_BASE_PORT + 2 * $1)); }
+
 cluster_wait_health() {
   local url=$1 pid=$2 tries=0
   until curl -sf -o /dev/null "$url/health"; do
@@ -84,8 +95,14 @@ cluster_start_replica() {
   local i=$1 cores threads
   cores=$(cluster_cores "$i" "$CLUSTER_N")
   threads=$(cluster_threads "$cores")
+  local kv=()
+  if [ "$CLUSTER_KV_EVENTS" = 1 ]; then
+    local pub
+    pub=$(cluster_kv_port "$i")
+    kv=(--kv-events-config "{\"enable_kv_cache_events\": true, \"publisher\": \"zmq\", \"endpoint\": \"tcp://*:$pub\", \"replay_endpoint\": \"tcp://*:$((pub + 1))\", \"topic\": \"\", \"event_encoding\": \"map\"}")
+  fi
   taskset -c "$cores" "$TOKENMILL_BIN" serve --port $((CLUSTER_BASE_PORT + i)) \
-    --threads "$threads" "${CLUSTER_SERVE_FLAGS[@]}" >>"$CLUSTER_DIR/replica-$i.log" 2>&1 &
+    --threads "$threads" "${kv[@]}" "${CLUSTER_SERVE_FLAGS[@]}" >>"$CLUSTER_DIR/replica-$i.log" 2>&1 &
   CLUSTER_PIDS[i]=$!
   cluster_wait_health "$(cluster_url "$i")" "${CLUSTER_PIDS[i]}"
   cluster_log "replica $i: $(cluster_url "$i") on cores $cores (pid ${CLUSTER_PIDS[i]})"
@@ -108,6 +125,15 @@ cluster_up() {
   local extra=() launcher=sglang_router.launch_router ready=/readiness quiet=warn
   read -ra extra <<<"${TOKENMILL_ROUTER_FLAGS:-}"
   if [ "$CLUSTER_ROUTER" = vllm ]; then launcher=vllm_router.launch_router ready=/health quiet=warning; fi
+  if [ "$CLUSTER_KV_EVENTS" = 1 ] && [ "$policy" = kv_aware ]; then
+    local model
+    model=$(curl -sf "${urls[0]}/v1/models" | python3 -c 'import json, sys; print(json.load(sys.stdin)["data"][0]["id"])')
+    for ((i = 0; i < n; i++)); do
+      extra+=(--kv-event-source "${urls[i]}=tcp://127.0.0.1:$(cluster_kv_port "$i")"
+        --kv-event-replay-source "${urls[i]}=tcp://127.0.0.1:$(($(cluster_kv_port "$i") + 1))")
+    done
+    extra+=(--kv-event-block-size 16 --kv-event-model "$model")
+  fi
   "$python" -m "$launcher" --host 127.0.0.1 --port "$port" --policy "$policy" \
     --log-level "$quiet" "${extra[@]}" --worker-urls "${urls[@]}" >>"$CLUSTER_DIR/router.log" 2>&1 &
   CLUSTER_ROUTER_PID=$!

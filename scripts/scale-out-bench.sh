@@ -14,6 +14,11 @@
 #   4. throughput of N replicas on N core sets (N = the machine's cores) against one replica
 #      on one core set.
 #
+#   5. (PHASES=kvaware) the workload of 1 through vllm-router's `kv_aware` policy, which
+#      routes on the replicas' KV-cache events (`--kv-events-config`, one pair of ZMQ ports
+#      per replica); it tokenizes prompts itself, with a HF tokenizer.json made from the GGUF
+#      by scripts/make-hf-tokenizer.py.
+#
 #   cargo build --release -p tokenmill && scripts/scale-out-bench.sh [OUTPUT_DIR]
 #
 # OUTPUT_DIR (default docs/scale-out) receives each run's `--save-result` JSON and summary.txt.
@@ -30,8 +35,8 @@ CLUSTER_BASE_PORT="${BASE_PORT:-8200}"
 export TOKENMILL_ROUTER_FLAGS="${TOKENMILL_ROUTER_FLAGS:---health-check-interval-secs 1 --health-failure-threshold 1 --health-success-threshold 1 --cb-timeout-duration-secs 5}"
 mkdir -p "$OUT"
 SUMMARY="$OUT/summary.txt"
-PHASES="${PHASES:-prefix kill rolling throughput}" # a subset reruns only those, adding to summary.txt
-[ "$PHASES" != "prefix kill rolling throughput" ] || : >"$SUMMARY"
+PHASES="${PHASES:-prefix kvaware kill rolling throughput}" # a subset reruns only those, adding to summary.txt
+[ "$PHASES" != "prefix kvaware kill rolling throughput" ] || : >"$SUMMARY"
 trap cluster_down EXIT
 trap 'exit 130' INT TERM
 
@@ -96,12 +101,34 @@ say "router flags: $TOKENMILL_ROUTER_FLAGS"
 
 # 1. Prefix-cache hit ratio per router and policy, each seed (a different draw of prefixes
 # and order) on fresh replicas; the ratio over all seeds is hits / queries summed.
-for run in sglang:cache_aware sglang:round_robin vllm:cache_aware vllm:round_robin; do
-  [[ " $PHASES " == *" prefix "* ]] || break
+runs=()
+[[ " $PHASES " != *" prefix "* ]] || runs+=(sglang:cache_aware sglang:round_robin vllm:cache_aware vllm:round_robin)
+if [[ " $PHASES " == *" kvaware "* ]]; then
+  runs+=(vllm:kv_aware)
+  # vllm-router tokenizes each prompt itself (a HF tokenizer.json; the model ships only a GGUF).
+  MODEL_GGUF="${MODEL_GGUF:-${XDG_CACHE_HOME:-$HOME/.cache}/tokenmill/models/SmolLM2-135M-Instruct.Q4_1.gguf}"
+  export VLLM_ROUTER_TOKENIZER="${VLLM_ROUTER_TOKENIZER:-target/hf-tokenizer/$(basename "$MODEL_GGUF" .gguf)}"
+  if [ ! -f "$VLLM_ROUTER_TOKENIZER/tokenizer.json" ]; then
+    "$CLUSTER_VENV/bin/python" -c 'import gguf, tokenizers' 2>/dev/null ||
+      "$CLUSTER_VENV/bin/pip" install --quiet gguf tokenizers
+    "$CLUSTER_VENV/bin/python" scripts/make-hf-tokenizer.py "$MODEL_GGUF" "$VLLM_ROUTER_TOKENIZER"
+  fi
+  VLLM_ROUTER_TOKENIZER=$(cd "$VLLM_ROUTER_TOKENIZER" && pwd)
+fi
+# vllm-router's own counters (its --prometheus-port, 29000 by default): how many kv_aware
+# decisions found a cached prefix in the replicas' events.
+router_kv_lookups() {
+  curl -sf "http://127.0.0.1:${ROUTER_PROMETHEUS_PORT:-29000}/metrics" |
+    awk 'index($1, "vllm_router_kv_placement_lookups_total{") == 1 { printf "%s=%s ", $1, $2 }' |
+    sed 's/vllm_router_kv_placement_lookups_total{result="\([a-z_]*\)"}/\1/g'
+}
+for run in "${runs[@]}"; do
   CLUSTER_ROUTER=${run%%:*}
   policy=${run#*:}
   name="$CLUSTER_ROUTER-$policy"
   all_hits=0 all_queries=0 all_failed=0
+  CLUSTER_KV_EVENTS=0
+  [ "$policy" != kv_aware ] || CLUSTER_KV_EVENTS=1
   for seed in ${SEEDS:-0 1 2}; do
     cluster_up "$REPLICAS" "$policy" "$ROUTER_PORT"
     bench "$CLUSTER_URL" "prefix-$name-seed$seed" 48 "${CONCURRENCY:-3}" "$seed"
@@ -110,12 +137,13 @@ for run in sglang:cache_aware sglang:round_robin vllm:cache_aware vllm:round_rob
     read -r completed failed < <(outcome "$OUT/prefix-$name-seed$seed.json")
     per_replica=$(for ((i = 0; i < REPLICAS; i++)); do printf '%s ' "$(requests_served_by "$i")"; done)
     say "$name seed $seed: $completed completed, $failed failed; prefix-cache hits $hits / queries $queries = $(awk -v h="$hits" -v q="$queries" 'BEGIN { printf "%.3f", h / q }'); requests per replica: $per_replica"
+    [ "$policy" != kv_aware ] || say "$name seed $seed: the router's KV placement lookups: $(router_kv_lookups)"
     all_hits=$((all_hits + hits)) all_queries=$((all_queries + queries)) all_failed=$((all_failed + failed))
     cluster_down
   done
   say "$name over all seeds: $all_failed failed; hit ratio $(awk -v h="$all_hits" -v q="$all_queries" 'BEGIN { printf "%.3f", h / q }')"
 done
-CLUSTER_ROUTER=sglang
+CLUSTER_ROUTER=sglang CLUSTER_KV_EVENTS=0
 
 # 2. kill -9 one replica under load, then restart it.
 if [[ " $PHASES " == *" kill "* ]]; then

@@ -24,7 +24,7 @@ use tokio::sync::mpsc;
 use zeromq::{PubSocket, RouterSocket, Socket, SocketRecv, SocketSend, ZmqMessage};
 
 use crate::kv_event_batch::KvEventBatch;
-use crate::kv_events_config::KvEventsConfig;
+use crate::kv_events_config::{EventEncoding, KvEventsConfig};
 
 /// The sequence number of the replay's end marker: -1 as a signed 8-byte big-endian integer.
 const END_OF_REPLAY: [u8; 8] = (-1i64).to_be_bytes();
@@ -94,6 +94,7 @@ impl KvEventPublisher {
             Bytes::from(config.topic.clone().into_bytes()),
             buffer,
             config.buffer_steps,
+            config.event_encoding,
         ));
         let counters = Arc::new(KvEventCounters::default());
         let sink = sink(tx, counters.clone());
@@ -152,6 +153,7 @@ async fn publish(
     topic: Bytes,
     buffer: ReplayBuffer,
     buffer_steps: usize,
+    encoding: EventEncoding,
 ) {
     while let Some(Outgoing { seq, ts, events }) = batches.recv().await {
         let batch = KvEventBatch {
@@ -159,7 +161,7 @@ async fn publish(
             events,
             data_parallel_rank: Some(0),
         };
-        let payload = match batch.encode() {
+        let payload = match batch.encode_as(encoding) {
             Ok(payload) => Bytes::from(payload),
             Err(error) => {
                 tracing::error!("KV-cache events: batch {seq} could not be encoded: {error}");

@@ -33,6 +33,21 @@ pub struct KvEventsConfig {
     pub max_queue_size: usize,
     /// The first frame of every message, what subscribers filter on.
     pub topic: String,
+    /// tokenmill's own key: how each event is written. `"array"` (the default) is vLLM's
+    /// msgspec `array_like` form; `"map"` writes each event as a map tagged by `"type"`
+    /// (with `lora_name`), the only form vllm-router 0.1.17's `kv_aware` policy decodes.
+    pub event_encoding: EventEncoding,
+}
+
+/// How each event of a batch is written (see [`KvEventsConfig::event_encoding`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EventEncoding {
+    /// `["BlockStored", block_hashes, ...]`: vLLM's msgspec `array_like`, `tag` form.
+    #[default]
+    Array,
+    /// `{"type": "BlockStored", "block_hashes": ..., "lora_name": nil, ...}`.
+    Map,
 }
 
 impl Default for KvEventsConfig {
@@ -46,6 +61,7 @@ impl Default for KvEventsConfig {
             hwm: ZEROMQ_SUBSCRIBER_QUEUE,
             max_queue_size: 100_000,
             topic: String::new(),
+            event_encoding: EventEncoding::Array,
         }
     }
 }

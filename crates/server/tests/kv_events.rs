@@ -12,6 +12,7 @@ use std::process::Command;
 
 use clap::Parser;
 use tokenmill_server::api_server::{spawn_server, ServeArgs};
+use tokenmill_server::kv_events_config::EventEncoding;
 use tokenmill_server::model_loader;
 
 #[derive(Parser)]
@@ -121,4 +122,19 @@ fn bad_configurations_are_refused_at_startup_by_name() {
     assert_eq!(on.publisher.as_deref(), Some("zmq"));
     let off = parse(&["--kv-events-config", "{}"]).unwrap();
     assert!(!off.kv_events_config.unwrap().publishes());
+    // tokenmill's own key: vLLM's array form unless the map form (for vllm-router) is asked.
+    assert_eq!(on.event_encoding, EventEncoding::Array);
+    let map = parse(&[
+        "--kv-events-config",
+        r#"{"enable_kv_cache_events": true, "event_encoding": "map"}"#,
+    ])
+    .unwrap();
+    assert_eq!(
+        map.kv_events_config.unwrap().event_encoding,
+        EventEncoding::Map
+    );
+    refused(
+        r#"{"enable_kv_cache_events": true, "event_encoding": "yaml"}"#,
+        "yaml",
+    );
 }
