@@ -64,7 +64,8 @@ pub struct EngineArgs {
     #[arg(long)]
     pub max_model_len: Option<usize>,
     /// A prompt with more uncomputed tokens than this is long: no step gives it more, and
-    /// its chunk shrinks deep in its context so a step costs what one at its start would
+    /// its chunk shrinks deep in its context so a step costs no more than a full budget of
+    /// fresh prompt tokens
     /// (default: 4% of the context when --max-num-partial-prefills > 1, else no cap).
     #[arg(long)]
     pub long_prefill_token_threshold: Option<usize>,

@@ -304,9 +304,9 @@ impl Scheduler {
     }
 
     /// The long prefills' chunks, after everyone else's: as many tokens as the budget, the
-    /// threshold and the free blocks allow, and no more than keep the step's predicted
-    /// time under what it would be were the chunk at the start of a prompt. Attention makes
-    /// a chunk deep in a long context cost several times an early one; without this bound a
+    /// threshold and the free blocks allow, and no more than keep the step's predicted time
+    /// under that of a full budget of fresh prompt tokens (`time_bounded`). Attention makes a
+    /// chunk deep in a long context cost several times an early one; without this bound a
     /// step late in an 8,000-token prompt would hold every other request for seconds.
     fn schedule_long_prefills(
         &mut self,
