@@ -2,10 +2,11 @@
 //! prompt is prefilling is scheduled in the very next step, and the long prompt's chunks
 //! shrink deep in its context so a step costs no more than a full budget of fresh tokens.
 
+mod common;
+
 use std::time::{Duration, Instant};
 use tokenmill_engine::config::{EngineConfig, PartialPrefillLimits, SchedulingPolicy};
 use tokenmill_engine::kv::block_manager::BlockManager;
-use tokenmill_engine::sample::sampled_token::SampledToken;
 use tokenmill_engine::sched::scheduler::{Scheduler, SchedulerConfig};
 use tokenmill_engine::sched::scheduler_output::SchedulerOutput;
 use tokenmill_engine::sched::sequence::Sequence;
@@ -56,20 +57,7 @@ fn step(s: &mut Scheduler) -> SchedulerOutput {
     let out = s.schedule();
     let t = seconds(StepShape::of(&out.chunks));
     s.observe_step(&out, Duration::from_secs_f64(t));
-    let sampled = out
-        .chunks
-        .iter()
-        .filter(|c| c.sample)
-        .map(|c| {
-            let token = SampledToken {
-                token_id: 7,
-                logprob: None,
-                top_logprobs: vec![],
-            };
-            (c.seq_id, token)
-        })
-        .collect();
-    s.update(&out, sampled);
+    s.update(&out, common::fake_samples(&out));
     out
 }
 

@@ -3,11 +3,12 @@
 //! steps stay under the target whenever the decodes alone fit it, no prompt starves, and
 //! the hard budget holds.
 
+mod common;
+
 use proptest::prelude::*;
 use std::time::{Duration, Instant};
 use tokenmill_engine::config::{PartialPrefillLimits, SchedulingPolicy};
 use tokenmill_engine::kv::block_manager::BlockManager;
-use tokenmill_engine::sample::sampled_token::SampledToken;
 use tokenmill_engine::sched::scheduler::{Scheduler, SchedulerConfig, MAX_STARVED_STEPS};
 use tokenmill_engine::sched::scheduler_output::SchedulerOutput;
 use tokenmill_engine::sched::sequence::Sequence;
@@ -57,20 +58,7 @@ fn step(s: &mut Scheduler, noise: f64, rng: &mut u64) -> (SchedulerOutput, f64) 
     let out = s.schedule();
     let seconds = step_seconds(StepShape::of(&out.chunks), noise, rng);
     s.observe_step(&out, Duration::from_secs_f64(seconds));
-    let sampled = out
-        .chunks
-        .iter()
-        .filter(|c| c.sample)
-        .map(|c| {
-            let token = SampledToken {
-                token_id: 7,
-                logprob: None,
-                top_logprobs: vec![],
-            };
-            (c.seq_id, token)
-        })
-        .collect();
-    s.update(&out, sampled);
+    s.update(&out, common::fake_samples(&out));
     (out, seconds)
 }
 

@@ -1,6 +1,8 @@
 //! Scheduler and block-manager properties under random arrivals, aborts and lengths,
 //! driven without a model (sampled tokens are fake; only the bookkeeping is under test).
 
+mod common;
+
 use proptest::prelude::*;
 use std::collections::{HashMap, HashSet};
 use std::time::Instant;
@@ -175,22 +177,7 @@ fn run(setup: Setup, events: Vec<Event>) {
         let before: Vec<SeqId> = s.running().iter().map(|q| q.id).collect();
         let out = s.schedule();
         check_step(s, &setup, &before, &out);
-        let sampled = out
-            .chunks
-            .iter()
-            .filter(|c| c.sample)
-            .map(|c| {
-                (
-                    c.seq_id,
-                    SampledToken {
-                        token_id: 7,
-                        logprob: None,
-                        top_logprobs: vec![],
-                    },
-                )
-            })
-            .collect();
-        s.update(&out, sampled);
+        s.update(&out, common::fake_samples(&out));
         check_ref_counts(s);
         check_partial_prefills(s, &setup.limits);
     };

@@ -74,3 +74,25 @@ pub fn log_softmax_f64(logits: &[f32]) -> Vec<f64> {
             .ln();
     logits.iter().map(|&l| l as f64 - lse).collect()
 }
+
+/// The token a model-free scheduler test "samples" for every chunk that samples: only the
+/// bookkeeping is under test, not the values.
+pub fn fake_samples(
+    out: &tokenmill_engine::sched::scheduler_output::SchedulerOutput,
+) -> Vec<(
+    tokenmill_engine::SeqId,
+    tokenmill_engine::sample::sampled_token::SampledToken,
+)> {
+    out.chunks
+        .iter()
+        .filter(|c| c.sample)
+        .map(|c| {
+            let token = tokenmill_engine::sample::sampled_token::SampledToken {
+                token_id: 7,
+                logprob: None,
+                top_logprobs: vec![],
+            };
+            (c.seq_id, token)
+        })
+        .collect()
+}
