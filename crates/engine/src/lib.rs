@@ -3,7 +3,7 @@
 //!
 //! Folders follow the path of a step: `core` (the engine loop) asks `sched` what to run,
 //! `worker` runs it through `models` (over `attention`, `kernels` and the `kv` cache),
-//! and `sample` turns logits into tokens. `config` and `error` are leaves.
+//! `sample` turns logits into tokens, and `spec_decode` proposes drafts the step verifies. `config` and `error` are leaves.
 
 pub mod attention;
 pub mod config;
@@ -14,6 +14,7 @@ pub mod kv;
 pub mod models;
 pub mod sample;
 pub mod sched;
+pub mod spec_decode;
 pub mod worker;
 
 pub use crate::core::completion::Completion;

@@ -8,6 +8,7 @@ pub mod kv_cache_dtype;
 pub mod model_config;
 pub mod partial_prefill_limits;
 pub mod scheduling_policy;
+pub mod speculative_config;
 pub mod weight_mode;
 
 pub use config_error::ConfigError;
@@ -16,4 +17,5 @@ pub use kv_cache_dtype::KvCacheDtype;
 pub use model_config::ModelConfig;
 pub use partial_prefill_limits::PartialPrefillLimits;
 pub use scheduling_policy::SchedulingPolicy;
+pub use speculative_config::{SpeculativeConfig, SpeculativeMethod, SuffixSettings};
 pub use weight_mode::WeightMode;

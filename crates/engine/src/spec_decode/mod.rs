@@ -1,0 +1,8 @@
+//! Speculative decoding: proposers guess the next tokens of a sequence cheaply; the
+//! scheduler verifies the guesses as ordinary scheduled tokens in the step's batch.
+
+pub mod ngram_proposer;
+pub mod proposer;
+pub mod spec_decode_stats;
+
+pub use proposer::Proposer;
