@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds llama.cpp's llama-server (the reference we benchmark against) from the llama.cpp that the
 # llama-cpp-python sdist on PyPI vendors, into a cache outside the repository. Prints the binary's
-# path; a second run finds it and prints it at once.
+# path (llama-perplexity lands beside it); a second run finds it and prints it at once.
 #
 #   scripts/build-llama-server.sh            # build (or find) and print the path
 #   LLAMA_CPP_PYTHON_VERSION=0.3.36 JOBS=2 scripts/build-llama-server.sh
@@ -91,7 +91,8 @@ echo "cmake flags: ${FLAGS[*]}" >>"$LOG"
 BUILD="$CACHE/build"
 "$VENV/bin/cmake" -S "$LLAMA" -B "$BUILD" -G Ninja -DCMAKE_MAKE_PROGRAM="$VENV/bin/ninja" \
   "${FLAGS[@]}" >>"$LOG" 2>&1 || { echo "cmake configure failed; see $LOG" >&2; exit 1; }
-"$VENV/bin/cmake" --build "$BUILD" --target llama-server -j "$JOBS" >>"$LOG" 2>&1 ||
+# llama-perplexity too: the models page holds our perplexity to its figure on the same text.
+"$VENV/bin/cmake" --build "$BUILD" --target llama-server llama-perplexity -j "$JOBS" >>"$LOG" 2>&1 ||
   { echo "build failed; see $LOG" >&2; exit 1; }
 printf '%s\n' "${FLAGS[@]}" >"$CACHE/cmake-flags.txt"
 echo "$BIN"
