@@ -277,11 +277,11 @@ fn a_decode_is_scheduled_before_any_new_prefill() {
     assert_eq!(out.chunks.len(), 1);
     let sampled = vec![(
         SeqId(0),
-        SampledToken {
+        vec![SampledToken {
             token_id: 9,
             logprob: None,
             top_logprobs: vec![],
-        },
+        }],
     )];
     s.update(&out, sampled);
     s.add(Sequence::new(SeqId(1), req(20), 0, Instant::now()));
@@ -327,11 +327,11 @@ fn running_out_of_blocks_preempts_the_most_recently_admitted() {
             .map(|c| {
                 (
                     c.seq_id,
-                    SampledToken {
+                    vec![SampledToken {
                         token_id: 9,
                         logprob: None,
                         top_logprobs: vec![],
-                    },
+                    }],
                 )
             })
             .collect::<Vec<_>>()

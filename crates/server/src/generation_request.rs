@@ -36,6 +36,9 @@ pub struct GenerationRequest {
     pub logprobs: Option<Value>,
     pub top_logprobs: Option<i64>,
     pub ignore_eos: Option<bool>,
+    /// tokenmill's own: `false` keeps this request out of speculative decoding (its outputs
+    /// are the same either way; only its steps' shape changes).
+    pub speculative: Option<bool>,
     pub min_tokens: Option<i64>,
     pub priority: Option<i32>,
     pub skip_special_tokens: Option<bool>,

@@ -241,6 +241,7 @@ fn sampling_params(
         },
         prompt_logprobs: None,
         logit_bias: logit_bias(body.logit_bias.as_ref(), vocab_size)?,
+        speculative: body.speculative.unwrap_or(true),
     })
 }
 

@@ -7,6 +7,7 @@ use super::kv_cache_dtype::KvCacheDtype;
 use super::model_config::ModelConfig;
 use super::partial_prefill_limits::PartialPrefillLimits;
 use super::scheduling_policy::SchedulingPolicy;
+use super::speculative_config::SpeculativeConfig;
 use super::weight_mode::WeightMode;
 use std::time::Duration;
 
@@ -43,6 +44,9 @@ pub struct EngineConfig {
     /// Inter-token latency the scheduler holds by admitting less prefill per step
     /// (`--target-itl-ms`); the token budget stays the hard cap.
     pub target_itl: Option<Duration>,
+    /// Drafts verified in the step's batch (`--speculative-config`); `None`: one token per
+    /// decode step.
+    pub speculative: Option<SpeculativeConfig>,
 }
 
 impl Default for EngineConfig {
@@ -63,6 +67,7 @@ impl Default for EngineConfig {
             weight_mode: WeightMode::Quantized,
             max_waiting: 1024,
             target_itl: None,
+            speculative: None,
         }
     }
 }
@@ -98,12 +103,27 @@ impl EngineConfig {
     /// Validates and works out the KV pool size and the context length.
     pub fn plan(&self, model: &ModelConfig) -> Result<KvPlan, ConfigError> {
         self.check_scheduling()?;
+        self.check_speculative()?;
         let num_blocks = self.check_kv_pool(model, physical_memory_bytes())?;
         let max_model_len = self.check_max_model_len(model, num_blocks)?;
         Ok(KvPlan {
             num_blocks,
             max_model_len,
         })
+    }
+
+    fn check_speculative(&self) -> Result<(), ConfigError> {
+        use super::speculative_config::SpeculativeMethod;
+        match self.speculative.as_ref().map(|s| &s.method) {
+            Some(SpeculativeMethod::Suffix(_)) | Some(SpeculativeMethod::DraftModel { .. }) => {
+                Err(ConfigError::new(
+                    "speculative_config",
+                    format!("{:?}", self.speculative),
+                    "only method ngram is built in so far",
+                ))
+            }
+            _ => Ok(()),
+        }
     }
 
     fn check_scheduling(&self) -> Result<(), ConfigError> {

@@ -25,6 +25,7 @@ use crate::sched::scheduler::{Scheduler, SchedulerConfig};
 use crate::sched::scheduler_output::{SchedulerOutput, SeqUpdate};
 use crate::sched::scheduler_stats::SchedulerStats;
 use crate::sched::sequence::Sequence;
+use crate::spec_decode::speculation::Speculation;
 use crate::worker::model_runner::{Logits, ModelRunner};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -54,6 +55,9 @@ pub struct Engine {
     moe_experts: Option<MoeExpertStats>,
     /// Where each step's prefix-cache events go; `None`: none are recorded.
     kv_events: Option<KvEventSink>,
+    /// The drafting method and how many drafts a sequence may verify per step; `None`:
+    /// no speculative decoding.
+    speculation: Option<Speculation>,
 }
 
 impl Engine {
@@ -140,9 +144,15 @@ impl Engine {
             },
             BlockManager::new(num_blocks, config.block_size, config.enable_prefix_caching),
         );
+        let speculation = config.speculative.as_ref().map(Speculation::new);
+        let rows_per_seq = 1 + speculation.as_ref().map_or(0, |s| s.num_speculative_tokens);
+        let logit_rows = (config.max_num_seqs * rows_per_seq).min(config.max_num_batched_tokens);
         let mut runner =
             ModelRunner::new(model, num_blocks, config.block_size, config.kv_cache_dtype);
-        runner.reserve(config.max_num_batched_tokens, config.max_num_seqs);
+        runner.reserve(
+            config.max_num_batched_tokens,
+            logit_rows.max(config.max_num_seqs),
+        );
         Self {
             runner,
             scheduler,
@@ -155,6 +165,7 @@ impl Engine {
             times: StepTimes::default(),
             moe_experts,
             kv_events: None,
+            speculation,
         }
     }
 
@@ -265,6 +276,7 @@ impl Engine {
         let mut clock = StepClock::start();
         let mut times = self.times;
         self.abort_abandoned();
+        self.propose_drafts();
         let out = self.scheduler.schedule();
         if out.is_empty() {
             return Ok(0);
@@ -299,6 +311,19 @@ impl Engine {
         Ok(out.num_tokens())
     }
 
+    /// Drafts for the decodes that may verify some this step (speculative decoding only).
+    fn propose_drafts(&mut self) {
+        let Some(spec) = &mut self.speculation else {
+            return;
+        };
+        for (id, most) in self.scheduler.draft_candidates(spec.num_speculative_tokens) {
+            let seq = self.scheduler.get(id).expect("candidates are running");
+            let mut drafts = spec.proposer.propose(id, &seq.tokens, seq.prompt_len, most);
+            drafts.truncate(most);
+            self.scheduler.set_drafts(id, drafts);
+        }
+    }
+
     /// Time per phase summed over every step so far.
     pub fn step_times(&self) -> StepTimes {
         self.times
@@ -325,8 +350,11 @@ impl Engine {
     /// ran out of its parser's limits); the rest go on to `update`.
     fn end_failed_constraints(
         &mut self,
-        sampled: Vec<(SeqId, std::result::Result<SampledToken, ConstraintError>)>,
-    ) -> Vec<(SeqId, SampledToken)> {
+        sampled: Vec<(
+            SeqId,
+            std::result::Result<Vec<SampledToken>, ConstraintError>,
+        )>,
+    ) -> Vec<(SeqId, Vec<SampledToken>)> {
         let mut ok = Vec::with_capacity(sampled.len());
         for (id, result) in sampled {
             match result {
@@ -355,6 +383,12 @@ impl Engine {
         }
     }
 
+    /// Test support: verifies every proposed draft, whatever the step cost model says.
+    #[doc(hidden)]
+    pub fn keep_all_drafts(&mut self) {
+        self.scheduler.keep_all_drafts();
+    }
+
     /// Installs a `StepFault` (tests only).
     #[doc(hidden)]
     pub fn set_step_fault(&mut self, fault: StepFault) {
@@ -370,7 +404,10 @@ impl Engine {
         logits: &Logits,
     ) -> (
         Vec<(SeqId, Vec<SampledToken>)>,
-        Vec<(SeqId, std::result::Result<SampledToken, ConstraintError>)>,
+        Vec<(
+            SeqId,
+            std::result::Result<Vec<SampledToken>, ConstraintError>,
+        )>,
     ) {
         let mut sampling = Vec::new();
         let mut scoring = Vec::new();
@@ -381,8 +418,8 @@ impl Engine {
                 row += chunk.prompt_logits.len();
             }
             if chunk.sample {
-                sampling.push((row, chunk.seq_id));
-                row += 1;
+                sampling.push((row, chunk.seq_id, chunk.drafts));
+                row += 1 + chunk.drafts;
             }
         }
         let prompt_scores = if scoring.is_empty() {
@@ -395,32 +432,19 @@ impl Engine {
         // masked in parallel here, as the step's rows are (one mask thread would queue them).
         let constrained = sampling
             .iter()
-            .filter(|(_, id)| {
+            .filter(|(_, id, _)| {
                 self.scheduler
                     .get(*id)
                     .is_some_and(|s| s.constraint.is_some())
             })
             .count();
         let ahead = constrained <= (ComputePool::global().threads() / 2).max(1);
-        let sample_row = |&(row, id): &(usize, SeqId)| {
+        let sample_row = |&(row, id, drafts): &(usize, SeqId, usize)| {
             let seq = self
                 .scheduler
                 .get(id)
                 .expect("scheduled sequences are running");
-            let banned = self.scheduler.banned_tokens(seq);
-            let ctx = SamplingContext {
-                params: &seq.params,
-                prompt: seq.prompt(),
-                output: seq.output(),
-                seed: seq.seed,
-                banned: &banned,
-                allowed: None,
-            };
-            let logits = logits.row(row);
-            match &seq.constraint {
-                None => (id, Ok(Sampler::sample(logits, &ctx))),
-                Some(cell) => (id, sample_constrained(cell, ahead, logits, &ctx)),
-            }
+            (id, self.verify(seq, logits, row, drafts, ahead))
         };
         // On the compute pool, whose threads still spin from the forward pass: on rayon's
         // (asleep since the last step) the pool's spinning helper took a core from them,
@@ -439,6 +463,55 @@ impl Engine {
             .map(|s| s.expect("every row was sampled"))
             .collect();
         (prompt_scores, sampled)
+    }
+
+    /// The tokens a sampling chunk yields, from its logit rows `first..=first + drafts`: each
+    /// row is sampled exactly as a decode step at that position would sample it (the same
+    /// history, bans and random stream, `step_rng(seed, output length)`), and verifying goes
+    /// on while the token drawn equals the draft in the row after. So the tokens are those
+    /// the sequence would have produced one step at a time, drafts or not.
+    fn verify(
+        &self,
+        seq: &Sequence,
+        logits: &Logits,
+        first: usize,
+        drafts: usize,
+        ahead: bool,
+    ) -> std::result::Result<Vec<SampledToken>, ConstraintError> {
+        let draft = &seq.drafts[..drafts];
+        // Prompt, output, then the tokens this verify has produced so far.
+        let mut history = std::borrow::Cow::Borrowed(&seq.tokens[..]);
+        let mut tokens = Vec::with_capacity(1 + drafts);
+        for j in 0..=drafts {
+            let output = &history[seq.prompt_len..];
+            let banned = self.scheduler.banned_tokens_at(seq, output.len());
+            let ctx = SamplingContext {
+                params: &seq.params,
+                prompt: seq.prompt(),
+                output,
+                seed: seq.seed,
+                banned: &banned,
+                allowed: None,
+            };
+            let row = logits.row(first + j);
+            let token = match &seq.constraint {
+                None => Sampler::sample(row, &ctx),
+                Some(cell) => match sample_constrained(cell, ahead, row, &ctx) {
+                    Ok(token) => token,
+                    // The tokens before stand; the next step meets the same failure.
+                    Err(_) if !tokens.is_empty() => break,
+                    Err(error) => return Err(error),
+                },
+            };
+            let id = token.token_id;
+            tokens.push(token);
+            let finished = seq.constraint.as_ref().is_some_and(|c| c.is_finished());
+            if j == drafts || id != draft[j] || finished {
+                break;
+            }
+            history.to_mut().push(id);
+        }
+        Ok(tokens)
     }
 
     /// The logprob of each prompt token at `positions + 1`, from the logit row of the
@@ -481,10 +554,12 @@ impl Engine {
         for update in updates {
             if let Some(tx) = self.streams.get(&update.seq_id) {
                 // A closed receiver is noticed by `abort_abandoned` next step.
-                let _ = tx.send(RequestEvent::Token {
-                    token: update.token,
-                    time: update.time,
-                });
+                for token in update.tokens {
+                    let _ = tx.send(RequestEvent::Token {
+                        token,
+                        time: update.time,
+                    });
+                }
             }
             if let Some(seq) = update.finished {
                 self.finish(seq);
@@ -493,6 +568,9 @@ impl Engine {
     }
 
     fn finish(&mut self, seq: Sequence) {
+        if let Some(spec) = &mut self.speculation {
+            spec.proposer.finished(seq.id, &seq.tokens, seq.prompt_len);
+        }
         if let Some(tx) = self.streams.remove(&seq.id) {
             let _ = tx.send(RequestEvent::Finished {
                 reason: seq.finish.unwrap_or(FinishReason::Abort),

@@ -6,6 +6,7 @@ use crate::config::model_config::ModelConfig;
 use crate::config::EngineConfig;
 use crate::config::KvCacheDtype;
 use crate::config::SchedulingPolicy;
+use crate::config::SpeculativeConfig;
 use crate::config::WeightMode;
 use crate::config::{ConfigError, KvPlan};
 use crate::core::engine::Engine;
@@ -95,6 +96,12 @@ pub struct EngineArgs {
     /// default.
     #[arg(long)]
     pub target_itl_ms: Option<f64>,
+    /// Speculative decoding, as vLLM's JSON: '{"method": "ngram", "num_speculative_tokens":
+    /// 4, "prompt_lookup_max": 4, "prompt_lookup_min": 2}' (methods: ngram, suffix,
+    /// draft_model). Outputs stay exactly those without it; the step cost model verifies
+    /// fewer drafts (down to none) where they would not pay.
+    #[arg(long)]
+    pub speculative_config: Option<String>,
 }
 
 /// An engine built from flags, with what the layers above need to serve it.
@@ -164,6 +171,10 @@ impl EngineArgs {
             weight_mode: self.weight_mode,
             max_waiting: self.max_waiting,
             target_itl,
+            speculative: match &self.speculative_config {
+                Some(json) => Some(SpeculativeConfig::from_json(json)?),
+                None => None,
+            },
         })
     }
 

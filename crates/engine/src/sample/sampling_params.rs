@@ -30,6 +30,10 @@ pub struct SamplingParams {
     pub prompt_logprobs: Option<usize>,
     /// Added to the logits before penalties, temperature and truncation.
     pub logit_bias: LogitBias,
+    /// Whether the engine may verify drafted tokens for this request (when speculative
+    /// decoding is configured). Outputs are the same either way; a client opts out to keep
+    /// its request's steps at one token each.
+    pub speculative: bool,
 }
 
 impl Default for SamplingParams {
@@ -50,6 +54,7 @@ impl Default for SamplingParams {
             logprobs: None,
             prompt_logprobs: None,
             logit_bias: LogitBias::default(),
+            speculative: true,
         }
     }
 }

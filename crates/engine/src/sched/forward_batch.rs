@@ -26,6 +26,9 @@ pub struct BatchSeq {
     pub block_table: Vec<BlockId>,
     /// Whether the last row's logits are wanted (the chunk reaches the sequence's end).
     pub sample: bool,
+    /// Rows before the last that sample too: each verifies the draft token in the row after
+    /// it. Zero without speculation.
+    pub draft_rows: usize,
     /// Rows before the sampled one whose logits are wanted too (prompt logprobs); usually empty.
     pub prompt_logit_rows: Range<usize>,
 }
@@ -36,13 +39,13 @@ impl ForwardBatch {
     }
 
     /// Rows whose logits are computed, in `seqs` order: per sequence its prompt-logit rows,
-    /// then its sampled row. Written into `rows`, so a step's forward pass reuses the buffer.
+    /// then its sampled rows (one, or one per verified draft and one after them). Written into `rows`, so a step's forward pass reuses the buffer.
     pub fn logit_rows_into(&self, rows: &mut Vec<usize>) {
         rows.clear();
         for s in &self.seqs {
             rows.extend(s.prompt_logit_rows.clone());
             if s.sample && !s.rows.is_empty() {
-                rows.push(s.rows.end - 1);
+                rows.extend(s.rows.end - 1 - s.draft_rows..s.rows.end);
             }
         }
     }
@@ -60,6 +63,15 @@ impl ForwardBatch {
         if let Some(seq) = self.seqs.last_mut() {
             let first = seq.rows.start;
             seq.prompt_logit_rows = first + within.start..first + within.end;
+        }
+    }
+
+    /// Makes the last pushed sequence's final `1 + drafts` rows sample: its last token and
+    /// the drafts after it, each row scoring the draft that follows.
+    pub fn verify_drafts(&mut self, drafts: usize) {
+        if let Some(seq) = self.seqs.last_mut() {
+            debug_assert!(seq.sample && drafts < seq.rows.len());
+            seq.draft_rows = drafts;
         }
     }
 
@@ -86,6 +98,7 @@ impl ForwardBatch {
             rows: first..self.token_ids.len(),
             block_table: block_table.to_vec(),
             sample,
+            draft_rows: 0,
             prompt_logit_rows: first..first,
         });
     }

@@ -2,6 +2,7 @@
 //! sequences and waiting prompts, the requests and sequences it moves, and the
 //! `ForwardBatch` it hands to the worker.
 
+pub mod draft_acceptance;
 pub mod forward_batch;
 pub mod moe_expert_stats;
 pub mod prefill_slots;
@@ -10,4 +11,5 @@ pub mod scheduler;
 pub mod scheduler_output;
 pub mod scheduler_stats;
 pub mod sequence;
+pub mod spec_decode_stats;
 pub mod step_cost_model;

@@ -14,7 +14,7 @@ use crate::sched::scheduler_output::{ScheduledChunk, SchedulerOutput, SeqUpdate}
 use crate::sched::scheduler_stats::SchedulerStats;
 use crate::sched::sequence::Sequence;
 use crate::sched::step_cost_model::{StepCostModel, StepShape};
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
 #[derive(Debug, Clone)]
@@ -45,6 +45,8 @@ pub struct Scheduler {
     cost: StepCostModel,
     /// Consecutive steps a pending prefill got less than one block.
     starved_steps: usize,
+    /// Test support: verify every proposed draft, whatever the cost model says.
+    keep_all_drafts: bool,
 }
 
 /// What one step may still schedule: tokens under the hard budget and, of them, prefill
@@ -73,7 +75,15 @@ impl Scheduler {
             stats: SchedulerStats::default(),
             cost: StepCostModel::default(),
             starved_steps: 0,
+            keep_all_drafts: false,
         }
+    }
+
+    /// Test support: every proposed draft is verified (the cost model trims none), so tests
+    /// of exactness exercise verification in large batches too.
+    #[doc(hidden)]
+    pub fn keep_all_drafts(&mut self) {
+        self.keep_all_drafts = true;
     }
 
     pub fn block_manager(&self) -> &BlockManager {
@@ -118,6 +128,82 @@ impl Scheduler {
         }
     }
 
+    /// Running decodes that may verify drafts next step, each with the most drafts it may
+    /// take: `most`, less where `max_tokens` or the context would end the sequence sooner.
+    /// The engine asks its proposer for these and hands them back with [`set_drafts`](Self::set_drafts).
+    pub fn draft_candidates(&self, most: usize) -> Vec<(SeqId, usize)> {
+        self.running
+            .iter()
+            .filter(|s| s.is_decoding() && s.params.speculative)
+            .filter_map(|s| {
+                // The step adds the token after the drafts too.
+                let left = s.params.max_tokens.saturating_sub(s.output().len() + 1);
+                let room = self.config.max_model_len.saturating_sub(s.tokens.len() + 1);
+                let k = most.min(left).min(room);
+                (k > 0).then_some((s.id, k))
+            })
+            .collect()
+    }
+
+    /// The proposer's drafts for a running sequence; the next `schedule` verifies as many of
+    /// them as pay for themselves.
+    pub fn set_drafts(&mut self, id: SeqId, drafts: Vec<u32>) {
+        if let Some(i) = self.running_index(id) {
+            self.running[i].drafts = drafts;
+        }
+    }
+
+    /// Keeps, of the decodes' drafts, those that raise the step's expected tokens per
+    /// second: one at a time, always the draft most likely to be accepted (the next one of
+    /// the sequence whose kept drafts are most likely all accepted), while the expected
+    /// tokens it adds outweigh the time the step cost model says it adds. At one user a
+    /// decode step is weight-bound and a few more rows cost little, so drafts stay; in a
+    /// large batch every row costs its full share, and none do. Until the model has seen
+    /// enough steps, drafts stay as proposed.
+    fn trim_drafts(&mut self) {
+        let decoding: Vec<usize> = (0..self.running.len())
+            .filter(|&i| self.running[i].is_decoding())
+            .collect();
+        if self.keep_all_drafts || decoding.iter().all(|&i| self.running[i].drafts.is_empty()) {
+            return;
+        }
+        let mut shape = decoding.iter().fold(StepShape::default(), |acc, &i| {
+            acc.plus(StepShape::chunk(self.running[i].num_computed, 1))
+        });
+        let Some(mut seconds) = self.cost.predict(shape).filter(|&t| t > 0.0) else {
+            return;
+        };
+        let mut keep = vec![0usize; self.running.len()];
+        let mut expected = decoding.len() as f64;
+        loop {
+            let best = decoding
+                .iter()
+                .filter(|&&i| keep[i] < self.running[i].drafts.len())
+                .map(|&i| (i, self.running[i].acceptance.p().powi(keep[i] as i32 + 1)))
+                .max_by(|a, b| a.1.total_cmp(&b.1).then(b.0.cmp(&a.0)));
+            let Some((i, gain)) = best else { break };
+            // The draft's row sits at position num_computed + 1 + keep and sees that many + 1.
+            let row = StepShape {
+                tokens: 1,
+                context: self.running[i].num_computed + 2 + keep[i],
+                seqs: 0,
+            };
+            let Some(longer) = self.cost.predict(shape.plus(row)) else {
+                break;
+            };
+            if (expected + gain) / longer <= expected / seconds {
+                break;
+            }
+            expected += gain;
+            seconds = longer;
+            shape = shape.plus(row);
+            keep[i] += 1;
+        }
+        for (seq, &k) in self.running.iter_mut().zip(&keep) {
+            seq.drafts.truncate(k);
+        }
+    }
+
     /// Plans one step within the token budget and lays out its `ForwardBatch`.
     pub fn schedule(&mut self) -> SchedulerOutput {
         let mut out = SchedulerOutput::default();
@@ -125,6 +211,7 @@ impl Scheduler {
         let prefill = self.prefill_allowance(tokens);
         out.prefill_allowance = self.config.target_itl.map(|_| prefill);
         let mut budget = StepBudget { tokens, prefill };
+        self.trim_drafts();
         let long = self.schedule_running(&mut budget, &mut out);
         // A step that had to preempt is short of blocks: admitting newcomers would only
         // preempt them again.
@@ -175,7 +262,7 @@ impl Scheduler {
             .iter()
             .filter(|s| s.is_decoding())
             .fold(StepShape::default(), |acc, s| {
-                acc.plus(StepShape::chunk(s.num_computed, 1))
+                acc.plus(StepShape::chunk(s.num_computed, 1 + s.drafts.len()))
             });
         let room = budget.saturating_sub(decodes.tokens);
         let pending = self.running.iter().find(|s| !s.is_decoding());
@@ -244,16 +331,26 @@ impl Scheduler {
                 i += 1;
                 continue;
             }
-            let n = self.chunk_len(self.running[i].gap(), decode, budget);
+            let drafts = if decode {
+                self.running[i].drafts.len()
+            } else {
+                0
+            };
+            let mut n = self.chunk_len(self.running[i].gap() + drafts, decode, budget);
             if n == 0 {
                 // Prefill allowance spent: this prompt waits; decodes behind it still run.
                 i += 1;
                 continue;
             }
-            let need = self.running[i].blocks_needed(self.running[i].num_computed + n, bs);
             let new_blocks = loop {
+                let need = self.running[i].blocks_needed(self.running[i].num_computed + n, bs);
                 if let Some(blocks) = self.blocks.allocate(need) {
                     break Some(blocks);
+                }
+                // Drafts go before anyone is preempted: they only save time.
+                if decode && n > 1 {
+                    n = 1;
+                    continue;
                 }
                 let victim = self.pick_victim(i);
                 self.preempt(victim, out);
@@ -264,11 +361,14 @@ impl Scheduler {
             let Some(new_blocks) = new_blocks else { break };
             let seq = &mut self.running[i];
             seq.block_table.extend(new_blocks);
+            let drafts = if decode { n - 1 } else { 0 };
+            seq.drafts.truncate(drafts);
             out.chunks.push(ScheduledChunk {
                 seq_id: seq.id,
                 start: seq.num_computed,
                 len: n,
-                sample: seq.num_computed + n == seq.tokens.len(),
+                sample: seq.num_computed + n - drafts == seq.tokens.len(),
+                drafts,
                 prompt_logits: 0..0,
             });
             budget.tokens -= n;
@@ -354,6 +454,7 @@ impl Scheduler {
                 start,
                 len: n,
                 sample: start + n == seq.tokens.len(),
+                drafts: 0,
                 prompt_logits: 0..0,
             });
             budget.tokens -= n;
@@ -423,6 +524,7 @@ impl Scheduler {
         let mut seq = self.running.remove(index);
         self.free_blocks(&mut seq);
         seq.num_computed = 0;
+        seq.drafts.clear();
         seq.num_preemptions += 1;
         self.stats.num_preemptions += 1;
         out.preempted.push(seq.id);
@@ -548,6 +650,7 @@ impl Scheduler {
                 start: cached,
                 len: n,
                 sample: cached + n == seq.tokens.len(),
+                drafts: 0,
                 prompt_logits: 0..0,
             });
             budget.tokens -= n;
@@ -567,6 +670,18 @@ impl Scheduler {
                 .find(|s| s.id == chunk.seq_id)
                 .expect("scheduled seq is running");
             let end = chunk.start + chunk.len;
+            if chunk.drafts > 0 {
+                // The last token, then the drafts that may follow it.
+                let tokens: Vec<u32> = seq.tokens[chunk.start..]
+                    .iter()
+                    .chain(&seq.drafts[..chunk.drafts])
+                    .copied()
+                    .collect();
+                out.batch
+                    .push_seq(&tokens, chunk.start, &seq.block_table, bs, true);
+                out.batch.verify_drafts(chunk.drafts);
+                continue;
+            }
             let tokens = &seq.tokens[chunk.start..end];
             out.batch
                 .push_seq(tokens, chunk.start, &seq.block_table, bs, chunk.sample);
@@ -581,48 +696,75 @@ impl Scheduler {
         }
     }
 
-    /// Records a step's results: computed counts advance, full blocks enter the prefix
-    /// cache, sampled tokens are appended, and finished sequences leave with their blocks
-    /// freed.
+    /// Records a step's results: sampled tokens are appended (a verify's accepted drafts
+    /// and the token after them, up to a stop), computed counts advance over the KV that
+    /// holds real tokens, full blocks enter the prefix cache, and finished sequences leave
+    /// with their blocks freed.
+    ///
+    /// `sampled` holds, per sampling sequence, its tokens in order; with drafts, every token
+    /// but the last equals the draft at its position (the engine stops verifying at the first
+    /// that does not).
     pub fn update(
         &mut self,
         out: &SchedulerOutput,
-        sampled: Vec<(SeqId, SampledToken)>,
+        sampled: Vec<(SeqId, Vec<SampledToken>)>,
     ) -> Vec<SeqUpdate> {
         let now = Instant::now();
-        for chunk in &out.chunks {
-            if let Some(i) = self.running_index(chunk.seq_id) {
-                self.running[i].num_computed += chunk.len;
-                if !chunk.prompt_logits.is_empty() {
-                    self.running[i].prompt_logits_next = chunk.prompt_logits.end;
-                }
-                self.register_full_blocks(i);
-            }
-        }
+        let mut sampled: HashMap<SeqId, Vec<SampledToken>> = sampled.into_iter().collect();
         let mut updates = Vec::with_capacity(sampled.len());
-        for (seq_id, token) in sampled {
-            let Some(i) = self.running_index(seq_id) else {
+        for chunk in &out.chunks {
+            let tokens = sampled.remove(&chunk.seq_id).unwrap_or_default();
+            let Some(i) = self.running_index(chunk.seq_id) else {
                 continue;
             };
             let seq = &mut self.running[i];
-            seq.tokens.push(token.token_id);
-            if seq.timings.first_token.is_none() {
-                seq.timings.first_token = Some(now);
+            // A verify keeps the keys of its first row and of each accepted draft; rows
+            // after a rejection hold keys of tokens that never were, and are overwritten
+            // when their positions are computed for real.
+            let computed = if chunk.drafts > 0 {
+                let accepted = tokens.len().saturating_sub(1).min(chunk.drafts);
+                self.stats.spec_decode.observe(chunk.drafts, accepted);
+                seq.acceptance.observe(chunk.drafts, accepted);
+                1 + accepted
+            } else {
+                chunk.len
+            };
+            seq.drafts.clear();
+            if !chunk.prompt_logits.is_empty() {
+                seq.prompt_logits_next = chunk.prompt_logits.end;
             }
-            seq.timings.token_times.push(now);
-            let finished = self.stop_reason(&self.running[i]).map(|reason| {
+            let mut added = Vec::with_capacity(tokens.len());
+            let mut reason = None;
+            for token in tokens {
+                seq.tokens.push(token.token_id);
+                if seq.timings.first_token.is_none() {
+                    seq.timings.first_token = Some(now);
+                }
+                seq.timings.token_times.push(now);
+                added.push(token);
+                reason = stop_reason(&self.config, seq);
+                if reason.is_some() {
+                    break;
+                }
+            }
+            // A stop inside a verify leaves fewer tokens than the rows computed.
+            seq.num_computed = (seq.num_computed + computed).min(seq.tokens.len());
+            self.register_full_blocks(i);
+            let finished = reason.map(|reason| {
                 let mut seq = self.running.remove(i);
                 seq.finish = Some(reason);
                 seq.timings.finished = Some(now);
                 self.free_blocks(&mut seq);
                 seq
             });
-            updates.push(SeqUpdate {
-                seq_id,
-                token,
-                time: now,
-                finished,
-            });
+            if !added.is_empty() {
+                updates.push(SeqUpdate {
+                    seq_id: chunk.seq_id,
+                    tokens: added,
+                    time: now,
+                    finished,
+                });
+            }
         }
         updates
     }
@@ -647,7 +789,13 @@ impl Scheduler {
 
     /// Tokens the sequence may not produce yet (EOS and stop ids before `min_tokens`).
     pub fn banned_tokens(&self, seq: &Sequence) -> Vec<u32> {
-        if seq.output().len() >= seq.params.min_tokens {
+        self.banned_tokens_at(seq, seq.output().len())
+    }
+
+    /// Tokens the sequence may not produce as its output token number `n` (0-based): what
+    /// verifying a draft position ahead of the output needs.
+    pub fn banned_tokens_at(&self, seq: &Sequence, n: usize) -> Vec<u32> {
+        if n >= seq.params.min_tokens {
             return Vec::new();
         }
         let mut banned: Vec<u32> = seq.params.stop_token_ids.iter().copied().collect();
@@ -655,23 +803,6 @@ impl Scheduler {
             banned.extend(&self.config.eos_token_ids);
         }
         banned
-    }
-
-    fn stop_reason(&self, seq: &Sequence) -> Option<FinishReason> {
-        let last = *seq.tokens.last()?;
-        let n = seq.output().len();
-        let p = &seq.params;
-        if seq.constraint.as_ref().is_some_and(|c| c.is_finished()) {
-            return Some(FinishReason::Stop);
-        }
-        let eos = !p.ignore_eos && self.config.eos_token_ids.contains(&last);
-        if n >= p.min_tokens && (eos || p.stop_token_ids.contains(&last)) {
-            return Some(FinishReason::Stop);
-        }
-        if n >= p.max_tokens || seq.tokens.len() >= self.config.max_model_len {
-            return Some(FinishReason::Length);
-        }
-        None
     }
 
     /// Removes a request wherever it is, freeing its blocks at once.
@@ -687,4 +818,22 @@ impl Scheduler {
         seq.timings.finished = Some(Instant::now());
         Some(seq)
     }
+}
+
+/// Why the sequence ends with its last token, if it does.
+fn stop_reason(config: &SchedulerConfig, seq: &Sequence) -> Option<FinishReason> {
+    let last = *seq.tokens.last()?;
+    let n = seq.output().len();
+    let p = &seq.params;
+    if seq.constraint.as_ref().is_some_and(|c| c.is_finished()) {
+        return Some(FinishReason::Stop);
+    }
+    let eos = !p.ignore_eos && config.eos_token_ids.contains(&last);
+    if n >= p.min_tokens && (eos || p.stop_token_ids.contains(&last)) {
+        return Some(FinishReason::Stop);
+    }
+    if n >= p.max_tokens || seq.tokens.len() >= config.max_model_len {
+        return Some(FinishReason::Length);
+    }
+    None
 }

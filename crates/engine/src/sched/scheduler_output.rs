@@ -16,6 +16,9 @@ pub struct ScheduledChunk {
     pub len: usize,
     /// The chunk reaches the end of the known tokens, so its last row yields a new token.
     pub sample: bool,
+    /// Draft tokens verified after the sequence's last token (a decode only): the chunk's
+    /// `len` is `1 + drafts`, and each of its rows samples.
+    pub drafts: usize,
     /// Positions of this chunk whose logits score the prompt (prompt logprobs); set when the
     /// batch is built.
     pub prompt_logits: Range<usize>,
@@ -48,8 +51,10 @@ impl SchedulerOutput {
 #[derive(Debug)]
 pub struct SeqUpdate {
     pub seq_id: SeqId,
-    pub token: SampledToken,
+    /// The tokens this step added to the sequence: one, or with speculation the accepted
+    /// drafts and the token after them.
+    pub tokens: Vec<SampledToken>,
     pub time: Instant,
-    /// Set when this token ended the sequence; the sequence itself is returned with it.
+    /// Set when these tokens ended the sequence; the sequence itself is returned with it.
     pub finished: Option<Sequence>,
 }

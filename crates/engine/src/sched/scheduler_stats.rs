@@ -2,6 +2,7 @@
 //! reports about queues, the KV pool and the prefix cache.
 
 use super::moe_expert_stats::MoeExpertStats;
+use super::spec_decode_stats::SpecDecodeStats;
 
 #[derive(Debug, Clone, Default)]
 pub struct SchedulerStats {
@@ -22,6 +23,8 @@ pub struct SchedulerStats {
     /// Distinct experts per MoE layer per step, for a mixture-of-experts model. `Engine::stats`
     /// fills it in: the scheduler never sees the model.
     pub moe_active_experts: Option<MoeExpertStats>,
+    /// Drafts verified and accepted (all zero without speculative decoding).
+    pub spec_decode: SpecDecodeStats,
 }
 
 /// Step times in fixed buckets, as a Prometheus histogram reports them.

@@ -4,6 +4,7 @@
 use crate::kv::block_manager::{BlockHash, BlockId};
 use crate::sample::sampling_params::SamplingParams;
 use crate::sample::token_constraint::ConstraintCell;
+use crate::sched::draft_acceptance::DraftAcceptance;
 use crate::sched::request::{FinishReason, Request, RequestTimings, SeqId};
 
 #[derive(Debug, Clone)]
@@ -35,6 +36,11 @@ pub struct Sequence {
     /// sampling, so it never touches this.
     pub constraint: Option<ConstraintCell>,
     pub timings: RequestTimings,
+    /// Tokens proposed to follow `tokens`, to be verified by the next step; never part of
+    /// `tokens` until the target model has produced them itself.
+    pub drafts: Vec<u32>,
+    /// How often this sequence's drafts have been accepted, for sizing its next verify.
+    pub acceptance: DraftAcceptance,
 }
 
 impl Sequence {
@@ -57,6 +63,8 @@ impl Sequence {
             finish: None,
             constraint: req.constraint,
             timings: RequestTimings::new(arrival),
+            drafts: Vec::new(),
+            acceptance: DraftAcceptance::default(),
         }
     }
 

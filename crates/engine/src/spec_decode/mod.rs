@@ -3,6 +3,6 @@
 
 pub mod ngram_proposer;
 pub mod proposer;
-pub mod spec_decode_stats;
+pub mod speculation;
 
 pub use proposer::Proposer;

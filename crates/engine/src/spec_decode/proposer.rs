@@ -6,7 +6,7 @@ use crate::sched::request::SeqId;
 /// what the proposer has been shown (the sequence's tokens and, for methods that learn across
 /// requests, the finished ones), so a run is reproducible; exactness never depends on them,
 /// since every draft is verified against the target model.
-pub trait Proposer: Send {
+pub trait Proposer: Send + Sync {
     /// Up to `max` tokens that may follow `tokens` (the request's prompt, its first
     /// `prompt_len` tokens, then its output so far). Empty when it has no guess.
     fn propose(&mut self, id: SeqId, tokens: &[u32], prompt_len: usize, max: usize) -> Vec<u32>;

@@ -81,7 +81,7 @@ pub fn fake_samples(
     out: &tokenmill_engine::sched::scheduler_output::SchedulerOutput,
 ) -> Vec<(
     tokenmill_engine::SeqId,
-    tokenmill_engine::sample::sampled_token::SampledToken,
+    Vec<tokenmill_engine::sample::sampled_token::SampledToken>,
 )> {
     out.chunks
         .iter()
@@ -92,7 +92,7 @@ pub fn fake_samples(
                 logprob: None,
                 top_logprobs: vec![],
             };
-            (c.seq_id, token)
+            (c.seq_id, vec![token])
         })
         .collect()
 }
