@@ -300,6 +300,38 @@ impl Metrics {
             "Times a running request was preempted.",
             stats.num_preemptions as f64,
         );
+        let spec = &stats.spec_decode;
+        counter(
+            out,
+            "spec_decode_num_drafts",
+            "Verify chunks that carried at least one draft token (speculative decoding).",
+            spec.num_drafts as f64,
+        );
+        counter(
+            out,
+            "spec_decode_num_draft_tokens",
+            "Draft tokens verified.",
+            spec.num_draft_tokens as f64,
+        );
+        counter(
+            out,
+            "spec_decode_num_accepted_tokens",
+            "Draft tokens accepted (equal to the token the model produced there).",
+            spec.num_accepted_tokens as f64,
+        );
+        let per_pos: Vec<(String, f64)> = spec
+            .num_accepted_tokens_per_pos
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| (format!("{label},position=\"{i}\""), n as f64))
+            .collect();
+        sample_family(
+            out,
+            "spec_decode_num_accepted_tokens_per_pos_total",
+            "counter",
+            "Draft tokens accepted at each draft position (0: the first draft).",
+            &per_pos,
+        );
         if !native {
             return self.render_recorded(out, prefix, &label);
         }

@@ -735,14 +735,17 @@ impl Scheduler {
             }
             let mut added = Vec::with_capacity(tokens.len());
             let mut reason = None;
-            for token in tokens {
+            let count = tokens.len();
+            for (j, token) in tokens.into_iter().enumerate() {
                 seq.tokens.push(token.token_id);
                 if seq.timings.first_token.is_none() {
                     seq.timings.first_token = Some(now);
                 }
                 seq.timings.token_times.push(now);
                 added.push(token);
-                reason = stop_reason(&self.config, seq);
+                // The constraint has seen all of this step's tokens; the engine stops
+                // verifying where it completes, so only the last token can finish it.
+                reason = stop_reason(&self.config, seq, j + 1 == count);
                 if reason.is_some() {
                     break;
                 }
@@ -820,12 +823,13 @@ impl Scheduler {
     }
 }
 
-/// Why the sequence ends with its last token, if it does.
-fn stop_reason(config: &SchedulerConfig, seq: &Sequence) -> Option<FinishReason> {
+/// Why the sequence ends with its last token, if it does; `step_end`: that token is the
+/// last of the step's (the only one a completed constraint can have ended on).
+fn stop_reason(config: &SchedulerConfig, seq: &Sequence, step_end: bool) -> Option<FinishReason> {
     let last = *seq.tokens.last()?;
     let n = seq.output().len();
     let p = &seq.params;
-    if seq.constraint.as_ref().is_some_and(|c| c.is_finished()) {
+    if step_end && seq.constraint.as_ref().is_some_and(|c| c.is_finished()) {
         return Some(FinishReason::Stop);
     }
     let eos = !p.ignore_eos && config.eos_token_ids.contains(&last);
