@@ -98,38 +98,56 @@ fn assert_same(plain: &[Completion], spec: &[Completion], what: &str) {
     }
 }
 
-/// Runs the workload without speculation, then with it alone and batched (every draft
-/// verified in the batch: the cost model would verify none in a compute-bound batch).
+const DRAFT_MODEL_2_LAYERS: &str =
+    r#"{"method":"draft_model","num_speculative_tokens":3,"hf_overrides":{"num_hidden_layers":2}}"#;
+
+/// Every method, as `--speculative-config` JSON (the draft model's path filled in).
+fn methods() -> Vec<(&'static str, String)> {
+    let model = common::model_path().display().to_string();
+    let draft: serde_json::Value = serde_json::from_str(DRAFT_MODEL_2_LAYERS).unwrap();
+    let mut draft = draft.as_object().unwrap().clone();
+    draft.insert("model".into(), model.into());
+    vec![
+        ("ngram", NGRAM.to_owned()),
+        ("draft_model", serde_json::Value::Object(draft).to_string()),
+    ]
+}
+
+/// Runs the workload without speculation, then with each method alone and batched (every
+/// draft verified in the batch: the cost model would verify none in a compute-bound batch).
 fn check(params: impl Fn(usize) -> SamplingParams + Copy, what: &str) {
-    let plain_alone = alone(&mut engine(None, false), requests(params));
-    let plain_batched = engine(None, false).generate(requests(params)).unwrap();
-    assert_same(
-        &plain_alone,
-        &plain_batched,
-        &format!("{what}, batched without drafts"),
-    );
+    let plain = alone(&mut engine(None, false), requests(params));
+    for (method, json) in methods() {
+        let mut spec = engine(Some(&json), false);
+        let spec_alone = alone(&mut spec, requests(params));
+        assert_same(&plain, &spec_alone, &format!("{what}, {method}, alone"));
+        let s = spec.stats().spec_decode;
+        // A two-layer truncation drafts badly; its exactness is what is checked here (see
+        // the test with the target itself as the draft for its drafting).
+        let accepted = method == "draft_model" || s.num_accepted_tokens > 0;
+        assert!(
+            s.num_drafts > 0 && accepted,
+            "{what}, {method}: alone, drafts were verified and accepted: {s:?}"
+        );
 
-    let mut spec = engine(Some(NGRAM), false);
-    let spec_alone = alone(&mut spec, requests(params));
-    assert_same(&plain_alone, &spec_alone, &format!("{what}, alone"));
-    let s = spec.stats().spec_decode;
-    assert!(
-        s.num_drafts > 0 && s.num_accepted_tokens > 0,
-        "{what}: alone, drafts were verified and accepted: {s:?}"
-    );
-
-    let mut spec = engine(Some(NGRAM), true);
-    let spec_batched = spec.generate(requests(params)).unwrap();
-    assert_same(&plain_alone, &spec_batched, &format!("{what}, batch of 16"));
-    let s = spec.stats().spec_decode;
-    assert!(
-        s.num_accepted_tokens > 0 && s.num_accepted_tokens < s.num_draft_tokens,
-        "{what}: batched, some drafts accepted and some rejected: {s:?}"
-    );
+        let mut spec = engine(Some(&json), true);
+        let spec_batched = spec.generate(requests(params)).unwrap();
+        assert_same(
+            &plain,
+            &spec_batched,
+            &format!("{what}, {method}, batch of 16"),
+        );
+        let s = spec.stats().spec_decode;
+        let accepted = method == "draft_model" || s.num_accepted_tokens > 0;
+        assert!(
+            accepted && s.num_accepted_tokens < s.num_draft_tokens,
+            "{what}, {method}: batched, drafts verified, some rejected: {s:?}"
+        );
+    }
 }
 
 #[test]
-fn greedy_ids_and_logprobs_are_identical_with_and_without_ngram_speculation() {
+fn greedy_ids_and_logprobs_are_identical_with_and_without_speculation() {
     check(
         |i| SamplingParams {
             logprobs: Some(TOP_LOGPROBS),
@@ -140,7 +158,7 @@ fn greedy_ids_and_logprobs_are_identical_with_and_without_ngram_speculation() {
 }
 
 #[test]
-fn seeded_sampling_with_penalties_is_identical_with_and_without_ngram_speculation() {
+fn seeded_sampling_with_penalties_is_identical_with_and_without_speculation() {
     check(
         |i| SamplingParams {
             temperature: 0.7,
@@ -154,6 +172,34 @@ fn seeded_sampling_with_penalties_is_identical_with_and_without_ngram_speculatio
         },
         "seeded",
     );
+}
+
+#[test]
+fn a_draft_model_equal_to_the_target_has_every_greedy_draft_accepted() {
+    // Batch-invariant kernels: the draft computes the target's own logits, so its greedy
+    // drafts are the target's tokens, all of them accepted.
+    let json = format!(
+        r#"{{"method":"draft_model","num_speculative_tokens":3,"model":{:?}}}"#,
+        common::model_path().display().to_string()
+    );
+    let reqs = || {
+        requests(|_| SamplingParams {
+            ignore_eos: true,
+            ..SamplingParams::greedy(16)
+        })
+        .into_iter()
+        .take(3)
+        .collect::<Vec<_>>()
+    };
+    let plain = alone(&mut engine(None, false), reqs());
+    let mut spec = engine(Some(&json), true);
+    let out = alone(&mut spec, reqs());
+    for (a, b) in plain.iter().zip(&out) {
+        assert_eq!(a.token_ids(), b.token_ids());
+    }
+    let s = spec.stats().spec_decode;
+    assert!(s.num_draft_tokens > 0, "{s:?}");
+    assert_eq!(s.num_accepted_tokens, s.num_draft_tokens, "{s:?}");
 }
 
 #[test]

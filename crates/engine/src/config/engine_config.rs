@@ -115,13 +115,11 @@ impl EngineConfig {
     fn check_speculative(&self) -> Result<(), ConfigError> {
         use super::speculative_config::SpeculativeMethod;
         match self.speculative.as_ref().map(|s| &s.method) {
-            Some(SpeculativeMethod::Suffix(_)) | Some(SpeculativeMethod::DraftModel { .. }) => {
-                Err(ConfigError::new(
-                    "speculative_config",
-                    format!("{:?}", self.speculative),
-                    "only method ngram is built in so far",
-                ))
-            }
+            Some(SpeculativeMethod::Suffix(_)) => Err(ConfigError::new(
+                "speculative_config",
+                format!("{:?}", self.speculative),
+                "only methods ngram and draft_model are built in so far",
+            )),
             _ => Ok(()),
         }
     }

@@ -1,6 +1,7 @@
 //! `SpeculativeConfig`: `--speculative-config` as vLLM spells it (JSON), validated at startup.
 
 use super::config_error::ConfigError;
+use super::hf_overrides::HfOverrides;
 use serde::Deserialize;
 
 /// How drafts are proposed, with each method's own settings.
@@ -18,8 +19,9 @@ pub enum SpeculativeMethod {
     /// A smaller checkpoint with the same tokenizer, run by the same engine.
     DraftModel {
         model: String,
-        /// `--hf-overrides`-style JSON applied to the draft's config (e.g. `{"num_hidden_layers": 2}`).
-        hf_overrides: Option<serde_json::Value>,
+        /// `--hf-overrides`-style keys laid over the draft's config (e.g.
+        /// `{"num_hidden_layers": 2}`: the target's first two layers as the draft).
+        hf_overrides: Option<HfOverrides>,
     },
 }
 
@@ -163,9 +165,17 @@ impl SpeculativeConfig {
                 let model = raw.model.ok_or_else(|| {
                     err("method draft_model needs \"model\": a checkpoint path".into())
                 })?;
+                let hf_overrides = match raw.hf_overrides {
+                    Some(v) => Some(
+                        v.to_string()
+                            .parse::<HfOverrides>()
+                            .map_err(|e| err(format!("hf_overrides: {e}")))?,
+                    ),
+                    None => None,
+                };
                 SpeculativeMethod::DraftModel {
                     model,
-                    hf_overrides: raw.hf_overrides,
+                    hf_overrides,
                 }
             }
             "" => {

@@ -25,7 +25,7 @@ use crate::sched::scheduler::{Scheduler, SchedulerConfig};
 use crate::sched::scheduler_output::{SchedulerOutput, SeqUpdate};
 use crate::sched::scheduler_stats::SchedulerStats;
 use crate::sched::sequence::Sequence;
-use crate::spec_decode::speculation::Speculation;
+use crate::spec_decode::speculation::{Speculation, TargetShape};
 use crate::worker::model_runner::{Logits, ModelRunner};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -78,7 +78,19 @@ impl Engine {
             config.block_size,
             plan.num_blocks * config.block_size
         );
-        let mut engine = Self::new(model, plan.num_blocks, plan.max_model_len, &config);
+        let speculation = match &config.speculative {
+            Some(spec) => Some(Speculation::new(
+                spec,
+                &TargetShape {
+                    weight_mode: config.weight_mode,
+                    max_model_len: plan.max_model_len,
+                    kv_tokens: plan.num_blocks * config.block_size,
+                    vocab_size: model.config().vocab_size,
+                },
+            )?),
+            None => None,
+        };
+        let mut engine = Self::new(model, plan, &config, speculation);
         if config.target_itl.is_some() {
             engine.calibrate(config.max_num_batched_tokens)?;
         }
@@ -121,7 +133,13 @@ impl Engine {
         Ok(())
     }
 
-    fn new(model: Llama, num_blocks: usize, max_model_len: usize, config: &EngineConfig) -> Self {
+    fn new(
+        model: Llama,
+        plan: crate::config::KvPlan,
+        config: &EngineConfig,
+        speculation: Option<Speculation>,
+    ) -> Self {
+        let (num_blocks, max_model_len) = (plan.num_blocks, plan.max_model_len);
         let c = model.config();
         let moe_experts = c.moe.as_ref().map(|m| MoeExpertStats::new(m.num_experts));
         let limits = EngineLimits {
@@ -144,7 +162,6 @@ impl Engine {
             },
             BlockManager::new(num_blocks, config.block_size, config.enable_prefix_caching),
         );
-        let speculation = config.speculative.as_ref().map(Speculation::new);
         let rows_per_seq = 1 + speculation.as_ref().map_or(0, |s| s.num_speculative_tokens);
         let logit_rows = (config.max_num_seqs * rows_per_seq).min(config.max_num_batched_tokens);
         let mut runner =

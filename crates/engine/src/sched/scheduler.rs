@@ -199,6 +199,14 @@ impl Scheduler {
             shape = shape.plus(row);
             keep[i] += 1;
         }
+        tracing::trace!(
+            "drafts kept {:?} of {:?}; predicted {seconds:.4}s, {expected:.2} tokens",
+            keep,
+            self.running
+                .iter()
+                .map(|s| s.drafts.len())
+                .collect::<Vec<_>>()
+        );
         for (seq, &k) in self.running.iter_mut().zip(&keep) {
             seq.drafts.truncate(k);
         }
