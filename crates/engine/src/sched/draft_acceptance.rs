@@ -12,6 +12,8 @@ pub struct DraftAcceptance {
 
 /// Weight kept by older verifies at each new one.
 const DECAY: f64 = 0.8;
+/// Weight kept by the history at each step without a verify: about 30 steps undo most of it.
+const FORGET: f64 = 0.95;
 
 impl Default for DraftAcceptance {
     fn default() -> Self {
@@ -27,6 +29,14 @@ impl DraftAcceptance {
     /// The estimated probability that one more draft position is accepted.
     pub fn p(&self) -> f64 {
         self.accepted / (self.accepted + self.rejected)
+    }
+
+    /// A step that verified nothing: the estimate drifts back toward the prior, so a
+    /// sequence whose early drafts failed is tried again later (a low estimate alone would
+    /// keep its drafts out for good).
+    pub fn forget(&mut self) {
+        self.accepted = 1.0 + (self.accepted - 1.0) * FORGET;
+        self.rejected = 1.0 + (self.rejected - 1.0) * FORGET;
     }
 
     /// Records a verify of `drafted` tokens whose first `accepted` matched.
@@ -51,12 +61,16 @@ mod tests {
             a.observe(4, 4);
         }
         assert!(a.p() > 0.9, "{}", a.p());
-        for _ in 0..10 {
+        for _ in 0..20 {
             a.observe(4, 0);
         }
         assert!(a.p() < 0.1, "{}", a.p());
         let before = a;
         a.observe(0, 0);
         assert_eq!(a, before);
+        for _ in 0..100 {
+            a.forget();
+        }
+        assert!((a.p() - 0.5).abs() < 0.05, "{}", a.p());
     }
 }

@@ -129,19 +129,35 @@ impl Scheduler {
     }
 
     /// Running decodes that may verify drafts next step, each with the most drafts it may
-    /// take: `most`, less where `max_tokens` or the context would end the sequence sooner.
+    /// take: `most`, less where `max_tokens` or the context would end the sequence sooner,
+    /// or where the step cost model says more would not pay at its acceptance so far.
     /// The engine asks its proposer for these and hands them back with [`set_drafts`](Self::set_drafts).
     pub fn draft_candidates(&self, most: usize) -> Vec<(SeqId, usize)> {
-        self.running
+        let room: Vec<usize> = self
+            .running
             .iter()
-            .filter(|s| s.is_decoding() && s.params.speculative)
-            .filter_map(|s| {
+            .map(|s| {
+                if !(s.is_decoding() && s.params.speculative) {
+                    return 0;
+                }
                 // The step adds the token after the drafts too.
                 let left = s.params.max_tokens.saturating_sub(s.output().len() + 1);
-                let room = self.config.max_model_len.saturating_sub(s.tokens.len() + 1);
-                let k = most.min(left).min(room);
-                (k > 0).then_some((s.id, k))
+                let context = self.config.max_model_len.saturating_sub(s.tokens.len() + 1);
+                most.min(left).min(context)
             })
+            .collect();
+        // Drafting costs too (a draft model runs a forward pass per draft): where even
+        // drafts sure to exist would not pay, none are asked for.
+        let worth = match self.keep_all_drafts {
+            true => None,
+            false => self.draft_lengths(&room),
+        };
+        let worth = worth.unwrap_or_else(|| room.clone());
+        self.running
+            .iter()
+            .zip(worth)
+            .filter(|(_, k)| *k > 0)
+            .map(|(s, k)| (s.id, k))
             .collect()
     }
 
@@ -153,32 +169,39 @@ impl Scheduler {
         }
     }
 
-    /// Keeps, of the decodes' drafts, those that raise the step's expected tokens per
-    /// second: one at a time, always the draft most likely to be accepted (the next one of
-    /// the sequence whose kept drafts are most likely all accepted), while the expected
-    /// tokens it adds outweigh the time the step cost model says it adds. At one user a
-    /// decode step is weight-bound and a few more rows cost little, so drafts stay; in a
-    /// large batch every row costs its full share, and none do. Until the model has seen
-    /// enough steps, drafts stay as proposed.
+    /// Cuts each decode's drafts to what [`draft_lengths`](Self::draft_lengths) keeps.
     fn trim_drafts(&mut self) {
+        if self.keep_all_drafts || self.running.iter().all(|s| s.drafts.is_empty()) {
+            return;
+        }
+        let available: Vec<usize> = self.running.iter().map(|s| s.drafts.len()).collect();
+        if let Some(keep) = self.draft_lengths(&available) {
+            for (seq, k) in self.running.iter_mut().zip(keep) {
+                seq.drafts.truncate(k);
+            }
+        }
+    }
+
+    /// How many of `available[i]` drafts running sequence `i` should verify: one at a time,
+    /// always the draft most likely to be accepted (the next one of the sequence whose kept
+    /// drafts are most likely all accepted), while the expected tokens it adds outweigh the
+    /// time the step cost model says it adds. At one user a decode step is weight-bound and
+    /// a few more rows cost little, so drafts stay; in a large batch every row costs its full
+    /// share, and none do. `None` until the model has seen enough steps.
+    fn draft_lengths(&self, available: &[usize]) -> Option<Vec<usize>> {
         let decoding: Vec<usize> = (0..self.running.len())
             .filter(|&i| self.running[i].is_decoding())
             .collect();
-        if self.keep_all_drafts || decoding.iter().all(|&i| self.running[i].drafts.is_empty()) {
-            return;
-        }
         let mut shape = decoding.iter().fold(StepShape::default(), |acc, &i| {
             acc.plus(StepShape::chunk(self.running[i].num_computed, 1))
         });
-        let Some(mut seconds) = self.cost.predict(shape).filter(|&t| t > 0.0) else {
-            return;
-        };
+        let mut seconds = self.cost.predict(shape).filter(|&t| t > 0.0)?;
         let mut keep = vec![0usize; self.running.len()];
         let mut expected = decoding.len() as f64;
         loop {
             let best = decoding
                 .iter()
-                .filter(|&&i| keep[i] < self.running[i].drafts.len())
+                .filter(|&&i| keep[i] < available[i])
                 .map(|&i| (i, self.running[i].acceptance.p().powi(keep[i] as i32 + 1)))
                 .max_by(|a, b| a.1.total_cmp(&b.1).then(b.0.cmp(&a.0)));
             let Some((i, gain)) = best else { break };
@@ -200,16 +223,9 @@ impl Scheduler {
             keep[i] += 1;
         }
         tracing::trace!(
-            "drafts kept {:?} of {:?}; predicted {seconds:.4}s, {expected:.2} tokens",
-            keep,
-            self.running
-                .iter()
-                .map(|s| s.drafts.len())
-                .collect::<Vec<_>>()
+            "drafts kept {keep:?} of {available:?}; predicted {seconds:.4}s, {expected:.2} tokens"
         );
-        for (seq, &k) in self.running.iter_mut().zip(&keep) {
-            seq.drafts.truncate(k);
-        }
+        Some(keep)
     }
 
     /// Plans one step within the token budget and lays out its `ForwardBatch`.
@@ -735,6 +751,9 @@ impl Scheduler {
                 seq.acceptance.observe(chunk.drafts, accepted);
                 1 + accepted
             } else {
+                if chunk.sample {
+                    seq.acceptance.forget();
+                }
                 chunk.len
             };
             seq.drafts.clear();
