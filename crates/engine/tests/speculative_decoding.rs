@@ -1,7 +1,8 @@
 //! Speculative decoding never changes an answer: the real model, greedy and seeded
 //! sampling, alone and in a batch of 16 with mixed lengths, gives the same ids, finish
-//! reasons and logprobs (to the bit) with drafts verified as without them; and the drafts
-//! really were verified and accepted, so the comparison is not between two plain runs.
+//! reasons and logprobs (to the bit) with drafts verified as without them, and leaves the
+//! same blocks in the prefix cache; and the drafts really were verified and accepted, so the
+//! comparison is not between two plain runs.
 
 mod common;
 
@@ -116,11 +117,18 @@ fn methods() -> Vec<(&'static str, String)> {
 /// Runs the workload without speculation, then with each method alone and batched (every
 /// draft verified in the batch: the cost model would verify none in a compute-bound batch).
 fn check(params: impl Fn(usize) -> SamplingParams + Copy, what: &str) {
-    let plain = alone(&mut engine(None, false), requests(params));
+    let mut reference = engine(None, false);
+    let plain = alone(&mut reference, requests(params));
+    let mut cached = reference.cached_block_hashes();
+    cached.sort_unstable();
     for (method, json) in methods() {
         let mut spec = engine(Some(&json), false);
         let spec_alone = alone(&mut spec, requests(params));
         assert_same(&plain, &spec_alone, &format!("{what}, {method}, alone"));
+        // The prefix cache took in accepted tokens only: the same blocks as without drafts.
+        let mut spec_cached = spec.cached_block_hashes();
+        spec_cached.sort_unstable();
+        assert_eq!(cached, spec_cached, "{what}, {method}: prefix-cache blocks");
         let s = spec.stats().spec_decode;
         // A two-layer truncation drafts badly; its exactness is what is checked here (see
         // the test with the target itself as the draft for its drafting).
