@@ -215,6 +215,18 @@ fn byte_level_decoder() -> HashMap<char, u8> {
 
 /// Reads a GGUF file's header and returns its tokenizer and chat template (if it has one).
 pub fn from_gguf_file(path: &Path) -> Result<(Tokenizer, Option<String>)> {
+    let metadata = read_gguf_metadata(path)?;
+    let tokenizer = Tokenizer::from_gguf_metadata(&metadata)?;
+    Ok((tokenizer, gguf_chat_template(&metadata)?))
+}
+
+/// A GGUF file's chat template alone, for when another tokenizer replaces the file's own
+/// (whose vocabulary is then never built, so it cannot stand in the way).
+pub fn gguf_file_chat_template(path: &Path) -> Result<Option<String>> {
+    gguf_chat_template(&read_gguf_metadata(path)?)
+}
+
+fn read_gguf_metadata(path: &Path) -> Result<HashMap<String, Value>> {
     let file = File::open(path).map_err(|source| TokenizerError::Io {
         path: path.to_owned(),
         source,
@@ -224,8 +236,24 @@ pub fn from_gguf_file(path: &Path) -> Result<(Tokenizer, Option<String>)> {
             path: path.to_owned(),
             message: e.to_string(),
         })?;
-    let tokenizer = Tokenizer::from_gguf_metadata(&content.metadata)?;
-    Ok((tokenizer, gguf_chat_template(&content.metadata)?))
+    Ok(content.metadata)
+}
+
+/// A tokenizer named by path, with the chat template that comes with it: a GGUF file's
+/// metadata, a Hugging Face folder (`tokenizer.json` and `tokenizer_config.json`), or a
+/// `tokenizer.json` file alone (which has no template).
+pub fn from_path(path: &Path) -> Result<(Tokenizer, Option<String>)> {
+    if path.is_dir() {
+        let tokenizer = Tokenizer::from_hf_dir(path)?;
+        return Ok((tokenizer, hf_chat_template(path)?));
+    }
+    if path
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("gguf"))
+    {
+        return from_gguf_file(path);
+    }
+    Ok((Tokenizer::from_file(path)?, None))
 }
 
 /// The Jinja chat template stored under `tokenizer.chat_template`, if any.
