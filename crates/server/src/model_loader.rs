@@ -3,7 +3,7 @@
 //! replaceable by its `ModelTextArgs` flag, and the request defaults `--generation-config` names.
 
 use crate::chat_template::ChatTemplate;
-use crate::generation_config::GenerationConfig;
+use crate::generation_config::{GenerationConfig, GenerationConfigSource};
 use crate::model_text_args::ModelTextArgs;
 use crate::serving_config::ServingConfig;
 use crate::tokenizer::{self, Tokenizer};
@@ -35,13 +35,32 @@ pub fn load(args: &EngineArgs) -> anyhow::Result<LoadedModel> {
 }
 
 pub fn load_with(args: &EngineArgs, text: &ModelTextArgs) -> anyhow::Result<LoadedModel> {
+    // The flags' own files first: a wrong path is refused before any weight is read.
+    let template_flag = text.chat_template_source()?;
+    let flagged_tokenizer = text
+        .tokenizer
+        .as_ref()
+        .map(|path| {
+            tokenizer::from_path(path)
+                .with_context(|| format!("--tokenizer {}", path.display()))
+                .map(|loaded| (path, loaded))
+        })
+        .transpose()?;
+    if template_flag.is_some() && flagged_tokenizer.is_none() && args.load_format == "dummy" {
+        bail!(
+            "--chat-template needs a tokenizer, and dummy weights have none: give --tokenizer too"
+        );
+    }
+    // `auto` needs the checkpoint's folder, known once it is opened; the others are read now.
+    let named_config = match &text.generation_config {
+        GenerationConfigSource::Auto => None,
+        source => Some(GenerationConfig::load(source, None)?),
+    };
     let loaded = args.build_engine()?;
     let checkpoint = loaded.checkpoint_path.as_deref();
     // Each template comes with where it was found, for the error a bad one gets.
-    let (tokenizer, template) = match (&text.tokenizer, checkpoint) {
-        (Some(path), _) => {
-            let (tokenizer, own_template) = tokenizer::from_path(path)
-                .with_context(|| format!("--tokenizer {}", path.display()))?;
+    let (tokenizer, template) = match (flagged_tokenizer, checkpoint) {
+        (Some((path, (tokenizer, own_template))), _) => {
             let vocab = loaded.engine.limits().vocab_size;
             if tokenizer.vocab_size() > vocab {
                 bail!(
@@ -66,7 +85,7 @@ pub fn load_with(args: &EngineArgs, text: &ModelTextArgs) -> anyhow::Result<Load
         }
         (None, None) => (None, None),
     };
-    let template = match text.chat_template_source()? {
+    let template = match template_flag {
         Some(source) => Some((source, "--chat-template".to_owned())),
         None => template,
     };
@@ -80,7 +99,10 @@ pub fn load_with(args: &EngineArgs, text: &ModelTextArgs) -> anyhow::Result<Load
         ),
         (None, _) => None,
     };
-    let generation_config = GenerationConfig::load(&text.generation_config, checkpoint)?;
+    let generation_config = match named_config {
+        Some(config) => config,
+        None => GenerationConfig::load(&GenerationConfigSource::Auto, checkpoint)?,
+    };
     if let Some(origin) = &generation_config.origin {
         tracing::info!(
             "request defaults from {}: {} (--generation-config vllm ignores them)",
