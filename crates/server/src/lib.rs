@@ -8,6 +8,7 @@ pub mod grammar_constraint;
 pub mod grammar_tokenizer;
 pub mod model_loader;
 pub mod model_text_args;
+mod piece_spelling;
 mod sentencepiece_bpe;
 pub mod structured_output;
 pub mod tokenizer;

@@ -22,6 +22,7 @@ use crate::gguf_metadata::{
     optional_bool, optional_string, optional_u32, required_string, string_array, token_types,
     TOKEN_TYPE_CONTROL, TOKEN_TYPE_USER_DEFINED,
 };
+use crate::piece_spelling::PieceSpelling;
 use crate::sentencepiece_bpe::SentencePieceBpe;
 pub use crate::tokenizer_error::{Result, TokenizerError};
 
@@ -39,6 +40,8 @@ pub struct Tokenizer {
     /// GGUF tokenizers have no post-processor, so BOS is added here when the metadata asks for it;
     /// a `tokenizer.json` carries its own post-processor and leaves this false.
     prepend_bos: bool,
+    /// How pieces write text, for reading each id's bytes back.
+    spelling: PieceSpelling,
 }
 
 impl std::fmt::Debug for Tokenizer {
@@ -61,15 +64,22 @@ impl Tokenizer {
         let model = required_string(metadata, "tokenizer.ggml.model")?;
         let tokens = string_array(metadata, "tokenizer.ggml.tokens")?;
         let types = token_types(metadata, &tokens)?;
-        let (mut inner, default_add_bos) = match model {
-            "gpt2" => (byte_level_bpe(metadata, &tokens)?, false),
+        let (mut inner, default_add_bos, spelling) = match model {
+            "gpt2" => (
+                byte_level_bpe(metadata, &tokens)?,
+                false,
+                PieceSpelling::ByteLevel,
+            ),
             // llama.cpp adds BOS for this model unless the file says otherwise.
             "llama" => {
                 let types = types
                     .clone()
                     .ok_or(TokenizerError::MissingKey("tokenizer.ggml.token_type"))?;
                 let spm = SentencePieceBpe::from_gguf_metadata(metadata, &tokens, types)?;
-                (spm.build()?, true)
+                let spelling = PieceSpelling::SentencePiece {
+                    unknown: Some(spm.unk_token_id()),
+                };
+                (spm.build()?, true, spelling)
             }
             other => return Err(TokenizerError::UnsupportedModel(other.to_owned())),
         };
@@ -82,6 +92,7 @@ impl Tokenizer {
             eos_token_id: optional_u32(metadata, "tokenizer.ggml.eos_token_id")?,
             prepend_bos: optional_bool(metadata, "tokenizer.ggml.add_bos_token")?
                 .unwrap_or(default_add_bos),
+            spelling,
         })
     }
 
@@ -92,11 +103,20 @@ impl Tokenizer {
             path: path.to_owned(),
             message: e.to_string(),
         })?;
+        let unknown = match inner.get_model() {
+            tokenizers::ModelWrapper::BPE(bpe) => bpe
+                .get_unk_token()
+                .as_deref()
+                .and_then(|unk| inner.token_to_id(unk)),
+            _ => None,
+        };
+        let spelling = PieceSpelling::of_decoder(inner.get_decoder(), unknown);
         Ok(Self {
             inner,
             bos_token_id: None,
             eos_token_id: None,
             prepend_bos: false,
+            spelling,
         })
     }
 
@@ -175,11 +195,10 @@ impl Tokenizer {
             .map(|id| match (added.get(&id), self.inner.id_to_token(id)) {
                 (Some(token), _) if token.special => TokenBytes::Special(token.content.clone()),
                 (Some(token), _) => TokenBytes::Text(token.content.clone().into_bytes()),
-                (None, Some(piece)) => piece
-                    .chars()
-                    .map(|c| byte_of.get(&c).copied())
-                    .collect::<Option<Vec<u8>>>()
-                    // A piece outside the byte-level alphabet is a marker, not text.
+                (None, Some(piece)) => self
+                    .spelling
+                    .bytes(id, &piece, &byte_of)
+                    // A piece outside the vocabulary's alphabet is a marker, not text.
                     .map_or(TokenBytes::Special(piece), TokenBytes::Text),
                 (None, None) => TokenBytes::Text(Vec::new()),
             })

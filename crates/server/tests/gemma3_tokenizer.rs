@@ -16,7 +16,7 @@ use std::sync::OnceLock;
 
 use candle_core::quantized::gguf_file::Value;
 use serde::Deserialize;
-use tokenmill_server::tokenizer::{from_gguf_file, Tokenizer};
+use tokenmill_server::tokenizer::{from_gguf_file, TokenBytes, Tokenizer};
 
 /// Where `scripts/fetch-gemma3.sh` caches the file (`TOKENMILL_GEMMA3_GGUF` names another).
 fn gguf_path() -> PathBuf {
@@ -175,6 +175,32 @@ fn every_fixture_encoding_decodes_back_to_its_text() {
     }
 }
 
+/// The bytes grammar constraints see for `ids`, control tokens written as their names.
+fn spelled(bytes: &[TokenBytes], ids: &[u32]) -> Vec<u8> {
+    ids.iter()
+        .flat_map(|&id| match &bytes[id as usize] {
+            TokenBytes::Text(text) => text.clone(),
+            TokenBytes::Special(name) => name.clone().into_bytes(),
+        })
+        .collect()
+}
+
+#[test]
+fn each_fixture_encodings_piece_bytes_spell_its_text() {
+    let Some(tokenizer) = tokenizer("each_fixture_encodings_piece_bytes_spell_its_text") else {
+        return;
+    };
+    let bytes = tokenizer.token_bytes();
+    for case in &fixture().cases {
+        assert_eq!(
+            String::from_utf8_lossy(&spelled(&bytes, &case.ids)),
+            case.text,
+            "{:?}",
+            case.ids
+        );
+    }
+}
+
 #[test]
 fn the_whole_vocabulary_and_its_control_tokens_are_there() {
     let Some(tokenizer) = tokenizer("the_whole_vocabulary_and_its_control_tokens_are_there") else {
@@ -296,4 +322,18 @@ fn bos_is_added_with_special_tokens_because_the_file_asks_for_it() {
     metadata.insert("tokenizer.ggml.add_bos_token".into(), Value::Bool(false));
     let without = Tokenizer::from_gguf_metadata(&metadata).unwrap();
     assert_eq!(without.encode("ab", true).unwrap(), [15]);
+}
+
+#[test]
+fn piece_bytes_read_the_space_marker_byte_pieces_and_markers_as_sentencepiece_writes_them() {
+    let tokenizer = gemma_shaped();
+    let bytes = tokenizer.token_bytes();
+    assert_eq!(bytes[17], TokenBytes::Text(b" ab".to_vec()));
+    assert_eq!(bytes[19], TokenBytes::Text(vec![0xC3]));
+    assert_eq!(bytes[8], TokenBytes::Text(b"  ".to_vec()));
+    assert_eq!(bytes[10], TokenBytes::Text(b"<b>".to_vec()));
+    assert_eq!(bytes[4], TokenBytes::Special("<start_of_turn>".to_owned()));
+    assert_eq!(bytes[3], TokenBytes::Special("<unk>".to_owned()));
+    let ids = tokenizer.encode("xé  ab", false).unwrap();
+    assert_eq!(spelled(&bytes, &ids), "xé  ab".as_bytes());
 }
