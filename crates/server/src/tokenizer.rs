@@ -40,6 +40,8 @@ pub struct Tokenizer {
     /// GGUF tokenizers have no post-processor, so BOS is added here when the metadata asks for it;
     /// a `tokenizer.json` carries its own post-processor and leaves this false.
     prepend_bos: bool,
+    /// Likewise EOS at the end, for the rare file whose `tokenizer.ggml.add_eos_token` asks for it.
+    append_eos: bool,
     /// How pieces write text, for reading each id's bytes back.
     spelling: PieceSpelling,
 }
@@ -92,6 +94,7 @@ impl Tokenizer {
             eos_token_id: optional_u32(metadata, "tokenizer.ggml.eos_token_id")?,
             prepend_bos: optional_bool(metadata, "tokenizer.ggml.add_bos_token")?
                 .unwrap_or(default_add_bos),
+            append_eos: optional_bool(metadata, "tokenizer.ggml.add_eos_token")?.unwrap_or(false),
             spelling,
         })
     }
@@ -116,6 +119,7 @@ impl Tokenizer {
             bos_token_id: None,
             eos_token_id: None,
             prepend_bos: false,
+            append_eos: false,
             spelling,
         })
     }
@@ -136,11 +140,14 @@ impl Tokenizer {
             .inner
             .encode_fast(text, add_special_tokens)
             .map_err(|e| TokenizerError::Encode(e.to_string()))?;
-        let mut ids = Vec::with_capacity(encoding.len() + 1);
+        let mut ids = Vec::with_capacity(encoding.len() + 2);
         if add_special_tokens && self.prepend_bos {
             ids.extend(self.bos_token_id);
         }
         ids.extend_from_slice(encoding.get_ids());
+        if add_special_tokens && self.append_eos {
+            ids.extend(self.eos_token_id);
+        }
         Ok(ids)
     }
 

@@ -12,10 +12,11 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use candle_core::quantized::gguf_file::Value;
 use serde::Deserialize;
+use tokenmill_server::detokenizer::IncrementalDetokenizer;
 use tokenmill_server::tokenizer::{from_gguf_file, TokenBytes, Tokenizer};
 
 /// Where `scripts/fetch-gemma3.sh` caches the file (`TOKENMILL_GEMMA3_GGUF` names another).
@@ -61,8 +62,8 @@ fn fixture() -> &'static Fixture {
 }
 
 /// The tokenizer the server builds for this file, or `None` (with a SKIPPED line) where it is absent.
-fn tokenizer(test: &str) -> Option<&'static Tokenizer> {
-    static TOKENIZER: OnceLock<Option<Tokenizer>> = OnceLock::new();
+fn tokenizer(test: &str) -> Option<&'static Arc<Tokenizer>> {
+    static TOKENIZER: OnceLock<Option<Arc<Tokenizer>>> = OnceLock::new();
     let tokenizer = TOKENIZER.get_or_init(|| {
         let path = gguf_path();
         if !path.exists() {
@@ -70,7 +71,7 @@ fn tokenizer(test: &str) -> Option<&'static Tokenizer> {
         }
         let (tokenizer, _) = from_gguf_file(&path)
             .unwrap_or_else(|e| panic!("{}: the tokenizer does not load: {e}", path.display()));
-        Some(tokenizer)
+        Some(Arc::new(tokenizer))
     });
     if tokenizer.is_none() {
         eprintln!(
@@ -322,6 +323,36 @@ fn bos_is_added_with_special_tokens_because_the_file_asks_for_it() {
     metadata.insert("tokenizer.ggml.add_bos_token".into(), Value::Bool(false));
     let without = Tokenizer::from_gguf_metadata(&metadata).unwrap();
     assert_eq!(without.encode("ab", true).unwrap(), [15]);
+}
+
+#[test]
+fn eos_is_appended_with_special_tokens_only_where_the_file_asks_for_it() {
+    assert_eq!(gemma_shaped().encode("ab", true).unwrap(), [2, 15]);
+    let mut metadata = gemma_shaped_metadata();
+    metadata.insert("tokenizer.ggml.add_eos_token".into(), Value::Bool(true));
+    let with_eos = Tokenizer::from_gguf_metadata(&metadata).unwrap();
+    assert_eq!(with_eos.encode("ab", true).unwrap(), [2, 15, 1]);
+    assert_eq!(with_eos.encode("ab", false).unwrap(), [15]);
+}
+
+#[test]
+fn streaming_detokenization_gives_each_fixture_text_whole() {
+    let Some(tokenizer) = tokenizer("streaming_detokenization_gives_each_fixture_text_whole")
+    else {
+        return;
+    };
+    for case in &fixture().cases {
+        let mut detok = IncrementalDetokenizer::new(tokenizer.clone(), &[], Vec::new(), false);
+        let mut streamed = String::new();
+        for &id in &case.ids {
+            let step = detok.push(id).unwrap();
+            // Half a character (a CJK or emoji byte piece) is held back, never sent as U+FFFD.
+            assert!(!step.text.contains('\u{FFFD}'), "{:?}", case.text);
+            streamed.push_str(&step.text);
+        }
+        streamed.push_str(&detok.finish());
+        assert_eq!(streamed, case.text, "{:?}", case.ids);
+    }
 }
 
 #[test]
