@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs every test: fetches the default model (cached), prepares the official openai Python
+# Runs every test: fetches the default model and gemma-3-270m (cached), prepares the official openai Python
 # SDK (for the server's compatibility test), pyzmq + msgpack (for the KV-event subscriber) and
 # SGLang's and vLLM's routers from PyPI (for the test that puts each in front of two servers;
 # ~10 s to install, skipped where they cannot be), then the whole workspace in the `ci` profile:
@@ -8,6 +8,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/fetch-model.sh >/dev/null
+# The real Gemma 3 file (253 MB, cached) for the tokenizer tests held to llama.cpp
+# (crates/server/tests/gemma3_tokenizer.rs), which say SKIPPED without it.
+scripts/fetch-gemma3.sh >/dev/null ||
+  echo "note: gemma-3-270m could not be fetched; tests/gemma3_tokenizer.rs will say SKIPPED"
 VENV="${TOKENMILL_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/tokenmill/venv}"
 if ! "$VENV/bin/python" -c 'import openai' 2>/dev/null; then
   python3 -m venv "$VENV"

@@ -25,6 +25,7 @@ use crate::kv_event_publisher::KvEventPublisher;
 use crate::kv_events_config::KvEventsConfig;
 use crate::metrics::{Metrics, MetricsCompat};
 use crate::model_loader::{self, LoadedModel};
+use crate::model_text_args::ModelTextArgs;
 use crate::reasoning_parser::ReasoningParserKind;
 use crate::request_limits::RequestLimits;
 use crate::routes;
@@ -37,6 +38,8 @@ const RUNTIME_EXIT_WAIT: Duration = Duration::from_millis(500);
 pub struct ServeArgs {
     #[command(flatten)]
     pub engine: EngineArgs,
+    #[command(flatten)]
+    pub text: ModelTextArgs,
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1")]
     pub host: String,
@@ -165,6 +168,7 @@ pub fn app_state(
         handle: EngineHandle::spawn(model.engine),
         tokenizer: model.tokenizer,
         chat_template: model.chat_template,
+        generation_config: model.generation_config,
         metrics: Arc::new(
             Metrics::new(served.clone()).with_compat(options.metrics_compat, &model.config),
         ),
@@ -197,7 +201,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         .with_context(|| format!("cannot resolve --host {}", args.host))?
         .next()
         .with_context(|| format!("--host {} resolves to no address", args.host))?;
-    let mut model = model_loader::load(&args.engine)?;
+    let mut model = model_loader::load_with(&args.engine, &args.text)?;
     let options = args.options();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -11,6 +11,7 @@ use crate::api_error::ApiError;
 use crate::chat_template::ChatTemplate;
 use crate::constraint_compiler::ConstraintCompiler;
 use crate::drain::Drain;
+use crate::generation_config::GenerationConfig;
 use crate::kv_event_publisher::KvEventPublisher;
 use crate::metrics::Metrics;
 use crate::reasoning_parser::ReasoningParserKind;
@@ -24,6 +25,8 @@ pub struct AppState {
     pub handle: EngineHandle,
     pub tokenizer: Option<Arc<Tokenizer>>,
     pub chat_template: Option<ChatTemplate>,
+    /// `--generation-config`: defaults for the sampling fields a request leaves unset.
+    pub generation_config: GenerationConfig,
     /// The name clients must use in `model` (and see in `/v1/models`).
     pub served_model_name: String,
     /// What the model was loaded from (`root` in `/v1/models`).

@@ -49,11 +49,13 @@ impl TokenizerEnv for GrammarTokenizer {
     }
 
     fn tokenize_bytes(&self, s: &[u8]) -> Vec<TokenId> {
-        // Grammar literals are text, so lossy decoding changes nothing a grammar can hold; a
-        // failed encode falls back to the trie's greedy split, which is still a valid spelling.
+        // The ids must spell exactly `s`, which an encoding need not: SentencePiece's dummy
+        // prefix adds a space, a control token's text becomes an id with no text, and lossy
+        // decoding changes bytes that are not UTF-8. Then the trie's greedy split, which
+        // always spells `s`, stands in.
         match self.tokenizer.encode(&String::from_utf8_lossy(s), false) {
-            Ok(ids) => ids,
-            Err(_) => self.trie.greedy_tokenize(s),
+            Ok(ids) if self.trie.decode_ext(&ids, false) == s => ids,
+            _ => self.trie.greedy_tokenize(s),
         }
     }
 }

@@ -2,10 +2,13 @@
 pub mod chat_template;
 pub mod constraint_compiler;
 pub mod detokenizer;
+pub mod generation_config;
 mod gguf_metadata;
 pub mod grammar_constraint;
 pub mod grammar_tokenizer;
 pub mod model_loader;
+pub mod model_text_args;
+mod piece_spelling;
 mod sentencepiece_bpe;
 pub mod structured_output;
 pub mod tokenizer;

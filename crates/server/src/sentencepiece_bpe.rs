@@ -82,6 +82,10 @@ impl<'a> SentencePieceBpe<'a> {
         })
     }
 
+    pub(crate) fn unk_token_id(&self) -> u32 {
+        self.unk_token_id
+    }
+
     /// The encoder and decoder; control and user-defined tokens are registered by the caller, as for every model.
     pub(crate) fn build(self) -> Result<tokenizers::Tokenizer> {
         let vocab: Vocab = self

@@ -22,6 +22,7 @@ use crate::gguf_metadata::{
     optional_bool, optional_string, optional_u32, required_string, string_array, token_types,
     TOKEN_TYPE_CONTROL, TOKEN_TYPE_USER_DEFINED,
 };
+use crate::piece_spelling::PieceSpelling;
 use crate::sentencepiece_bpe::SentencePieceBpe;
 pub use crate::tokenizer_error::{Result, TokenizerError};
 
@@ -39,6 +40,10 @@ pub struct Tokenizer {
     /// GGUF tokenizers have no post-processor, so BOS is added here when the metadata asks for it;
     /// a `tokenizer.json` carries its own post-processor and leaves this false.
     prepend_bos: bool,
+    /// Likewise EOS at the end, for the rare file whose `tokenizer.ggml.add_eos_token` asks for it.
+    append_eos: bool,
+    /// How pieces write text, for reading each id's bytes back.
+    spelling: PieceSpelling,
 }
 
 impl std::fmt::Debug for Tokenizer {
@@ -61,15 +66,22 @@ impl Tokenizer {
         let model = required_string(metadata, "tokenizer.ggml.model")?;
         let tokens = string_array(metadata, "tokenizer.ggml.tokens")?;
         let types = token_types(metadata, &tokens)?;
-        let (mut inner, default_add_bos) = match model {
-            "gpt2" => (byte_level_bpe(metadata, &tokens)?, false),
+        let (mut inner, default_add_bos, spelling) = match model {
+            "gpt2" => (
+                byte_level_bpe(metadata, &tokens)?,
+                false,
+                PieceSpelling::ByteLevel,
+            ),
             // llama.cpp adds BOS for this model unless the file says otherwise.
             "llama" => {
                 let types = types
                     .clone()
                     .ok_or(TokenizerError::MissingKey("tokenizer.ggml.token_type"))?;
                 let spm = SentencePieceBpe::from_gguf_metadata(metadata, &tokens, types)?;
-                (spm.build()?, true)
+                let spelling = PieceSpelling::SentencePiece {
+                    unknown: Some(spm.unk_token_id()),
+                };
+                (spm.build()?, true, spelling)
             }
             other => return Err(TokenizerError::UnsupportedModel(other.to_owned())),
         };
@@ -82,6 +94,8 @@ impl Tokenizer {
             eos_token_id: optional_u32(metadata, "tokenizer.ggml.eos_token_id")?,
             prepend_bos: optional_bool(metadata, "tokenizer.ggml.add_bos_token")?
                 .unwrap_or(default_add_bos),
+            append_eos: optional_bool(metadata, "tokenizer.ggml.add_eos_token")?.unwrap_or(false),
+            spelling,
         })
     }
 
@@ -92,11 +106,21 @@ impl Tokenizer {
             path: path.to_owned(),
             message: e.to_string(),
         })?;
+        let unknown = match inner.get_model() {
+            tokenizers::ModelWrapper::BPE(bpe) => bpe
+                .get_unk_token()
+                .as_deref()
+                .and_then(|unk| inner.token_to_id(unk)),
+            _ => None,
+        };
+        let spelling = PieceSpelling::of_decoder(inner.get_decoder(), unknown);
         Ok(Self {
             inner,
             bos_token_id: None,
             eos_token_id: None,
             prepend_bos: false,
+            append_eos: false,
+            spelling,
         })
     }
 
@@ -116,11 +140,14 @@ impl Tokenizer {
             .inner
             .encode_fast(text, add_special_tokens)
             .map_err(|e| TokenizerError::Encode(e.to_string()))?;
-        let mut ids = Vec::with_capacity(encoding.len() + 1);
+        let mut ids = Vec::with_capacity(encoding.len() + 2);
         if add_special_tokens && self.prepend_bos {
             ids.extend(self.bos_token_id);
         }
         ids.extend_from_slice(encoding.get_ids());
+        if add_special_tokens && self.append_eos {
+            ids.extend(self.eos_token_id);
+        }
         Ok(ids)
     }
 
@@ -175,11 +202,10 @@ impl Tokenizer {
             .map(|id| match (added.get(&id), self.inner.id_to_token(id)) {
                 (Some(token), _) if token.special => TokenBytes::Special(token.content.clone()),
                 (Some(token), _) => TokenBytes::Text(token.content.clone().into_bytes()),
-                (None, Some(piece)) => piece
-                    .chars()
-                    .map(|c| byte_of.get(&c).copied())
-                    .collect::<Option<Vec<u8>>>()
-                    // A piece outside the byte-level alphabet is a marker, not text.
+                (None, Some(piece)) => self
+                    .spelling
+                    .bytes(id, &piece, &byte_of)
+                    // A piece outside the vocabulary's alphabet is a marker, not text.
                     .map_or(TokenBytes::Special(piece), TokenBytes::Text),
                 (None, None) => TokenBytes::Text(Vec::new()),
             })
@@ -215,6 +241,18 @@ fn byte_level_decoder() -> HashMap<char, u8> {
 
 /// Reads a GGUF file's header and returns its tokenizer and chat template (if it has one).
 pub fn from_gguf_file(path: &Path) -> Result<(Tokenizer, Option<String>)> {
+    let metadata = read_gguf_metadata(path)?;
+    let tokenizer = Tokenizer::from_gguf_metadata(&metadata)?;
+    Ok((tokenizer, gguf_chat_template(&metadata)?))
+}
+
+/// A GGUF file's chat template alone, for when another tokenizer replaces the file's own
+/// (whose vocabulary is then never built, so it cannot stand in the way).
+pub fn gguf_file_chat_template(path: &Path) -> Result<Option<String>> {
+    gguf_chat_template(&read_gguf_metadata(path)?)
+}
+
+fn read_gguf_metadata(path: &Path) -> Result<HashMap<String, Value>> {
     let file = File::open(path).map_err(|source| TokenizerError::Io {
         path: path.to_owned(),
         source,
@@ -224,8 +262,24 @@ pub fn from_gguf_file(path: &Path) -> Result<(Tokenizer, Option<String>)> {
             path: path.to_owned(),
             message: e.to_string(),
         })?;
-    let tokenizer = Tokenizer::from_gguf_metadata(&content.metadata)?;
-    Ok((tokenizer, gguf_chat_template(&content.metadata)?))
+    Ok(content.metadata)
+}
+
+/// A tokenizer named by path, with the chat template that comes with it: a GGUF file's
+/// metadata, a Hugging Face folder (`tokenizer.json` and `tokenizer_config.json`), or a
+/// `tokenizer.json` file alone (which has no template).
+pub fn from_path(path: &Path) -> Result<(Tokenizer, Option<String>)> {
+    if path.is_dir() {
+        let tokenizer = Tokenizer::from_hf_dir(path)?;
+        return Ok((tokenizer, hf_chat_template(path)?));
+    }
+    if path
+        .extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("gguf"))
+    {
+        return from_gguf_file(path);
+    }
+    Ok((Tokenizer::from_file(path)?, None))
 }
 
 /// The Jinja chat template stored under `tokenizer.chat_template`, if any.

@@ -313,8 +313,10 @@ async fn post(path: &str, body: serde_json::Value) -> serde_json::Value {
         .send()
         .await
         .unwrap();
-    assert_eq!(response.status(), 200, "{path} {body}");
-    response.json().await.unwrap()
+    let status = response.status();
+    let reply: serde_json::Value = response.json().await.unwrap();
+    assert_eq!(status, 200, "{path} {body}: {reply}");
+    reply
 }
 
 #[tokio::test]
@@ -347,4 +349,21 @@ async fn the_fixture_model_serves_a_completion() {
     assert_eq!(reply["usage"]["prompt_tokens"], prompt.len(), "{reply}");
     assert_eq!(reply["usage"]["completion_tokens"], 4, "{reply}");
     assert_eq!(reply["choices"][0]["finish_reason"], "length", "{reply}");
+}
+
+#[tokio::test]
+async fn a_choice_constraint_on_a_sentencepiece_vocabulary_gives_one_of_its_texts() {
+    // Spaces are spelled `▁` and rare characters as byte pieces: the grammar must read both
+    // back as text, or choices with a space or an accent could not be spelled at all.
+    let choices = ["the river", "a mountain garden", "Zoë's window"];
+    for seed in 0..6 {
+        let reply = post(
+            "/v1/completions",
+            json!({"prompt": "the", "max_tokens": 24, "seed": seed,
+                   "structured_outputs": {"choice": choices}}),
+        )
+        .await;
+        let text = reply["choices"][0]["text"].as_str().unwrap();
+        assert!(choices.contains(&text), "{text:?} is no choice: {reply}");
+    }
 }

@@ -5,12 +5,16 @@ use anyhow::{bail, Context};
 use clap::Args;
 use tokenmill_engine::{EngineArgs, Request, SamplingParams};
 use tokenmill_server::chat_template::ChatMessage;
+use tokenmill_server::generation_config::GenerationConfig;
 use tokenmill_server::model_loader;
+use tokenmill_server::model_text_args::ModelTextArgs;
 
 #[derive(Args, Debug)]
 pub struct GenerateArgs {
     #[command(flatten)]
     pub engine: EngineArgs,
+    #[command(flatten)]
+    pub text: ModelTextArgs,
     /// A prompt (repeat for several).
     #[arg(long = "prompt")]
     pub prompts: Vec<String>,
@@ -27,25 +31,32 @@ pub struct GenerateArgs {
     pub sampling: SamplingArgs,
 }
 
+/// Sampling flags. Those left out take the `--generation-config` defaults, then the ones in
+/// brackets (greedy, 64 tokens).
 #[derive(Args, Debug, Clone)]
 pub struct SamplingArgs {
-    #[arg(long, default_value_t = 64)]
-    pub max_tokens: usize,
+    /// [64]
+    #[arg(long)]
+    pub max_tokens: Option<usize>,
     #[arg(long, default_value_t = 0)]
     pub min_tokens: usize,
-    /// 0 is greedy.
-    #[arg(long, default_value_t = 0.0)]
-    pub temperature: f32,
+    /// 0 is greedy. [0]
+    #[arg(long)]
+    pub temperature: Option<f32>,
+    /// [off]
     #[arg(long)]
     pub top_k: Option<usize>,
-    #[arg(long, default_value_t = 1.0)]
-    pub top_p: f32,
-    #[arg(long, default_value_t = 0.0)]
-    pub min_p: f32,
+    /// [1]
+    #[arg(long)]
+    pub top_p: Option<f32>,
+    /// [0]
+    #[arg(long)]
+    pub min_p: Option<f32>,
     #[arg(long)]
     pub seed: Option<u64>,
-    #[arg(long, default_value_t = 1.0)]
-    pub repetition_penalty: f32,
+    /// [1]
+    #[arg(long)]
+    pub repetition_penalty: Option<f32>,
     #[arg(long, default_value_t = 0.0)]
     pub frequency_penalty: f32,
     #[arg(long, default_value_t = 0.0)]
@@ -58,17 +69,26 @@ pub struct SamplingArgs {
 }
 
 impl SamplingArgs {
-    pub fn params(&self) -> SamplingParams {
+    /// The flags given, else the generation config's defaults, else greedy with 64 tokens.
+    pub fn params(&self, defaults: &GenerationConfig) -> SamplingParams {
+        // Transformers and vLLM both disable top-k with a value below 1.
+        let default_top_k = defaults
+            .top_k
+            .and_then(|k| usize::try_from(k).ok())
+            .filter(|&k| k > 0);
         SamplingParams {
-            temperature: self.temperature,
-            top_k: self.top_k,
-            top_p: self.top_p,
-            min_p: self.min_p,
+            temperature: self.temperature.or(defaults.temperature).unwrap_or(0.0),
+            top_k: self.top_k.or(default_top_k),
+            top_p: self.top_p.or(defaults.top_p).unwrap_or(1.0),
+            min_p: self.min_p.or(defaults.min_p).unwrap_or(0.0),
             seed: self.seed,
-            repetition_penalty: self.repetition_penalty,
+            repetition_penalty: self
+                .repetition_penalty
+                .or(defaults.repetition_penalty)
+                .unwrap_or(1.0),
             frequency_penalty: self.frequency_penalty,
             presence_penalty: self.presence_penalty,
-            max_tokens: self.max_tokens,
+            max_tokens: self.max_tokens.or(defaults.max_new_tokens).unwrap_or(64),
             min_tokens: self.min_tokens,
             ignore_eos: self.ignore_eos,
             logprobs: self.logprobs,
@@ -91,7 +111,7 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
     if prompts.is_empty() {
         bail!("no prompts: give --prompt TEXT or --prompts-file FILE");
     }
-    let mut model = model_loader::load(&args.engine)?;
+    let mut model = model_loader::load_with(&args.engine, &args.text)?;
     let tokenizer = model
         .tokenizer
         .clone()
@@ -99,10 +119,9 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
     let mut requests = Vec::with_capacity(prompts.len());
     for prompt in &prompts {
         let text = if args.chat {
-            let template = model
-                .chat_template
-                .as_ref()
-                .context("the model has no chat template")?;
+            let template = model.chat_template.as_ref().context(
+                "the model has no chat template: give --chat-template (a file or the Jinja text)",
+            )?;
             template.render(&[ChatMessage::new("user", prompt.as_str())], true)?
         } else {
             prompt.clone()
@@ -110,7 +129,7 @@ pub fn run(args: GenerateArgs) -> anyhow::Result<()> {
         let ids = tokenizer.encode(&text, true)?;
         requests.push(Request {
             prompt: ids,
-            params: args.sampling.params(),
+            params: args.sampling.params(&model.generation_config),
             priority: 0,
             constraint: None,
         });

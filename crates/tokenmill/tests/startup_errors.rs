@@ -126,6 +126,35 @@ fn each_bad_engine_flag_is_one_line_naming_the_flag_and_exit_status_1() {
     );
 }
 
+/// `--tokenizer`, `--chat-template` and `--generation-config` name files; a wrong one is
+/// refused at startup by its flag, never found out by a request.
+#[test]
+fn each_bad_text_flag_is_one_line_naming_the_flag_and_exit_status_1() {
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &["--chat-template", "no/such/template.jinja"],
+            "--chat-template no/such/template.jinja: no such file",
+        ),
+        (
+            &["--tokenizer", "no/such/tokenizer.json"],
+            "--tokenizer no/such/tokenizer.json",
+        ),
+        (
+            &["--generation-config", "no/such/folder"],
+            "--generation-config no/such/folder: there is no generation_config.json",
+        ),
+        (
+            &["--chat-template", "{{ messages }}"],
+            "--chat-template needs a tokenizer",
+        ),
+    ];
+    for (flag, expected) in cases {
+        let args = serve_dummy_with(flag);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        assert_one_line_error(&args, expected);
+    }
+}
+
 /// `generate` and the engine benches take the same engine flags, checked by the same step.
 #[test]
 fn generate_and_the_engine_benches_refuse_a_bad_engine_flag_in_one_line_too() {

@@ -22,10 +22,11 @@ use crate::tool_request::ToolRequest;
 
 pub async fn chat_completions(
     State(state): State<Arc<AppState>>,
-    JsonBody(body): JsonBody<GenerationRequest>,
+    JsonBody(mut body): JsonBody<GenerationRequest>,
 ) -> Result<Response, ApiError> {
     state.check_model(body.model.as_deref())?;
     check_fields(&body, Endpoint::Chat)?;
+    state.generation_config.fill(&mut body);
     let messages = chat_messages(body.messages.as_deref())?;
     let tools = ToolRequest::from_request(&body)?;
     state.limits.check(&body, 1)?;
@@ -54,6 +55,7 @@ pub async fn chat_completions(
         state.handle.limits(),
         &state.limits,
     )?;
+    state.generation_config.cap_max_tokens(&body, &mut plan);
     if let Some(tools) = &tools {
         plan_tool_calls(&mut plan, tools, state.tool_call_parser)?;
     }
@@ -127,7 +129,10 @@ impl ChatPrompt<'_> {
     /// adds no special tokens of its own.
     pub fn token_ids(&self, state: &AppState) -> Result<Vec<u32>, ApiError> {
         let template = state.chat_template.as_ref().ok_or_else(|| {
-            ApiError::bad_request("this model has no chat template; use /v1/completions")
+            ApiError::bad_request(
+                "this model has no chat template: start the server with --chat-template (a \
+                 template file or the Jinja text itself), or send the prompt to /v1/completions",
+            )
         })?;
         let text = self.render(template)?;
         state.tokenizer()?.encode(&text, false).map_err(|e| {

@@ -16,10 +16,11 @@ use crate::routes::off_runtime;
 
 pub async fn completions(
     State(state): State<Arc<AppState>>,
-    JsonBody(body): JsonBody<GenerationRequest>,
+    JsonBody(mut body): JsonBody<GenerationRequest>,
 ) -> Result<Response, ApiError> {
     state.check_model(body.model.as_deref())?;
     check_fields(&body, Endpoint::Completions)?;
+    state.generation_config.fill(&mut body);
     let inputs = prompt_inputs(body.prompt.as_ref())?;
     // Before any tokenizing: the request's size is known from its shape alone.
     state.limits.check(&body, inputs.len())?;
@@ -53,6 +54,7 @@ pub async fn completions(
         state.handle.limits(),
         &state.limits,
     )?;
+    state.generation_config.cap_max_tokens(&body, &mut plan);
     if plan.echo {
         plan.echoed = texts
             .into_iter()
