@@ -243,16 +243,72 @@ fn unknown_architecture_is_named() {
 fn unsupported_tensor_type_is_named_with_its_tensor() {
     let dir = tempdir("dtype");
     let path = dir.join("tiny.gguf");
+    // Q8_1: ggml's activation format, which no model file stores and we do not load.
     let spec = GgufSpec {
-        retype: Some(("blk.0.ffn_up.weight", GgmlDType::Q5_0)),
+        retype: Some(("blk.0.ffn_up.weight", GgmlDType::Q8_1)),
         ..GgufSpec::default()
     };
     tiny_llama::write_gguf(&path, 1, &spec);
+    let err = load_error(&path);
     assert_names(
-        &load_error(&path),
+        &err,
         &path,
-        "tensor blk.0.ffn_up.weight has unsupported type Q5_0",
+        "tensor blk.0.ffn_up.weight has unsupported type Q8_1",
     );
+    assert_names(
+        &err,
+        &path,
+        "(supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K)",
+    );
+}
+
+/// Logits of every prefix of `prompt` with the weights kept in `mode`.
+fn logits_in(path: &Path, prompt: &[u32], mode: WeightMode) -> Vec<f32> {
+    let mut ckpt = checkpoint::open(path).unwrap();
+    let model = Llama::load(ckpt.as_mut(), mode, 128).unwrap();
+    let c = model.config().clone();
+    let mut kv = KvCache::new(c.num_layers, 8, 16, c.kv_heads(), KvCacheDtype::F32);
+    let table = tokenmill_engine::kv::block_manager::BlockManager::new(8, 16, false)
+        .allocate(8)
+        .unwrap();
+    let mut logits = Vec::new();
+    for end in 1..=prompt.len() {
+        let mut batch = ForwardBatch::default();
+        batch.push_seq(&prompt[..end], 0, &table, 16, true);
+        logits.extend(model.forward(&batch, &mut kv).unwrap());
+    }
+    logits
+}
+
+/// A file with a Q5_0 or Q5_1 projection loads, runs it on the quantized kernels, and
+/// gives about the logits of the same weights dequantized to f32 (the activations'
+/// rounding to int8 is the difference). `quant_matrix.rs` checks such a layer keeps the
+/// file's bits.
+#[test]
+fn gguf_tensors_in_q5_0_and_q5_1_load_and_give_about_the_f32_logits() {
+    for dtype in [GgmlDType::Q5_0, GgmlDType::Q5_1] {
+        let dir = tempdir(&format!("{dtype:?}"));
+        let path = dir.join("tiny.gguf");
+        let spec = GgufSpec {
+            retype: Some(("blk.0.ffn_up.weight", dtype)),
+            ..GgufSpec::default()
+        };
+        tiny_llama::write_gguf(&path, 5, &spec);
+        let prompt = [3, 17, 42, 99, 5];
+        let quantized = logits_in(&path, &prompt, WeightMode::Quantized);
+        let exact = logits_in(&path, &prompt, WeightMode::F32);
+        let worst = quantized
+            .iter()
+            .zip(&exact)
+            .map(|(x, y)| (x - y).abs())
+            .fold(0.0f32, f32::max);
+        let spread = exact.iter().copied().fold(f32::MIN, f32::max)
+            - exact.iter().copied().fold(f32::MAX, f32::min);
+        assert!(
+            worst < 0.05 * spread,
+            "{dtype:?}: logits differ by {worst} of {spread}"
+        );
+    }
 }
 
 #[test]

@@ -34,8 +34,8 @@ pub struct EngineArgs {
     /// '{"num_hidden_layers": 8}' (also max_position_embeddings, num_experts_per_tok).
     #[arg(long)]
     pub hf_overrides: Option<HfOverrides>,
-    /// Weight type for --load-format dummy: q4_0, q4_1, q8_0, q4_k, q5_k, q6_k (matrices
-    /// narrower than whole 256-blocks: q8_0), bf16 or f32.
+    /// Weight type for --load-format dummy: q4_0, q4_1, q5_0, q5_1, q8_0, q4_k, q5_k, q6_k
+    /// (matrices narrower than whole 256-blocks: q8_0), bf16 or f32.
     #[arg(long, default_value = "q8_0")]
     pub dummy_dtype: DummyDType,
     /// `quantized` keeps quantized weights quantized; `f32` dequantizes everything (exact, slower).

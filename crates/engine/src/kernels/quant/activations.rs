@@ -1,8 +1,9 @@
 //! Activation rows as the tiles read them: each row quantized once per matmul to int8 blocks
 //! of 32 ([`QuantizedActivations`], one [`XRow`] a row), with what each weight format adds
-//! (Q4_0/Q6K offsets, Q4_1/Q4K/Q5K sums, K-quant chunk order, Q8_0's biased copy), and an
-//! optional norm fused in ([`Input`], [`RowNorm`]). Quantizing runs on the x86 row
-//! quantizers where the kernel has them, the portable one otherwise: the same bytes.
+//! (Q4_0/Q5_0/Q6K offsets, Q4_1/Q5_1/Q4K/Q5K sums, K-quant chunk order, Q8_0's biased
+//! copy), and an optional norm fused in ([`Input`], [`RowNorm`]). Quantizing runs on the
+//! x86 row quantizers where the kernel has them, the portable one otherwise: the same
+//! bytes.
 
 use super::quantize_block::quantize_block;
 use super::weight_format::WeightFormat;
@@ -64,14 +65,14 @@ pub struct QuantizedActivations {
     /// of eight (chunk `c`: quants `4c..4c+4` then `16+4c..16+4c+4`, as `k_quants` groups
     /// the weights). Q8_0: each quant plus 128, as u8 bits (VNNI multiplies u8 by i8; the
     /// weights stay signed and the tile takes `128·Σw` back); filled only on VNNI paths
-    /// for two or more rows, the tiles that read it. Q4_0, Q4_1: unused.
+    /// for two or more rows, the tiles that read it. Q4_0, Q4_1, Q5_0, Q5_1: unused.
     copy: Vec<i8>,
     scales: Vec<f32>,
-    /// Q4_0: `[−8 · Σ quants, 0]` per block (its offset of 8); Q6K: `−32 · Σ` over each
-    /// block's first and second halves. Negated, so a VNNI kernel can start its dot
-    /// product from it.
+    /// Q4_0: `[−8 · Σ quants, 0]` per block (its offset of 8), Q5_0 likewise `[−16 · Σ, 0]`;
+    /// Q6K: `−32 · Σ` over each block's first and second halves. Negated, so a VNNI kernel
+    /// can start its dot product from it.
     offsets: Vec<[i32; 2]>,
-    /// `d_x · Σ quants` per block (Q4_1's and Q4K/Q5K's minimum term).
+    /// `d_x · Σ quants` per block (Q4_1's, Q5_1's and Q4K/Q5K's minimum term).
     sums: Vec<f32>,
 }
 
@@ -101,12 +102,14 @@ impl QuantizedActivations {
         self.quants.resize(m * k, 0);
         self.copy.resize(m * k, 0);
         self.scales.resize(m * blocks, 0.0);
-        // Q4_0 and Q6K subtract their offset per half block; Q4_1, Q4K and Q5K add a
-        // minimum term per block; Q8_0 needs neither.
+        // Q4_0, Q5_0 and Q6K subtract their offset per half block; Q4_1, Q5_1, Q4K and
+        // Q5K add a minimum term per block; Q8_0 needs neither.
         let (offsets, sums) = match format {
             WeightFormat::Q8_0 => (0, 0),
-            WeightFormat::Q4_0 | WeightFormat::Q6K => (m * blocks, 0),
-            WeightFormat::Q4_1 | WeightFormat::Q4K | WeightFormat::Q5K => (0, m * blocks),
+            WeightFormat::Q4_0 | WeightFormat::Q5_0 | WeightFormat::Q6K => (m * blocks, 0),
+            WeightFormat::Q4_1 | WeightFormat::Q5_1 | WeightFormat::Q4K | WeightFormat::Q5K => {
+                (0, m * blocks)
+            }
         };
         self.offsets.resize(offsets, [0; 2]);
         self.sums.resize(sums, 0.0);
@@ -149,7 +152,10 @@ impl QuantizedActivations {
                     }),
                 }
                 match format {
-                    WeightFormat::Q4_0 | WeightFormat::Q4_1 => {}
+                    WeightFormat::Q4_0
+                    | WeightFormat::Q4_1
+                    | WeightFormat::Q5_0
+                    | WeightFormat::Q5_1 => {}
                     WeightFormat::Q8_0 if !biased => {}
                     WeightFormat::Q8_0 => {
                         for (c, &q) in c.iter_mut().zip(q.iter()) {
@@ -165,10 +171,10 @@ impl QuantizedActivations {
                     // SAFETY: as above.
                     let o = unsafe { offsets.range(b.clone()) };
                     for (o, &[lo, hi]) in o.iter_mut().zip(halves.iter()) {
-                        *o = if format == WeightFormat::Q6K {
-                            [-32 * lo, -32 * hi]
-                        } else {
-                            [-8 * (lo + hi), 0]
+                        *o = match format {
+                            WeightFormat::Q6K => [-32 * lo, -32 * hi],
+                            WeightFormat::Q5_0 => [-16 * (lo + hi), 0],
+                            _ => [-8 * (lo + hi), 0],
                         };
                     }
                 }
@@ -290,8 +296,8 @@ pub(super) fn check_rows<const R: usize>(x: &[XRow; MR], blocks: usize, format: 
         assert!(row.quants.len() >= blocks * BLOCK && row.scales.len() >= blocks);
         match format {
             WeightFormat::Q8_0 => assert!(row.copy.len() >= blocks * BLOCK),
-            WeightFormat::Q4_0 => assert!(row.offsets.len() >= blocks),
-            WeightFormat::Q4_1 => assert!(row.sums.len() >= blocks),
+            WeightFormat::Q4_0 | WeightFormat::Q5_0 => assert!(row.offsets.len() >= blocks),
+            WeightFormat::Q4_1 | WeightFormat::Q5_1 => assert!(row.sums.len() >= blocks),
             WeightFormat::Q6K => {
                 assert!(row.offsets.len() >= blocks && row.copy.len() >= blocks * BLOCK)
             }

@@ -4,14 +4,15 @@
 //! Layout: weight rows are grouped by [`NR`](super::NR) (K-quants by
 //! [`K_NR`](super::K_NR)); a group's blocks are interleaved (`[group][block][row in
 //! group]`), so one tile reads a group's block contiguously. The quants are regrouped within
-//! a group's block (see [`q4_at`], [`q8_at`]) so that one 32-byte vector holds the same four
-//! elements of each of the eight rows: one integer lane per weight row, a whole block's dot
-//! product in it (on AVX-512, one 64-byte vector holds two groups' side by side). The f16
-//! scales (and Q4_1 minimums) stay f16: decode reads the file's bytes, not more. Every
-//! buffer lives in `HugeBuf` chunks (huge pages), as decode streams them all each step.
+//! a group's block (see [`q4_at`], [`q8_at`], and [`q5_high_at`] for Q5's fifth bits) so that
+//! one 32-byte vector holds the same four elements of each of the eight rows: one integer
+//! lane per weight row, a whole block's dot product in it (on AVX-512, one 64-byte vector
+//! holds two groups' side by side). The f16 scales (and Q4_1/Q5_1 minimums) stay f16:
+//! decode reads the file's bytes, not more. Every buffer lives in `HugeBuf` chunks (huge
+//! pages), as decode streams them all each step.
 
 use super::weight_format::WeightFormat;
-use super::SUB;
+use super::{BLOCK, NR, SUB};
 
 /// Where element `e` of row `j` sits in a Q4 group's block (`NR · 16` bytes): `(byte,
 /// shift)`. The block's 32 elements form eight chunks of four (chunk `c`: elements
@@ -35,6 +36,33 @@ pub(super) fn q4_get(span: &[u8], j: usize, e: usize) -> u8 {
 pub(super) fn q4_put(span: &mut [u8], j: usize, e: usize, q: u8) {
     let (at, shift) = q4_at(j, e);
     span[at] |= (q & 0x0F) << shift;
+}
+
+/// Where the fifth bits of a Q5_0/Q5_1 group's block start: after its Q4 nibble bytes.
+pub(super) const Q5_HIGH: usize = NR * BLOCK / 2;
+
+/// Where element `e` of row `j`'s fifth bit sits in a Q5 group's block (`NR · 20` bytes):
+/// `(byte, bit)`. The 32 bytes after the nibbles mirror one nibble vector (`q4_at`): byte
+/// `4j + p` holds, at bit `c`, the fifth bit of position `p` of row `j`'s chunk `c`. So
+/// one 32-byte load, each byte's bit `c` moved to bit 4, is chunk `c`'s fifth bits where
+/// its nibbles sit (row `j`'s 32 bits are its four bytes `Q5_HIGH + 4j..`, in chunk order).
+fn q5_high_at(j: usize, e: usize) -> (usize, u32) {
+    (Q5_HIGH + 4 * j + e % 4, (e / 4) as u32)
+}
+
+/// The 5-bit quant of element `e` of row `j` in a Q5 group's block: its nibble, and its
+/// fifth bit as bit 4.
+pub(super) fn q5_get(span: &[u8], j: usize, e: usize) -> u8 {
+    let (at, bit) = q5_high_at(j, e);
+    q4_get(span, j, e) | ((span[at] >> bit) & 1) << 4
+}
+
+/// Stores 5-bit quant `q` of element `e` of row `j` (the inverse of [`q5_get`]); `span`
+/// starts zeroed.
+pub(super) fn q5_put(span: &mut [u8], j: usize, e: usize, q: u8) {
+    q4_put(span, j, e, q & 0x0F);
+    let (at, bit) = q5_high_at(j, e);
+    span[at] |= (q >> 4 & 1) << bit;
 }
 
 /// Where element `e` of row `j` sits in a Q8_0 group's block (`NR · 32` bytes): chunks as
@@ -88,7 +116,7 @@ pub(super) fn check_group(w: &Group, blocks: usize, format: WeightFormat) {
     let gr = format.group_rows();
     assert!(w.rows == gr && w.blocks() == blocks);
     assert!(w.quants.len() >= blocks * gr * format.quant_bytes());
-    assert!(format != WeightFormat::Q4_1 || w.mins.len() >= blocks * gr);
+    assert!(!format.has_min() || w.mins.len() >= blocks * gr);
     assert!(format != WeightFormat::Q8_0 || w.sums.len() >= blocks * gr);
     if format.is_k_quant() {
         let supers = blocks.div_ceil(SUB) * gr;

@@ -1,15 +1,17 @@
-//! `QuantMatrix`: GGUF-quantized weights (Q4_0, Q4_1, Q8_0, and the K-quants Q4K, Q5K,
-//! Q6K) multiplied in their own bits by our batched, batch-invariant kernels, on every CPU
-//! path bit for bit the same.
+//! `QuantMatrix`: GGUF-quantized weights (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, and the K-quants
+//! Q4K, Q5K, Q6K) multiplied in their own bits by our batched, batch-invariant kernels, on
+//! every CPU path bit for bit the same.
 //!
 //! Activations are quantized per row to int8 blocks of 32 (scale = amax/127, round half away
 //! from zero, as ggml's Q8_0/Q8_1). Each block's dot product `i` is an exact integer
 //! (`|i| ≤ 32·127·127 < 2²⁴`, exact in f32). Per output element the float sequence is
-//! fixed: in ascending block order `acc = fma(i, d_x·d_w, acc)` and, for Q4_1,
-//! `mn = fma(m_w, d_x·Σx, mn)`; the result is `acc + mn`. The conversion, product and fma
-//! per block and element are what bounds the tiles (they share the vector pipes with the
-//! integer dots), so a block is never split into float partial sums: it once was, in
-//! halves, and the tiles ran at 0.65–0.8× (measured; git history of docs/performance.md).
+//! fixed: in ascending block order `acc = fma(i, d_x·d_w, acc)` and, for Q4_1 and Q5_1,
+//! `mn = fma(m_w, d_x·Σx, mn)`; the result is `acc + mn`. Q5_0/Q5_1 are Q4_0/Q4_1 with a
+//! fifth bit per quant (q ∈ 0..32, Q5_0's offset 16), in the same sequence. The
+//! conversion, product and fma per block and element are what bounds the tiles (they share
+//! the vector pipes with the integer dots), so a block is never split into float partial
+//! sums: it once was, in halves, and the tiles ran at 0.65–0.8× (measured; git history of
+//! docs/performance.md).
 //! Tiles only change which elements are computed together, never that sequence, and `k` is
 //! never split across threads, so a row's result is independent of the batch, and the SIMD
 //! paths equal the portable one.
@@ -68,8 +70,8 @@ pub const BLOCK: usize = 32;
 pub const SUPER: usize = 256;
 /// 32-blocks per K-quant super-block.
 const SUB: usize = SUPER / BLOCK;
-/// Weight rows (output columns) per Q4_0/Q4_1/Q8_0 group and tile; the weights are stored
-/// interleaved by this, one 32-bit lane per row in a 256-bit vector.
+/// Weight rows (output columns) per Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 group and tile; the weights are
+/// stored interleaved by this, one 32-bit lane per row in a 256-bit vector.
 pub const NR: usize = 8;
 /// Weight rows per K-quant group and tile (their lanes hold half blocks: two per row).
 pub const K_NR: usize = 4;

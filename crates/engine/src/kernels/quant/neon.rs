@@ -1,12 +1,13 @@
-//! The aarch64 path: NEON with the dot-product extension (`sdot`), for Q4_0, Q4_1 and Q8_0.
+//! The aarch64 path: NEON with the dot-product extension (`sdot`), for Q4_0, Q4_1, Q5_0,
+//! Q5_1 and Q8_0.
 //!
 //! A group's block keeps the layout the x86 tiles read (`q4_at`, `q8_at`): one 16-byte
 //! load is one chunk of four elements for four weight rows, and `sdot` against one lane of
 //! the activations (the row's chunk) sums each weight row's four products in its own lane.
 //! So a lane holds one weight row's whole-block integer dot, exactly the portable one (the
 //! products and their sum are exact in i32), and the block's float steps are the portable
-//! sequence: `s = x_scale · w_scale`, `acc = fma(dot, s, acc)`, and for Q4_1 the minimum
-//! term in its own chain, added last. Hence the portable path's bits.
+//! sequence: `s = x_scale · w_scale`, `acc = fma(dot, s, acc)`, and for Q4_1/Q5_1 the
+//! minimum term in its own chain, added last. Hence the portable path's bits.
 //!
 //! `sdot`'s intrinsics are not stable Rust yet, so one instruction is inline assembly.
 
@@ -73,7 +74,7 @@ fn f32x8(v: &[u16], b: usize) -> [float32x4_t; 2] {
     unsafe { [vld1q_f32(w.as_ptr()), vld1q_f32(w.as_ptr().add(4))] }
 }
 
-/// The NEON tiles behind [`TileKernel`] (Q4_0, Q4_1 and Q8_0).
+/// The NEON tiles behind [`TileKernel`] (Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0).
 pub(super) struct Neon;
 
 impl TileKernel for Neon {
@@ -119,8 +120,10 @@ unsafe fn tiles_of<const R: usize>(
         let tile = unsafe {
             match format {
                 WeightFormat::Q8_0 => q8_0::<R>(w, x, blocks),
-                WeightFormat::Q4_0 => q4::<R, false>(w, x, blocks),
-                WeightFormat::Q4_1 => q4::<R, true>(w, x, blocks),
+                WeightFormat::Q4_0 => q4::<R, false, false>(w, x, blocks),
+                WeightFormat::Q4_1 => q4::<R, true, false>(w, x, blocks),
+                WeightFormat::Q5_0 => q4::<R, false, true>(w, x, blocks),
+                WeightFormat::Q5_1 => q4::<R, true, true>(w, x, blocks),
                 _ => unreachable!("K-quants take the portable rows on this path"),
             }
         };
@@ -208,10 +211,13 @@ unsafe fn q8_0<const R: usize>(w: Group, x: &[XRow; MR], blocks: usize) -> Tile 
     tile_of(&acc, None)
 }
 
-/// `R` activation rows against one Q4_0 (`MIN = false`) or Q4_1 group: bytes `32v..32v +
-/// 16` of a block hold chunk `2v` (low nibbles) and `2v + 1` (high) of weight rows 0–3, the
-/// next 16 bytes those of rows 4–7. Nibbles are 0–15, so signed `sdot` takes them as they
-/// are; Q4_0's offset of 8 is the dot's start, `−8Σx`, as on every path.
+/// `R` activation rows against one Q4_0 (`MIN = false`) or Q4_1 group, or with `HIGH` one
+/// Q5_0 or Q5_1 group: bytes `32v..32v + 16` of a block hold chunk `2v` (low nibbles) and
+/// `2v + 1` (high) of weight rows 0–3, the next 16 bytes those of rows 4–7; a Q5 block's
+/// fifth bits follow in the same order, chunk `c`'s at bit `c` of each byte (`q5_high_at`),
+/// and are shifted onto bit 4 of its nibbles. Quants are 0–31, so signed `sdot` takes them
+/// as they are; Q4_0's offset of 8 (Q5_0's 16) is the dot's start, `−8Σx`, as on every
+/// path.
 ///
 /// # Safety
 /// As [`tiles`]; the group and rows hold `blocks` blocks.
@@ -219,21 +225,47 @@ unsafe fn q8_0<const R: usize>(w: Group, x: &[XRow; MR], blocks: usize) -> Tile 
 #[target_feature(enable = "neon,dotprod")]
 // One index walks several register arrays at once (chunks, halves).
 #[allow(clippy::needless_range_loop)]
-unsafe fn q4<const R: usize, const MIN: bool>(w: Group, x: &[XRow; MR], blocks: usize) -> Tile {
+unsafe fn q4<const R: usize, const MIN: bool, const HIGH: bool>(
+    w: Group,
+    x: &[XRow; MR],
+    blocks: usize,
+) -> Tile {
+    let qb = if HIGH {
+        WeightFormat::Q5_0.quant_bytes()
+    } else {
+        WeightFormat::Q4_0.quant_bytes()
+    };
     let mut acc = [[vdupq_n_f32(0.0); 2]; R];
     let mut mn = [[vdupq_n_f32(0.0); 2]; R];
     for b in 0..blocks {
         // SAFETY: the caller bounds every load.
         unsafe {
-            let wp = w.quants.as_ptr().add(b * NR * BLOCK / 2);
+            let wp = w.quants.as_ptr().add(b * NR * qb);
             let nib = vdupq_n_u8(0x0F);
             // wv[c][half]: chunk c of weight rows 4·half..4·half + 4.
             let mut wv = [[vdupq_n_s8(0); 2]; CHUNKS];
+            // Q5's fifth bits of weight rows 0–3, then 4–7, after the nibbles.
+            let high = if HIGH {
+                let h = wp.add(NR * BLOCK / 2);
+                [vld1q_u8(h), vld1q_u8(h.add(16))]
+            } else {
+                [vdupq_n_u8(0); 2]
+            };
             for v in 0..CHUNKS / 2 {
                 for half in 0..2 {
                     let raw = vld1q_u8(wp.add(32 * v + 16 * half));
-                    wv[2 * v][half] = vreinterpretq_s8_u8(vandq_u8(raw, nib));
-                    wv[2 * v + 1][half] = vreinterpretq_s8_u8(vshrq_n_u8::<4>(raw));
+                    let (mut lo, mut hi) = (vandq_u8(raw, nib), vshrq_n_u8::<4>(raw));
+                    if HIGH {
+                        // Bit c of each byte to bit 4 (a negative count shifts right).
+                        let bit = |c: usize| {
+                            let at4 = vshlq_u8(high[half], vdupq_n_s8(4 - c as i8));
+                            vandq_u8(at4, vdupq_n_u8(0x10))
+                        };
+                        lo = vorrq_u8(lo, bit(2 * v));
+                        hi = vorrq_u8(hi, bit(2 * v + 1));
+                    }
+                    wv[2 * v][half] = vreinterpretq_s8_u8(lo);
+                    wv[2 * v + 1][half] = vreinterpretq_s8_u8(hi);
                 }
             }
             let dw = f32x8(w.scales, b);

@@ -4,7 +4,7 @@
 //! (NEON's K-quants) falls back to.
 
 use super::activations::XRow;
-use super::group::{q4_get, q8_at, Group};
+use super::group::{q4_get, q5_get, q8_at, Group};
 use super::k_quants;
 use super::quant_matrix::QuantMatrix;
 use super::tile::{Rows, Tile, TileKernel};
@@ -56,18 +56,20 @@ fn row(format: WeightFormat, w: Group, x: &XRow) -> [f32; NR] {
                 WeightFormat::Q8_0 => dot(|e| span[q8_at(j, e)] as i8 as i32, xb),
                 WeightFormat::Q4_0 => dot(|e| q4_get(span, j, e) as i32, xb) + x.offsets[b][0],
                 WeightFormat::Q4_1 => dot(|e| q4_get(span, j, e) as i32, xb),
+                WeightFormat::Q5_0 => dot(|e| q5_get(span, j, e) as i32, xb) + x.offsets[b][0],
+                WeightFormat::Q5_1 => dot(|e| q5_get(span, j, e) as i32, xb),
                 WeightFormat::Q4K | WeightFormat::Q5K | WeightFormat::Q6K => {
                     unreachable!("K-quants take `k_quants::row`")
                 }
             };
             acc[j] = (i as f32).mul_add(s, acc[j]);
-            if format == WeightFormat::Q4_1 {
+            if format.has_min() {
                 let m = f16::from_bits(w.mins[at]).to_f32();
                 mn[j] = m.mul_add(x.sums[b], mn[j]);
             }
         }
     }
-    if format == WeightFormat::Q4_1 {
+    if format.has_min() {
         std::array::from_fn(|j| acc[j] + mn[j])
     } else {
         acc

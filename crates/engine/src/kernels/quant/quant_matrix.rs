@@ -3,7 +3,7 @@
 //! exact rows or as one weight group at a time. Its matmuls are in `matmul.rs`, the
 //! K-quants' repacking in `k_quants.rs`: storage does not depend on how it is multiplied.
 
-use super::group::{q4_get, q4_put, q8_at, Group};
+use super::group::{q4_get, q4_put, q5_get, q5_put, q8_at, Group};
 use super::quantize_block::quantize_block;
 use super::weight_format::WeightFormat;
 use super::{BLOCK, NR, SUPER};
@@ -16,13 +16,14 @@ pub struct QuantMatrix {
     pub(super) format: WeightFormat,
     pub(super) rows: usize,
     pub(super) cols: usize,
-    /// `[group][block][row in group][quant_bytes]`; rows past `rows` are zero. K-quants:
+    /// `[group][block][row in group][quant_bytes]`; rows past `rows` are zero. Q5_0/Q5_1:
+    /// per `[group][block]` the rows' nibbles, then their fifth bits (see `group`). K-quants:
     /// per `[group][block]` the rows' nibbles, then their high bits (see `k_quants`).
     pub(super) quants: HugeBuf<u8>,
     /// f16 bits, `[group][block][row in group]`; K-quants: `d` per super-block,
     /// `[group][super-block][row in group]`.
     pub(super) scales: HugeBuf<u16>,
-    /// Q4_1's f16 minimums, or Q4K/Q5K's `dmin`, laid out like `scales`; else empty.
+    /// Q4_1's and Q5_1's f16 minimums, or Q4K/Q5K's `dmin`, laid out like `scales`; else empty.
     pub(super) mins: HugeBuf<u16>,
     /// K-quants' sub-block scales, `[group][block][2][row in group]`: Q4K/Q5K's 6-bit
     /// `sc` then `m`; Q6K's int8 scales of the block's first then second 16 elements.
@@ -60,12 +61,22 @@ impl QuantMatrix {
                 let src = &data[(row * blocks + b) * bb..][..bb];
                 let at = m.slot(row, b);
                 m.scales[at] = u16::from_le_bytes([src[0], src[1]]);
-                let qs = match format {
-                    WeightFormat::Q4_1 => {
-                        m.mins[at] = u16::from_le_bytes([src[2], src[3]]);
-                        &src[4..]
-                    }
-                    _ => &src[2..],
+                if format.has_min() {
+                    m.mins[at] = u16::from_le_bytes([src[2], src[3]]);
+                }
+                // After `d` (and `m`): Q5's `qh`, the fifth bit of element `e` at bit `e`
+                // of a little-endian u32, then the nibble bytes as Q4's.
+                let after = if format.has_min() { 4 } else { 2 };
+                let (qh, qs) = if format.is_q5() {
+                    let qh = u32::from_le_bytes([
+                        src[after],
+                        src[after + 1],
+                        src[after + 2],
+                        src[after + 3],
+                    ]);
+                    (qh, &src[after + 4..])
+                } else {
+                    (0, &src[after..])
                 };
                 let qb = format.quant_bytes();
                 let j = row % NR;
@@ -73,6 +84,14 @@ impl QuantMatrix {
                 if format == WeightFormat::Q8_0 {
                     for (e, &q) in qs.iter().enumerate() {
                         span[q8_at(j, e)] = if q == 0x80 { (-127i8) as u8 } else { q };
+                    }
+                } else if format.is_q5() {
+                    // As Q4's nibbles below, each with its bit of `qh` on top.
+                    let high = |e: usize| ((qh >> e) & 1) as u8;
+                    for (i, &byte) in qs.iter().enumerate() {
+                        let hi = i + BLOCK / 2;
+                        q5_put(span, j, i, byte & 0x0F | high(i) << 4);
+                        q5_put(span, j, hi, byte >> 4 | high(hi) << 4);
                     }
                 } else {
                     // GGUF's byte `i` holds elements `i` (low nibble) and `i + 16`.
@@ -159,8 +178,8 @@ impl QuantMatrix {
         let slots = n.div_ceil(gr) * gr * (k / BLOCK);
         let supers = n.div_ceil(gr) * gr * (k / SUPER);
         let (scales, mins, sub) = match format {
-            WeightFormat::Q4_0 | WeightFormat::Q8_0 => (slots, 0, 0),
-            WeightFormat::Q4_1 => (slots, slots, 0),
+            WeightFormat::Q4_0 | WeightFormat::Q5_0 | WeightFormat::Q8_0 => (slots, 0, 0),
+            WeightFormat::Q4_1 | WeightFormat::Q5_1 => (slots, slots, 0),
             WeightFormat::Q4K | WeightFormat::Q5K => (supers, supers, 2 * slots),
             WeightFormat::Q6K => (supers, 0, 2 * slots),
         };
@@ -205,7 +224,7 @@ impl QuantMatrix {
         self.quants.len() + 2 * (self.scales.len() + self.mins.len()) + self.sub.len()
     }
 
-    /// Writes row `r`'s exact f32 values (`d·q`, `d·(q−8)` or `d·q + m`) into `out[k]`: the
+    /// Writes row `r`'s exact f32 values (`d·q`, `d·(q−8)`, `d·(q−16)` or `d·q + m`) into `out[k]`: the
     /// embedding lookup reads the quantized table this way instead of an f32 copy.
     pub fn dequantize_row(&self, r: usize, out: &mut [f32]) {
         assert!(r < self.rows && out.len() == self.cols);
@@ -233,6 +252,17 @@ impl QuantMatrix {
                     let m = f16::from_bits(self.mins[at]).to_f32();
                     for (e, o) in out.iter_mut().enumerate() {
                         *o = d * q4_get(span, j, e) as f32 + m;
+                    }
+                }
+                WeightFormat::Q5_0 => {
+                    for (e, o) in out.iter_mut().enumerate() {
+                        *o = d * (q5_get(span, j, e) as i32 - 16) as f32;
+                    }
+                }
+                WeightFormat::Q5_1 => {
+                    let m = f16::from_bits(self.mins[at]).to_f32();
+                    for (e, o) in out.iter_mut().enumerate() {
+                        *o = d * q5_get(span, j, e) as f32 + m;
                     }
                 }
                 WeightFormat::Q4K | WeightFormat::Q5K | WeightFormat::Q6K => unreachable!(),

@@ -10,6 +10,10 @@ pub enum WeightFormat {
     Q4_0,
     /// `d · q + m`, q ∈ 0..16.
     Q4_1,
+    /// `d · (q − 16)`, q ∈ 0..32: a nibble and a fifth bit.
+    Q5_0,
+    /// `d · q + m`, q ∈ 0..32.
+    Q5_1,
     /// `d · q`, q ∈ −127..=127.
     Q8_0,
     /// Super-blocks of 256 (f16 `d`, `dmin`) holding eight 32-blocks with 6-bit `sc`, `m`:
@@ -28,6 +32,8 @@ impl WeightFormat {
         match self {
             WeightFormat::Q4_0 => 18,
             WeightFormat::Q4_1 => 20,
+            WeightFormat::Q5_0 => 22,
+            WeightFormat::Q5_1 => 24,
             WeightFormat::Q8_0 => 34,
             WeightFormat::Q4K => 144,
             WeightFormat::Q5K => 176,
@@ -52,6 +58,16 @@ impl WeightFormat {
         )
     }
 
+    /// A minimum term `m · Σx` per block (Q4_1, Q5_1), added to the integer dot's product.
+    pub(super) fn has_min(self) -> bool {
+        matches!(self, WeightFormat::Q4_1 | WeightFormat::Q5_1)
+    }
+
+    /// Q5_0 or Q5_1: a 32-block's nibbles laid out as Q4_0's, plus a fifth bit each.
+    pub(super) fn is_q5(self) -> bool {
+        matches!(self, WeightFormat::Q5_0 | WeightFormat::Q5_1)
+    }
+
     /// Weight rows per stored group (and tile): [`K_NR`] for K-quants, else [`NR`].
     pub(super) fn group_rows(self) -> usize {
         if self.is_k_quant() {
@@ -62,11 +78,11 @@ impl WeightFormat {
     }
 
     /// Quant bytes of one row's block as stored here (scales kept apart): the nibbles,
-    /// plus a K-quant's high bits (one or two per element).
+    /// plus the high bits (one or two per element) of Q5_0, Q5_1 and the K-quants.
     pub(super) fn quant_bytes(self) -> usize {
         match self {
             WeightFormat::Q4_0 | WeightFormat::Q4_1 | WeightFormat::Q4K => BLOCK / 2,
-            WeightFormat::Q5K => BLOCK / 2 + BLOCK / 8,
+            WeightFormat::Q5_0 | WeightFormat::Q5_1 | WeightFormat::Q5K => BLOCK / 2 + BLOCK / 8,
             WeightFormat::Q6K => BLOCK / 2 + BLOCK / 4,
             WeightFormat::Q8_0 => BLOCK,
         }

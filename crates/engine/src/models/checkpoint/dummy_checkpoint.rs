@@ -14,6 +14,8 @@ use std::path::{Path, PathBuf};
 pub enum DummyDType {
     Q4_0,
     Q4_1,
+    Q5_0,
+    Q5_1,
     Q8_0,
     /// K-quants, for matrices whose rows are whole super-blocks of 256; narrower ones are
     /// Q8_0, as llama.cpp falls back to a legacy format there (e.g. SmolLM2's width 576).
@@ -31,6 +33,8 @@ impl std::str::FromStr for DummyDType {
         match s.to_ascii_lowercase().as_str() {
             "q4_0" => Ok(Self::Q4_0),
             "q4_1" => Ok(Self::Q4_1),
+            "q5_0" => Ok(Self::Q5_0),
+            "q5_1" => Ok(Self::Q5_1),
             "q8_0" => Ok(Self::Q8_0),
             "q4_k" => Ok(Self::Q4K),
             "q5_k" => Ok(Self::Q5K),
@@ -38,7 +42,8 @@ impl std::str::FromStr for DummyDType {
             "bf16" => Ok(Self::BF16),
             "f32" => Ok(Self::F32),
             other => Err(format!(
-                "unknown dummy dtype {other:?} (q4_0, q4_1, q8_0, q4_k, q5_k, q6_k, bf16, f32)"
+                "unknown dummy dtype {other:?} (q4_0, q4_1, q5_0, q5_1, q8_0, q4_k, q5_k, q6_k, \
+                 bf16, f32)"
             )),
         }
     }
@@ -195,6 +200,8 @@ impl DummyDType {
         match self {
             DummyDType::Q4_0 => GgmlDType::Q4_0,
             DummyDType::Q4_1 => GgmlDType::Q4_1,
+            DummyDType::Q5_0 => GgmlDType::Q5_0,
+            DummyDType::Q5_1 => GgmlDType::Q5_1,
             DummyDType::Q8_0 => GgmlDType::Q8_0,
             DummyDType::Q4K if whole_super_blocks => GgmlDType::Q4K,
             DummyDType::Q5K if whole_super_blocks => GgmlDType::Q5K,

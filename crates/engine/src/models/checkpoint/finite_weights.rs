@@ -57,6 +57,9 @@ pub fn first_non_finite(dtype: GgmlDType, bytes: &[u8]) -> Option<NonFinite> {
         Q8_0 => first_bad_block_scale(bytes, 34, &[0]),
         Q4_0 => first_bad_block_scale(bytes, 18, &[0]),
         Q4_1 => first_bad_block_scale(bytes, 20, &[0, 2]),
+        // Q5_0/Q5_1: `d` (and `m`), then the 32 fifth bits and the nibbles.
+        Q5_0 => first_bad_block_scale(bytes, 22, &[0]),
+        Q5_1 => first_bad_block_scale(bytes, 24, &[0, 2]),
         Q4K => first_bad_block_scale(bytes, 144, &[0, 2]),
         Q5K => first_bad_block_scale(bytes, 176, &[0, 2]),
         // Q6_K: 128 bytes of low bits, 64 of high bits, 16 int8 sub-scales, then `d`.
@@ -158,6 +161,8 @@ mod tests {
             (GgmlDType::Q8_0, 34, vec![0]),
             (GgmlDType::Q4_0, 18, vec![0]),
             (GgmlDType::Q4_1, 20, vec![0, 2]),
+            (GgmlDType::Q5_0, 22, vec![0]),
+            (GgmlDType::Q5_1, 24, vec![0, 2]),
             (GgmlDType::Q4K, 144, vec![0, 2]),
             (GgmlDType::Q5K, 176, vec![0, 2]),
             (GgmlDType::Q6K, 210, vec![208]),

@@ -28,7 +28,7 @@ impl GgufCheckpoint {
                 return Err(EngineError::bad_file(
                     path,
                     format!(
-                        "tensor {name} has unsupported type {:?} (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q4_K, Q5_K, Q6_K)",
+                        "tensor {name} has unsupported type {:?} (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K)",
                         info.ggml_dtype
                     ),
                 ));

@@ -104,7 +104,7 @@ pub(crate) fn is_supported_dtype(dtype: GgmlDType) -> bool {
     use GgmlDType::*;
     matches!(
         dtype,
-        F32 | F16 | BF16 | Q8_0 | Q4_0 | Q4_1 | Q4K | Q5K | Q6K
+        F32 | F16 | BF16 | Q8_0 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q4K | Q5K | Q6K
     )
 }
 

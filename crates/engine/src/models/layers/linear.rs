@@ -249,6 +249,8 @@ pub fn native_format(dtype: GgmlDType) -> Option<WeightFormat> {
     match dtype {
         GgmlDType::Q4_0 => Some(WeightFormat::Q4_0),
         GgmlDType::Q4_1 => Some(WeightFormat::Q4_1),
+        GgmlDType::Q5_0 => Some(WeightFormat::Q5_0),
+        GgmlDType::Q5_1 => Some(WeightFormat::Q5_1),
         GgmlDType::Q8_0 => Some(WeightFormat::Q8_0),
         GgmlDType::Q4K => Some(WeightFormat::Q4K),
         GgmlDType::Q5K => Some(WeightFormat::Q5K),

@@ -72,7 +72,13 @@ mod tests {
     #[test]
     fn gate_up_paired_gives_the_bits_of_a_stacked_matmul_then_swiglu() {
         let (n, k) = (64, 96);
-        for dtype in [GgmlDType::Q4_0, GgmlDType::Q4_1, GgmlDType::Q8_0] {
+        for dtype in [
+            GgmlDType::Q4_0,
+            GgmlDType::Q4_1,
+            GgmlDType::Q5_0,
+            GgmlDType::Q5_1,
+            GgmlDType::Q8_0,
+        ] {
             let gate_up = GateUp::new(
                 qtensor(n, k, 1, dtype),
                 qtensor(n, k, 2, dtype),

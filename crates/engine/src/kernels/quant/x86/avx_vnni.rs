@@ -3,7 +3,8 @@
 // What the stamped tiles name (a macro's paths resolve where it is stamped).
 use super::prefetch::{prefetch_per_block, prefetch_quants};
 use super::ymm::{
-    chunk_of, chunks_of, f16x4, f16x8, finish_k, k_quants, pair_sums, simd_path, tile_of, CHUNKS,
+    chunk_of, chunks_of, f16x4, f16x8, finish_k, k_quants, pair_sums, q5_high, simd_path, tile_of,
+    CHUNKS,
 };
 use crate::kernels::quant::activations::{check_rows, XRow};
 use crate::kernels::quant::group::{check_group, Group};

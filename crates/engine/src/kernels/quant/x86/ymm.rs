@@ -1,13 +1,13 @@
 //! The 256-bit tile body every x86 instruction set shares: `simd_path!` stamps one tile per
-//! format (Q8_0, Q4_0/Q4_1, Q4K/Q5K, Q6K) into the file that invokes it, with that
+//! format (Q8_0, Q4_0/Q4_1/Q5_0/Q5_1, Q4K/Q5K, Q6K) into the file that invokes it, with that
 //! instruction set's target features and integer dot; the helpers here load, widen and
 //! store what every stamp reads the same way.
 //!
 //! On AVX2 the integer dots are `maddubs` (u8 × i8 pairs into i16) summed over a block's
 //! chunks in i16 while that cannot overflow (Q4_0/Q4_1: the whole block, sixteen products
-//! of ≤ 15·127 per lane; K-quant nibbles eight, Q5K ≤ 31; Q6K four at a time; Q8_0 none,
-//! as `|w| ≤ 127`), then widened by `madd`: exactly the integers VNNI's `vpdpbusd`
-//! accumulates.
+//! of ≤ 15·127 per lane; Q5_0/Q5_1 eight of ≤ 31·127; K-quant nibbles eight, Q5K ≤ 31;
+//! Q6K four at a time; Q8_0 none, as `|w| ≤ 127`), then widened by `madd`: exactly the
+//! integers VNNI's `vpdpbusd` accumulates.
 
 use crate::kernels::quant::tile::Tile;
 use crate::kernels::quant::{BLOCK, K_NR, MR, NR};
@@ -139,6 +139,27 @@ pub(super) unsafe fn k_quants<const EXTRA: usize>(p: *const u8) -> [__m256i; 4] 
     std::array::from_fn(|c| _mm256_or_si256(q[c], h[c]))
 }
 
+/// Chunk `c`'s fifth bits of a Q5_0/Q5_1 block at bit 4 of each byte, ready to OR onto the
+/// chunk's nibbles: `h` is the block's 32 bytes of them, byte `4j + p` holding chunk `c`'s
+/// at bit `c` (`group.rs`'s `q5_high_at`). The epi16 shifts move at most 4 bits and the
+/// mask keeps bit 4 of each byte, which comes from the same byte, so nothing leaks
+/// between bytes. `c` is a constant once the chunk loop is unrolled.
+#[inline]
+#[target_feature(enable = "avx2")]
+pub(super) fn q5_high(h: __m256i, c: usize) -> __m256i {
+    let at4 = match c {
+        0 => _mm256_slli_epi16::<4>(h),
+        1 => _mm256_slli_epi16::<3>(h),
+        2 => _mm256_slli_epi16::<2>(h),
+        3 => _mm256_slli_epi16::<1>(h),
+        4 => h,
+        5 => _mm256_srli_epi16::<1>(h),
+        6 => _mm256_srli_epi16::<2>(h),
+        _ => _mm256_srli_epi16::<3>(h),
+    };
+    _mm256_and_si256(at4, _mm256_set1_epi8(0x10))
+}
+
 /// Four f16 values (a group's super-block scales) as f32.
 ///
 /// # Safety
@@ -201,8 +222,10 @@ macro_rules! simd_path {
                     let w = m.group(g);
                     let tile = match format {
                         WeightFormat::Q8_0 => q8_0::<R>(w, x, blocks),
-                        WeightFormat::Q4_0 => q4::<R, false>(w, x, blocks),
-                        WeightFormat::Q4_1 => q4::<R, true>(w, x, blocks),
+                        WeightFormat::Q4_0 => q4::<R, false, false>(w, x, blocks),
+                        WeightFormat::Q4_1 => q4::<R, true, false>(w, x, blocks),
+                        WeightFormat::Q5_0 => q4::<R, false, true>(w, x, blocks),
+                        WeightFormat::Q5_1 => q4::<R, true, true>(w, x, blocks),
                         WeightFormat::Q4K => q4k::<R, false>(w, x, blocks),
                         WeightFormat::Q5K => q4k::<R, true>(w, x, blocks),
                         WeightFormat::Q6K => q6k::<R>(w, x, blocks),
@@ -269,33 +292,38 @@ macro_rules! simd_path {
             tile_of(&acc, None)
         }
 
-        /// `R` activation rows against one Q4_0 (`MIN = false`) or Q4_1 group. One
-        /// 32-byte load holds two chunks of all eight rows' block (low and high
-        /// nibbles, see `q4_at`); a chunk meets the row's four activations
-        /// broadcast, each lane summing its weight row's whole block. Without
-        /// VNNI the eight chunks' `maddubs` pairs add up in i16 (≤ 8·2·15·127 <
-        /// 2¹⁵) before one widening `madd`.
+        /// `R` activation rows against one Q4_0 (`MIN = false`) or Q4_1 group, or with
+        /// `HIGH` one Q5_0 or Q5_1 group. One 32-byte load holds two chunks of all eight
+        /// rows' block (low and high nibbles, see `q4_at`); a Q5 block's fifth bits are
+        /// one more load (`q5_high_at`), each chunk's moved onto its nibbles. A chunk
+        /// meets the row's four activations broadcast, each lane summing its weight row's
+        /// whole block. Without VNNI the chunks' `maddubs` pairs add up in i16 before a
+        /// widening `madd`: all eight chunks of nibbles (≤ 8·2·15·127 < 2¹⁵), four at a
+        /// time of 5-bit quants (≤ 4·2·31·127 < 2¹⁵).
         ///
         /// # Safety
         /// The CPU must support the path's features.
         #[inline]
         #[target_feature(enable = $features)]
-        unsafe fn q4<const R: usize, const MIN: bool>(
+        unsafe fn q4<const R: usize, const MIN: bool, const HIGH: bool>(
             w: Group,
             x: &[XRow; MR],
             blocks: usize,
         ) -> Tile {
-            let format = if MIN {
-                WeightFormat::Q4_1
-            } else {
-                WeightFormat::Q4_0
+            let format = match (MIN, HIGH) {
+                (false, false) => WeightFormat::Q4_0,
+                (true, false) => WeightFormat::Q4_1,
+                (false, true) => WeightFormat::Q5_0,
+                (true, true) => WeightFormat::Q5_1,
             };
             check_group(&w, blocks, format);
+            let qb = format.quant_bytes();
             let nib = _mm256_set1_epi8(0x0F);
+            let ones = _mm256_set1_epi16(1);
             let mut acc = [_mm256_setzero_ps(); R];
             let mut mn = [_mm256_setzero_ps(); R];
-            // Q4_1's minimum term is its own chain of fmas. With few rows the main
-            // loop has registers to spare and that chain alone would be latency
+            // Q4_1's (Q5_1's) minimum term is its own chain of fmas. With few rows the
+            // main loop has registers to spare and that chain alone would be latency
             // bound, so it runs inside the main loop; with more rows it gets a
             // second pass over the (cached) minimums, so the main loop keeps its
             // registers. Either way each element sees the same sequence.
@@ -303,12 +331,13 @@ macro_rules! simd_path {
             for b in 0..blocks {
                 // SAFETY: `check_rows` and `check_group` keep every load in bounds.
                 unsafe {
-                    let wp = w.quants.as_ptr().add(b * NR * BLOCK / 2) as *const __m256i;
-                    prefetch_quants(wp as *const u8, NR * BLOCK / 2);
+                    let wp = w.quants.as_ptr().add(b * NR * qb) as *const __m256i;
+                    prefetch_quants(wp as *const u8, NR * qb);
                     prefetch_per_block(w.scales, NR, b);
                     prefetch_per_block(w.mins, NR, b);
                     let dw = f16x8(w.scales.as_ptr().add(b * NR));
-                    // Q4_0's offset of 8, exactly: the dot starts from −8Σx.
+                    // Q4_0's offset of 8 (Q5_0's 16), exactly: the dot starts from −8Σx
+                    // (−16Σx).
                     let start: [__m256i; R] = std::array::from_fn(|r| {
                         if MIN {
                             _mm256_setzero_si256()
@@ -316,17 +345,29 @@ macro_rules! simd_path {
                             _mm256_set1_epi32(x[r].offsets.get_unchecked(b)[0])
                         }
                     });
+                    // Q5's fifth bits, after the block's four nibble vectors.
+                    let high = if HIGH {
+                        _mm256_loadu_si256(wp.add(CHUNKS / 2))
+                    } else {
+                        _mm256_setzero_si256()
+                    };
                     let mut h = if $vnni {
                         start
                     } else {
                         [_mm256_setzero_si256(); R]
                     };
+                    // Without VNNI, 5-bit quants' first four chunks, widened to i32.
+                    let mut first_half = [_mm256_setzero_si256(); R];
                     for v in 0..CHUNKS / 2 {
                         let raw = _mm256_loadu_si256(wp.add(v));
-                        let q = [
+                        let mut q = [
                             _mm256_and_si256(raw, nib),
                             _mm256_and_si256(_mm256_srli_epi16::<4>(raw), nib),
                         ];
+                        if HIGH {
+                            q[0] = _mm256_or_si256(q[0], q5_high(high, 2 * v));
+                            q[1] = _mm256_or_si256(q[1], q5_high(high, 2 * v + 1));
+                        }
                         for r in 0..R {
                             let xp = x[r].quants.as_ptr().add(b * BLOCK);
                             for (half, &q) in q.iter().enumerate() {
@@ -338,12 +379,23 @@ macro_rules! simd_path {
                                 };
                             }
                         }
+                        if HIGH && !$vnni && v == CHUNKS / 4 - 1 {
+                            for r in 0..R {
+                                first_half[r] = _mm256_madd_epi16(h[r], ones);
+                                h[r] = _mm256_setzero_si256();
+                            }
+                        }
                     }
                     for r in 0..R {
                         let i = if $vnni {
                             h[r]
                         } else {
-                            let wide = _mm256_madd_epi16(h[r], _mm256_set1_epi16(1));
+                            let wide = _mm256_madd_epi16(h[r], ones);
+                            let wide = if HIGH {
+                                _mm256_add_epi32(wide, first_half[r])
+                            } else {
+                                wide
+                            };
                             _mm256_add_epi32(wide, start[r])
                         };
                         let s = _mm256_mul_ps(_mm256_set1_ps(*x[r].scales.get_unchecked(b)), dw);

@@ -1,7 +1,8 @@
-//! The AVX-512 tiles of Q8_0, Q4_0 and Q4_1: two weight groups side by side in one
-//! 512-bit vector, each lane computing what its lane of the 256-bit tile computes, in
-//! the same order (so the same bits), with half the instructions per product: every
-//! activation broadcast, scale product and conversion serves sixteen weight rows.
+//! The AVX-512 tiles of Q8_0, Q4_0, Q4_1, Q5_0, Q5_1 and the K-quants: two weight groups
+//! side by side in one 512-bit vector, each lane computing what its lane of the 256-bit
+//! tile computes, in the same order (so the same bits), with half the instructions per
+//! product: every activation broadcast, scale product and conversion serves sixteen
+//! weight rows.
 //! A pair tile runs from two activation rows up (K-quants from five); `avx512_vnni.rs`
 //! decides, and runs an odd last group on its 256-bit tile.
 
@@ -43,16 +44,20 @@ pub(super) unsafe fn tiles<const R: usize>(
         let (ta, tb) = unsafe {
             match (format, first) {
                 (WeightFormat::Q8_0, _) => q8_0::<R>(a, b, x, blocks),
-                (WeightFormat::Q4_0, true) => q4::<R, false, true>(a, b, x, blocks),
-                (WeightFormat::Q4_0, false) => q4::<R, false, false>(a, b, x, blocks),
+                (WeightFormat::Q4_0, true) => q4::<R, false, false, true>(a, b, x, blocks),
+                (WeightFormat::Q4_0, false) => q4::<R, false, false, false>(a, b, x, blocks),
+                (WeightFormat::Q5_0, true) => q4::<R, false, true, true>(a, b, x, blocks),
+                (WeightFormat::Q5_0, false) => q4::<R, false, true, false>(a, b, x, blocks),
+                (WeightFormat::Q5_1, true) => q4::<R, true, true, true>(a, b, x, blocks),
+                (WeightFormat::Q5_1, false) => q4::<R, true, true, false>(a, b, x, blocks),
                 (WeightFormat::Q4K, true) => q4k::<R, false, true>(a, b, x, blocks),
                 (WeightFormat::Q4K, false) => q4k::<R, false, false>(a, b, x, blocks),
                 (WeightFormat::Q5K, true) => q4k::<R, true, true>(a, b, x, blocks),
                 (WeightFormat::Q5K, false) => q4k::<R, true, false>(a, b, x, blocks),
                 (WeightFormat::Q6K, true) => q6k::<R, true>(a, b, x, blocks),
                 (WeightFormat::Q6K, false) => q6k::<R, false>(a, b, x, blocks),
-                (_, true) => q4::<R, true, true>(a, b, x, blocks),
-                (_, false) => q4::<R, true, false>(a, b, x, blocks),
+                (_, true) => q4::<R, true, false, true>(a, b, x, blocks),
+                (_, false) => q4::<R, true, false, false>(a, b, x, blocks),
             }
         };
         emit(g, &ta);
@@ -153,51 +158,86 @@ fn finish<const R: usize>(acc: &[__m512; R], mn: Option<&[__m512; R]>) -> (Tile,
     (ta, tb)
 }
 
-/// The 256-bit `q4` (stamped by `ymm.rs`'s `simd_path!`) over groups `a` and `b` at once.
+/// Chunk `c`'s fifth bits of two Q5 blocks side by side at bit 4 of each byte, as
+/// `ymm.rs`'s `q5_high` moves one block's (the same shifts and mask, so nothing leaks
+/// between bytes).
+#[inline]
+#[target_feature(enable = "avx2,avx512f,avx512bw")]
+fn q5_high_pair(h: __m512i, c: usize) -> __m512i {
+    let at4 = match c {
+        0 => _mm512_slli_epi16::<4>(h),
+        1 => _mm512_slli_epi16::<3>(h),
+        2 => _mm512_slli_epi16::<2>(h),
+        3 => _mm512_slli_epi16::<1>(h),
+        4 => h,
+        5 => _mm512_srli_epi16::<1>(h),
+        6 => _mm512_srli_epi16::<2>(h),
+        _ => _mm512_srli_epi16::<3>(h),
+    };
+    _mm512_and_si512(at4, _mm512_set1_epi8(0x10))
+}
+
+/// The 256-bit `q4` (stamped by `ymm.rs`'s `simd_path!`) over groups `a` and `b` at once:
+/// Q4_0, Q4_1 (`MIN`), or with `HIGH` Q5_0 and Q5_1, whose fifth bits are one more load
+/// per group and block.
 ///
 /// # Safety
 /// The CPU must support the path's features.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
-unsafe fn q4<const R: usize, const MIN: bool, const PREFETCH: bool>(
+unsafe fn q4<const R: usize, const MIN: bool, const HIGH: bool, const PREFETCH: bool>(
     a: Group,
     b: Group,
     x: &[XRow; MR],
     blocks: usize,
 ) -> (Tile, Tile) {
-    let format = if MIN {
-        WeightFormat::Q4_1
-    } else {
-        WeightFormat::Q4_0
+    let format = match (MIN, HIGH) {
+        (false, false) => WeightFormat::Q4_0,
+        (true, false) => WeightFormat::Q4_1,
+        (false, true) => WeightFormat::Q5_0,
+        (true, true) => WeightFormat::Q5_1,
     };
     check_pair(&a, &b, blocks, format);
+    let qb = format.quant_bytes();
     let nib = _mm512_set1_epi8(0x0F);
     let mut acc = [_mm512_setzero_ps(); R];
     for k in 0..blocks {
         // SAFETY: `check_rows` and `check_group` keep every load in bounds.
         unsafe {
-            let pa = a.quants.as_ptr().add(k * NR * BLOCK / 2) as *const __m256i;
-            let pb = b.quants.as_ptr().add(k * NR * BLOCK / 2) as *const __m256i;
+            let pa = a.quants.as_ptr().add(k * NR * qb) as *const __m256i;
+            let pb = b.quants.as_ptr().add(k * NR * qb) as *const __m256i;
             // The pair's stream, [`PAIR_AHEAD`] blocks ahead: unprefetched, a 16-row
             // Qwen3-0.6B decode step took 75–87 ms (measured); with each group prefetched
             // past itself 53 ms, as a pair 41–43 (git history of docs/performance.md).
             if PREFETCH {
-                prefetch_pair(b.quants, NR * BLOCK / 2, k, blocks);
+                prefetch_pair(b.quants, NR * qb, k, blocks);
                 prefetch_pair(b.scales, NR, k, blocks);
                 prefetch_pair(b.mins, NR, k, blocks);
             }
+            // Q5's fifth bits, after each block's four nibble vectors.
+            let high = if HIGH {
+                both(pa.add(CHUNKS / 2), pb.add(CHUNKS / 2))
+            } else {
+                _mm512_setzero_si512()
+            };
             let q: [__m512i; CHUNKS] = std::array::from_fn(|c| {
                 let raw = both(pa.add(c / 2), pb.add(c / 2));
-                if c % 2 == 0 {
+                let q = if c % 2 == 0 {
                     _mm512_and_si512(raw, nib)
                 } else {
                     _mm512_and_si512(_mm512_srli_epi16::<4>(raw), nib)
+                };
+                if HIGH {
+                    _mm512_or_si512(q, q5_high_pair(high, c))
+                } else {
+                    q
                 }
             });
             let dw = f16x16(a.scales.as_ptr().add(k * NR), b.scales.as_ptr().add(k * NR));
             for r in 0..R {
                 let xp = x[r].quants.as_ptr().add(k * BLOCK);
-                // Q4_0's offset of 8, exactly: the dot starts from −8Σx.
+                // Q4_0's offset of 8 (Q5_0's 16), exactly: the dot starts from −8Σx
+                // (−16Σx).
                 let mut h = if MIN {
                     _mm512_setzero_si512()
                 } else {
@@ -496,6 +536,8 @@ pub(super) fn has_zmm_tile(format: WeightFormat) -> bool {
         WeightFormat::Q8_0
             | WeightFormat::Q4_0
             | WeightFormat::Q4_1
+            | WeightFormat::Q5_0
+            | WeightFormat::Q5_1
             | WeightFormat::Q4K
             | WeightFormat::Q5K
             | WeightFormat::Q6K
