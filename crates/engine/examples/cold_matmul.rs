@@ -5,7 +5,7 @@
 //! in cache, which is what a prefill's row tiles see after the first.
 //!
 //! Usage: `cargo run --release -p tokenmill-engine --example cold_matmul [-- --format
-//! q4_0|q4_1|q8_0] [--shape KxN] [--rows 1,8,16]` (defaults: q4_0, 1024x3072, Qwen3-0.6B's
+//! q4_0|q4_1|q5_0|q5_1|q8_0] [--shape KxN] [--rows 1,8,16]` (defaults: q4_0, 1024x3072, Qwen3-0.6B's
 //! MLP, at 1, 2, 4, 8, 9, 16, 32 and 64 rows). `TOKENMILL_CPU_KERNEL` picks the path.
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{Device, Tensor};
@@ -28,8 +28,10 @@ fn main() -> candle_core::Result<()> {
     let (format, dtype) = match flag("--format").as_deref().unwrap_or("q4_0") {
         "q4_0" => (WeightFormat::Q4_0, GgmlDType::Q4_0),
         "q4_1" => (WeightFormat::Q4_1, GgmlDType::Q4_1),
+        "q5_0" => (WeightFormat::Q5_0, GgmlDType::Q5_0),
+        "q5_1" => (WeightFormat::Q5_1, GgmlDType::Q5_1),
         "q8_0" => (WeightFormat::Q8_0, GgmlDType::Q8_0),
-        other => panic!("--format {other}: expected q4_0, q4_1 or q8_0"),
+        other => panic!("--format {other}: expected q4_0, q4_1, q5_0, q5_1 or q8_0"),
     };
     let shape = flag("--shape").unwrap_or_else(|| "1024x3072".into());
     let (k, n) = shape

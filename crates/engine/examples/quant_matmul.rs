@@ -24,9 +24,11 @@ const SHAPES: [(usize, usize); 7] = [
     (3072, 1024),
 ];
 const BATCHES: [usize; 5] = [1, 4, 16, 64, 256];
-const FORMATS: [(WeightFormat, GgmlDType); 6] = [
+const FORMATS: [(WeightFormat, GgmlDType); 8] = [
     (WeightFormat::Q4_0, GgmlDType::Q4_0),
     (WeightFormat::Q4_1, GgmlDType::Q4_1),
+    (WeightFormat::Q5_0, GgmlDType::Q5_0),
+    (WeightFormat::Q5_1, GgmlDType::Q5_1),
     (WeightFormat::Q8_0, GgmlDType::Q8_0),
     (WeightFormat::Q4K, GgmlDType::Q4K),
     (WeightFormat::Q5K, GgmlDType::Q5K),
