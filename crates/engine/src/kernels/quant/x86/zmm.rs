@@ -158,23 +158,23 @@ fn finish<const R: usize>(acc: &[__m512; R], mn: Option<&[__m512; R]>) -> (Tile,
     (ta, tb)
 }
 
-/// Chunk `c`'s fifth bits of two Q5 blocks side by side at bit 4 of each byte, as
+/// Every chunk's fifth bits of two Q5 blocks side by side, each at bit 4 of its byte, as
 /// `ymm.rs`'s `q5_high` moves one block's (the same shifts and mask, so nothing leaks
-/// between bytes).
+/// between bytes). Spelled out chunk by chunk, so no shift depends on a loop index.
 #[inline]
 #[target_feature(enable = "avx2,avx512f,avx512bw")]
-fn q5_high_pair(h: __m512i, c: usize) -> __m512i {
-    let at4 = match c {
-        0 => _mm512_slli_epi16::<4>(h),
-        1 => _mm512_slli_epi16::<3>(h),
-        2 => _mm512_slli_epi16::<2>(h),
-        3 => _mm512_slli_epi16::<1>(h),
-        4 => h,
-        5 => _mm512_srli_epi16::<1>(h),
-        6 => _mm512_srli_epi16::<2>(h),
-        _ => _mm512_srli_epi16::<3>(h),
-    };
-    _mm512_and_si512(at4, _mm512_set1_epi8(0x10))
+fn q5_highs_pair(h: __m512i) -> [__m512i; CHUNKS] {
+    let bit = _mm512_set1_epi8(0x10);
+    [
+        _mm512_and_si512(_mm512_slli_epi16::<4>(h), bit),
+        _mm512_and_si512(_mm512_slli_epi16::<3>(h), bit),
+        _mm512_and_si512(_mm512_slli_epi16::<2>(h), bit),
+        _mm512_and_si512(_mm512_slli_epi16::<1>(h), bit),
+        _mm512_and_si512(h, bit),
+        _mm512_and_si512(_mm512_srli_epi16::<1>(h), bit),
+        _mm512_and_si512(_mm512_srli_epi16::<2>(h), bit),
+        _mm512_and_si512(_mm512_srli_epi16::<3>(h), bit),
+    ]
 }
 
 /// The 256-bit `q4` (stamped by `ymm.rs`'s `simd_path!`) over groups `a` and `b` at once:
@@ -214,25 +214,21 @@ unsafe fn q4<const R: usize, const MIN: bool, const HIGH: bool, const PREFETCH: 
                 prefetch_pair(b.scales, NR, k, blocks);
                 prefetch_pair(b.mins, NR, k, blocks);
             }
-            // Q5's fifth bits, after each block's four nibble vectors.
-            let high = if HIGH {
-                both(pa.add(CHUNKS / 2), pb.add(CHUNKS / 2))
-            } else {
-                _mm512_setzero_si512()
-            };
-            let q: [__m512i; CHUNKS] = std::array::from_fn(|c| {
+            let mut q: [__m512i; CHUNKS] = std::array::from_fn(|c| {
                 let raw = both(pa.add(c / 2), pb.add(c / 2));
-                let q = if c % 2 == 0 {
+                if c % 2 == 0 {
                     _mm512_and_si512(raw, nib)
                 } else {
                     _mm512_and_si512(_mm512_srli_epi16::<4>(raw), nib)
-                };
-                if HIGH {
-                    _mm512_or_si512(q, q5_high_pair(high, c))
-                } else {
-                    q
                 }
             });
+            if HIGH {
+                // Q5's fifth bits, after each block's four nibble vectors.
+                let high = q5_highs_pair(both(pa.add(CHUNKS / 2), pb.add(CHUNKS / 2)));
+                for (q, high) in q.iter_mut().zip(high) {
+                    *q = _mm512_or_si512(*q, high);
+                }
+            }
             let dw = f16x16(a.scales.as_ptr().add(k * NR), b.scales.as_ptr().add(k * NR));
             for r in 0..R {
                 let xp = x[r].quants.as_ptr().add(k * BLOCK);
