@@ -797,7 +797,7 @@ fn random_byte_q5_blocks_reach_every_value_and_stay_exact_on_every_path() {
         for m in [1, 2, 4, 6, 9] {
             let mut x = vec![1.0; k];
             x.extend(vec![-1.0; k]);
-            x.extend((2..9).flat_map(|r| rng.vec(k, 10f32.powi(r as i32 - 5))));
+            x.extend((2..9).flat_map(|r| rng.vec(k, 10f32.powi(r - 5))));
             x.truncate(m * k);
             let portable = bits(&matmul(&q, &x, m, CpuKernel::Portable));
             for &kernel in &kernels {

@@ -17,8 +17,8 @@ pub struct Linear {
 }
 
 enum Weight {
-    /// Our batched kernels, on the file's own bits (Q4_0/Q4_1/Q8_0, Q4K/Q5K/Q6K), or on
-    /// Q8_0 for other quantized formats or widths the native kernel does not take.
+    /// Our batched kernels, on the file's own bits (Q4_0/Q4_1/Q5_0/Q5_1/Q8_0, Q4K/Q5K/Q6K),
+    /// or on Q8_0 for other quantized formats or widths the native kernel does not take.
     Quant(Arc<QuantMatrix>),
     /// Stacked projections in different native formats, one matrix each in its own bits:
     /// Q4_K_M files keep some layers' V (of Q/K/V) in Q6K beside Q and K in Q4K.
