@@ -200,6 +200,12 @@ pub struct ServeArgs {
     /// Write the result as JSON (vllm bench serve's field names).
     #[arg(long)]
     pub save_result: Option<PathBuf>,
+
+    /// Write every request's prompt and generated text as JSON lines, in dataset order
+    /// (`{"index", "prompt", "text", "output_tokens", "error"}`), to compare the replies of
+    /// two servers or configurations.
+    #[arg(long)]
+    pub save_responses: Option<PathBuf>,
 }
 
 /// `bench sweep`: serve runs repeated over load levels.
