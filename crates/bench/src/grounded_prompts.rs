@@ -6,7 +6,9 @@ use rand::rngs::StdRng;
 use rand::seq::{IndexedRandom, SliceRandom};
 use rand::{Rng, SeedableRng};
 
-/// The kinds of task, taken in turn so every run of a few prompts has each of them.
+/// The kinds of task, taken in turn so every run of a few prompts has each of them. The prose
+/// and table tasks put their text before the instruction: small models (the default
+/// SmolLM2-135M) then copy it rather than wander off.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Task {
     /// Rename one variable in a small function (Python, JavaScript or Rust).
@@ -235,10 +237,7 @@ fn extract_emails(rng: &mut StdRng) -> String {
         memo.push(' ');
         memo.push_str(pick(SENTENCES, rng));
     }
-    format!(
-        "List every email address that appears in the text below, one per line, in the order \
-         they appear, with the sentence each one is in after a dash.\n\n{memo}"
-    )
+    format!("{memo}\n\nList every email address in the text above, one per line.")
 }
 
 fn capitalized(word: &str) -> String {
@@ -262,8 +261,7 @@ fn fix_typos(rng: &mut StdRng) -> String {
         })
         .collect();
     format!(
-        "Fix the spelling mistakes in this paragraph. Change nothing else, and reply with the \
-         corrected paragraph only.\n\n{}",
+        "{}\n\nFix the spelling mistakes in the text above and reply with the corrected text.",
         words.join(" ")
     )
 }
@@ -301,10 +299,7 @@ fn csv_to_markdown(rng: &mut StdRng) -> String {
             rng.random_range(0..100),
         ));
     }
-    format!(
-        "Convert this CSV into a Markdown table with the same columns and rows, in the same \
-         order. Reply with the table only.\n\n{csv}"
-    )
+    format!("Here is a CSV file:\n\n{csv}\nRewrite it as a Markdown table with the same rows.")
 }
 
 fn json_to_yaml(rng: &mut StdRng) -> String {
@@ -342,10 +337,7 @@ fn replace_word(rng: &mut StdRng) -> String {
     let (old, new) = *REPLACEMENTS
         .choose(rng)
         .expect("replacements are not empty");
-    format!(
-        "In the paragraph below, replace every occurrence of the word \"{old}\" with \"{new}\" \
-         (whole words only, keeping capitals). Reply with the new paragraph only.\n\n{text}"
-    )
+    format!("{text}\n\nRewrite the text above with every \"{old}\" replaced by \"{new}\".")
 }
 
 #[cfg(test)]
@@ -366,17 +358,17 @@ mod tests {
         let prompts: Vec<String> = GroundedPrompts::new(0).take(20).collect();
         let distinct: std::collections::BTreeSet<&String> = prompts.iter().collect();
         assert_eq!(distinct.len(), 20);
-        for opening in [
+        for instruction in [
             "Rename the variable",
             "List every email",
             "Fix the spelling",
-            "Convert this CSV",
+            "Rewrite it as a Markdown table",
             "Rewrite this JSON",
-            "In the paragraph below, replace",
+            "Rewrite the text above with every",
         ] {
             assert!(
-                prompts.iter().any(|p| p.starts_with(opening)),
-                "no prompt opens with {opening:?}"
+                prompts.iter().any(|p| p.contains(instruction)),
+                "no prompt asks {instruction:?}"
             );
         }
     }
