@@ -11,6 +11,8 @@ use crate::class_latencies::ClassLatencies;
 use crate::distribution::{percentile_label, Distribution};
 
 const WIDTH: usize = 50;
+/// Draft positions whose acceptance the table shows.
+const TABLE_POSITIONS: usize = 8;
 
 /// The latency sections: JSON key, table abbreviation, section title, values.
 fn latency_sections(
@@ -173,7 +175,16 @@ fn spec_decode_lines(out: &mut String, result: &BenchmarkResult) {
             .map_or_else(unknown, |length| format!("{length:.2}")),
     );
     if let Some(per_pos) = stats.acceptance_rate_per_pos() {
-        let shares: Vec<String> = per_pos.iter().map(|r| format!("{r:.2}")).collect();
+        // Drafters of 48 or 64 tokens (llama-server's n-gram modes) would make an unreadable
+        // line; the JSON keeps every position.
+        let mut shares: Vec<String> = per_pos
+            .iter()
+            .take(TABLE_POSITIONS)
+            .map(|r| format!("{r:.2}"))
+            .collect();
+        if per_pos.len() > TABLE_POSITIONS {
+            shares.push(format!("… ({} positions)", per_pos.len()));
+        }
         if !shares.is_empty() {
             line(out, "Acceptance rate per position:", shares.join(" "));
         }
@@ -497,6 +508,27 @@ mod table_tests {
         ] {
             assert!(table.contains(expected), "missing {expected:?} in\n{table}");
         }
+
+        let long = SpecDecodeCounters {
+            num_drafts: 2,
+            num_draft_tokens: 128,
+            num_accepted_tokens: 64,
+            accepted_per_pos: vec![1; 64],
+        };
+        result.spec_decode = Some(SpecDecodeStats::from_counters(
+            &SpecDecodeCounters::default(),
+            &long,
+        ));
+        assert!(crate::report::table(&result).contains(
+            "Acceptance rate per position:           \
+             0.50 0.50 0.50 0.50 0.50 0.50 0.50 0.50 … (64 positions)\n"
+        ));
+        assert_eq!(
+            to_json(&result)["spec_decode"]["accepted_per_pos"]
+                .as_array()
+                .map(Vec::len),
+            Some(64)
+        );
     }
 
     #[test]
