@@ -1,13 +1,15 @@
 //! Speculative-decoding statistics of a run: the server's `spec_decode` counters read from
-//! `/metrics` before and after (vLLM's `vllm:` names, llama-server's `llamacpp:` ones), or
+//! `/metrics` before and after (vLLM's names under `vllm:`, `tokenmill:` or llama-server's
+//! `llamacpp:`), or
 //! the draft counts llama-server puts in each reply's `timings`; and the acceptance figures
 //! vLLM derives from them.
 
 use serde_json::{json, Value};
 
 /// The metric prefixes whose `spec_decode_*` counters are read, in order of preference: a
-/// server exporting both is read once, under the first.
-const PREFIXES: [&str; 2] = ["vllm:", "llamacpp:"];
+/// server exporting several (tokenmill with `--metrics-compat vllm`) is read once, under the
+/// first.
+const PREFIXES: [&str; 3] = ["vllm:", "tokenmill:", "llamacpp:"];
 
 /// Counters of one `/metrics` scrape, summed over every series of a family (several models or
 /// engines), except the per-position one, which is kept per position.
@@ -354,6 +356,18 @@ vllm:prompt_tokens_total{model_name="m"} 999.0
             (12, 50, 30)
         );
         assert_eq!(counters.accepted_per_pos, vec![11]);
+    }
+
+    #[test]
+    fn a_server_exporting_two_prefixes_is_read_once_under_vllm_names() {
+        let text = "tokenmill:spec_decode_num_drafts_total{model_name=\"m\"} 5\n\
+                    vllm:spec_decode_num_drafts_total{model_name=\"m\"} 5\n\
+                    tokenmill:spec_decode_num_draft_tokens_total{model_name=\"m\"} 20\n\
+                    vllm:spec_decode_num_draft_tokens_total{model_name=\"m\"} 20\n";
+        let counters = SpecDecodeCounters::parse(text).unwrap();
+        assert_eq!((counters.num_drafts, counters.num_draft_tokens), (5, 20));
+        let native = "tokenmill:spec_decode_num_drafts_total{model_name=\"m\"} 6\n";
+        assert_eq!(SpecDecodeCounters::parse(native).unwrap().num_drafts, 6);
     }
 
     #[test]
