@@ -14,7 +14,8 @@
 # seed, prompt caching off on both sides. The configurations take turns within each of REPEAT
 # rounds, so a neighbour's load on a shared machine falls on all of them alike. Prints per
 # workload and configuration the medians over the rounds of median TPOT, median TTFT, P99 ITL
-# and output tok/s, the acceptance rate and mean acceptance length the server reported, and how
+# and output tok/s, the acceptance rate and mean acceptance length the server reported (pooled
+# over the rounds: accepted / drafted tokens, 1 + accepted / drafts), and how
 # many prompts' greedy text differed from the same server without speculation (in any round);
 # then the ratios the targets of the issue ask for. A configuration whose server does not start
 # (a method this build refuses) is reported as not run.
@@ -26,12 +27,14 @@
 # `--save-result` JSON, `--save-responses` JSON lines, bench and server logs, and summary.md.
 # CONFIGS: lines of NAME=EXTRA FLAGS; a NAME starting with "llama-server" runs llama-server, any
 # other tokenmill, and the configurations named exactly "tokenmill" and "llama-server" are the
-# baselines the others are compared with (default: both, tokenmill with ngram and suffix, and
-# llama-server with every n-gram --spec-type this build lists, each at its defaults).
+# baselines the others are compared with, listed before them (default: both, tokenmill with
+# ngram and suffix, and llama-server with every n-gram --spec-type this build lists, each at
+# its defaults).
 # WORKLOADS: grounded and/or mix (default both). TOKENMILL: the binary (default
 # ./target/release/tokenmill, built here). LLAMA_SERVER: its binary (default: the one
 # scripts/build-llama-server.sh builds or finds). MODEL: a GGUF (default: the default model).
-# PORT: 8018. REPEAT: 3. OUTPUT_LEN: the reply cap, 256 tokens.
+# PORT: 8018. REPEAT: 3. OUTPUT_LEN: the reply cap, 256 tokens. SUMMARY_ONLY=1: run nothing,
+# print summary.md again from OUTPUT_DIR's runs (same CONFIGS, WORKLOADS and REPEAT).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT="${1:-$(mktemp -d -t tokenmill-spec.XXXXXX)}"
@@ -133,7 +136,7 @@ run() { # WORKLOAD NAME FLAGS ROUND
 }
 
 echo "results in $OUT" >&2
-for workload in $WORKLOADS; do
+[ -n "${SUMMARY_ONLY:-}" ] || for workload in $WORKLOADS; do
   for r in $(seq "$REPEAT"); do
     while IFS= read -r line; do
       [ -n "$line" ] || continue
@@ -161,6 +164,13 @@ def median(values):
     values = [v for v in values if v is not None]
     return statistics.median(values) if values else None
 
+def pooled(spec, numerator, denominator, plus=0.0):
+    """Sum of numerator over sum of denominator across rounds; None when nothing was drafted."""
+    if any(s.get(denominator) is None for s in spec):
+        return None
+    total = sum(s[denominator] for s in spec)
+    return plus + sum(s[numerator] for s in spec) / total if total else None
+
 def fmt(value, digits=2):
     return "n/a" if value is None else f"{value:.{digits}f}"
 
@@ -183,8 +193,10 @@ for workload in workloads:
             "ttft": median(run["median_ttft_ms"] for run in runs),
             "itl_p99": median(run["p99_itl_ms"] for run in runs),
             "tok_s": median(run["output_throughput"] for run in runs),
-            "acceptance_rate": median(s.get("acceptance_rate") for s in spec),
-            "mean_acceptance_length": median(s.get("mean_acceptance_length") for s in spec),
+            # Pooled over the rounds: a round in which the server drafted nothing (its cost
+            # model found no gain) counts as such, rather than dropping out of a median.
+            "acceptance_rate": pooled(spec, "num_accepted_tokens", "num_draft_tokens"),
+            "mean_acceptance_length": pooled(spec, "num_accepted_tokens", "num_drafts", 1.0),
             "failed": sum(run["failed"] for run in runs),
         }
         # Prompts whose text differs from the baseline's in the same round, in any round; for a
