@@ -136,6 +136,11 @@ run() { # WORKLOAD NAME FLAGS ROUND
 }
 
 echo "results in $OUT" >&2
+# On a busy machine llama-server's TPOT grows far more than tokenmill's (tens of times, at a
+# load average of 9 on 2 cores), so figures from a loaded machine compare little.
+if awk -v cores="$THREADS" '{ exit !($1 > cores / 2) }' /proc/loadavg; then
+  echo "warning: load average $(cut -d' ' -f1 /proc/loadavg) on $THREADS cores; llama-server's figures will mostly measure the neighbours" >&2
+fi
 [ -n "${SUMMARY_ONLY:-}" ] || for workload in $WORKLOADS; do
   for r in $(seq "$REPEAT"); do
     while IFS= read -r line; do
