@@ -34,6 +34,15 @@ pub enum DatasetKind {
     /// (long system prompts), each followed by random questions of `--input-len` tokens; the
     /// prompts of all prefixes come shuffled, sent as text (what routers match prefixes on).
     PrefixRepetition,
+    /// Input-grounded chat prompts whose replies copy from the prompt (rename a variable in
+    /// a function, list the e-mails of a memo, fix a paragraph's typos, CSV to a Markdown
+    /// table, JSON to YAML, replace a word), drawn from `--seed`; needs `--endpoint chat`.
+    Grounded,
+    /// Open-ended chat questions (stories, explanations, tips, poems) drawn from `--seed`,
+    /// whose replies copy little from the prompt; needs `--endpoint chat`.
+    OpenChat,
+    /// Grounded and open-chat prompts in turn, grounded first; needs `--endpoint chat`.
+    GroundedMix,
 }
 
 // An option value, so it sits with the options: its walk (`TuneSearch::next`, in
@@ -102,8 +111,8 @@ pub struct CommonArgs {
     #[arg(long)]
     pub long_prompt_threshold: Option<usize>,
 
-    /// Tokens to generate per request; default 128 for random and jsonl,
-    /// the reference reply's length for sharegpt.
+    /// Tokens to generate per request; default 128 for random and jsonl, 256 for grounded,
+    /// open-chat and grounded-mix, the reference reply's length for sharegpt.
     #[arg(long)]
     pub output_len: Option<usize>,
 
@@ -191,6 +200,12 @@ pub struct ServeArgs {
     /// Write the result as JSON (vllm bench serve's field names).
     #[arg(long)]
     pub save_result: Option<PathBuf>,
+
+    /// Write every request's prompt and generated text as JSON lines, in dataset order
+    /// (`{"index", "prompt", "text", "output_tokens", "error"}`), to compare the replies of
+    /// two servers or configurations.
+    #[arg(long)]
+    pub save_responses: Option<PathBuf>,
 }
 
 /// `bench sweep`: serve runs repeated over load levels.

@@ -8,6 +8,7 @@ use crate::distribution::Distribution;
 use crate::goodput::{self, RequestLatencies, Slo};
 use crate::load_plan::span_s;
 use crate::request_rate::RequestRate;
+use crate::spec_decode_stats::SpecDecodeStats;
 
 /// Describes the run, for the report; not measured.
 #[derive(Clone, Debug)]
@@ -45,6 +46,8 @@ pub struct BenchmarkResult {
     pub ttfts_s: Vec<f64>,
     pub itls_s: Vec<Vec<f64>>,
     pub errors: Vec<String>,
+    /// Per request, in dataset order, the generated text; empty for failed requests.
+    pub generated_texts: Vec<String>,
     pub ttft: Distribution,
     pub tpot: Distribution,
     pub itl: Distribution,
@@ -55,6 +58,9 @@ pub struct BenchmarkResult {
     /// Successful requests whose server token count and content-chunk count differ by over 2%.
     pub token_count_mismatches: usize,
     pub client_cpu_s: Option<f64>,
+    /// Drafted and accepted tokens, when the server speculates and says so (its `/metrics`
+    /// counters, else its replies' `timings`).
+    pub spec_decode: Option<SpecDecodeStats>,
 }
 
 fn ms(duration: Duration) -> f64 {
@@ -110,6 +116,7 @@ impl BenchmarkResult {
             ttfts_s: columns.ttfts_s,
             itls_s: columns.itls_s,
             errors: columns.errors,
+            generated_texts: columns.generated_texts,
             ttft,
             tpot,
             itl,
@@ -120,6 +127,11 @@ impl BenchmarkResult {
                 .filter(|(_, reply)| counts_disagree(reply))
                 .count(),
             client_cpu_s: None,
+            spec_decode: SpecDecodeStats::from_replies(
+                replies
+                    .iter()
+                    .filter_map(|(_, reply)| reply.drafts.as_ref()),
+            ),
             settings,
         }
     }
@@ -147,6 +159,7 @@ struct PerRequest {
     ttfts_s: Vec<f64>,
     itls_s: Vec<Vec<f64>>,
     errors: Vec<String>,
+    generated_texts: Vec<String>,
 }
 
 impl PerRequest {
@@ -157,6 +170,7 @@ impl PerRequest {
             ttfts_s: Vec::with_capacity(records.len()),
             itls_s: Vec::with_capacity(records.len()),
             errors: Vec::with_capacity(records.len()),
+            generated_texts: Vec::with_capacity(records.len()),
         };
         for record in records {
             match &record.outcome {
@@ -168,6 +182,7 @@ impl PerRequest {
                         .itls_s
                         .push(reply.itls().map(|d| d.as_secs_f64()).collect());
                     columns.errors.push(String::new());
+                    columns.generated_texts.push(reply.text.clone());
                 }
                 Err(error) => {
                     columns.input_lens.push(0);
@@ -175,6 +190,7 @@ impl PerRequest {
                     columns.ttfts_s.push(0.0);
                     columns.itls_s.push(Vec::new());
                     columns.errors.push(error.clone());
+                    columns.generated_texts.push(String::new());
                 }
             }
         }
@@ -233,6 +249,8 @@ pub(crate) mod tests {
         let reply = Reply {
             content_offsets: offsets_ms.iter().map(|&o| ms(o)).collect(),
             usage_completion_tokens: usage,
+            text: "x".repeat(offsets_ms.len()),
+            drafts: None,
         };
         RequestRecord {
             sent_at: start + ms(sent_ms),
@@ -270,6 +288,8 @@ pub(crate) mod tests {
         assert_eq!(result.e2el.median, 250.0);
         assert_eq!(result.errors, vec!["", "", "timed out"]);
         assert_eq!(result.output_lens, vec![3, 1, 0]);
+        assert_eq!(result.generated_texts, vec!["xxx", "x", ""]);
+        assert_eq!(result.spec_decode, None, "no reply reported drafts");
         assert!(result.by_class.is_empty(), "all prompts are short");
     }
 

@@ -78,6 +78,8 @@ mod tests {
                     Duration::from_millis(end_ms),
                 ],
                 usage_completion_tokens: Some(2),
+                text: "ab".into(),
+                drafts: None,
             }),
         }
     }

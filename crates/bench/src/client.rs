@@ -7,6 +7,7 @@ use serde_json::{json, Value};
 use crate::args::Endpoint;
 use crate::bench_request::{BenchRequest, Prompt};
 use crate::server::Server;
+use crate::spec_decode_stats::ReplyDrafts;
 use crate::sse::SseParser;
 
 /// What the load generator needs to send requests to one server.
@@ -38,6 +39,10 @@ pub struct Reply {
     pub content_offsets: Vec<Duration>,
     /// `usage.completion_tokens`, when the server reported it.
     pub usage_completion_tokens: Option<usize>,
+    /// The generated text, content chunks joined (kept to compare replies across servers).
+    pub text: String,
+    /// Draft counts the server reported in the reply's `timings` (llama-server).
+    pub drafts: Option<ReplyDrafts>,
 }
 
 impl Reply {
@@ -144,6 +149,8 @@ struct StreamProgress {
     content_offsets: Vec<Duration>,
     completion_tokens: Option<usize>,
     prompt_tokens: Option<usize>,
+    text: String,
+    drafts: Option<ReplyDrafts>,
 }
 
 impl StreamProgress {
@@ -167,8 +174,13 @@ impl StreamProgress {
             self.completion_tokens = usage["completion_tokens"].as_u64().map(|n| n as usize);
             self.prompt_tokens = usage["prompt_tokens"].as_u64().map(|n| n as usize);
         }
-        if chunk_content(&chunk, endpoint).is_some_and(|text| !text.is_empty()) {
+        // llama-server's counts are the request's totals so far: the last chunk's are final.
+        if let Some(drafts) = chunk.get("timings").and_then(ReplyDrafts::from_timings) {
+            self.drafts = Some(drafts);
+        }
+        if let Some(text) = chunk_content(&chunk, endpoint).filter(|text| !text.is_empty()) {
             self.content_offsets.push(offset);
+            self.text.push_str(text);
         }
         Ok(false)
     }
@@ -180,6 +192,8 @@ impl StreamProgress {
         let reply = Reply {
             content_offsets: self.content_offsets,
             usage_completion_tokens: self.completion_tokens,
+            text: self.text,
+            drafts: self.drafts,
         };
         Ok((reply, self.prompt_tokens))
     }
@@ -277,6 +291,34 @@ mod tests {
     }
 
     #[test]
+    fn content_chunks_join_into_the_text_and_the_last_timings_give_the_drafts() {
+        let mut progress = StreamProgress::default();
+        for (payload, at) in [
+            (r#"{"choices":[{"delta":{"content":"Hello"}}]}"#, 10),
+            (
+                r#"{"choices":[{"delta":{"content":", world"}}],"timings":{"draft_n":4,"draft_n_accepted":1}}"#,
+                20,
+            ),
+            (
+                r#"{"choices":[{"delta":{}, "finish_reason":"stop"}],"timings":{"draft_n":9,"draft_n_accepted":5}}"#,
+                30,
+            ),
+        ] {
+            progress.absorb(payload, ms(at), Endpoint::Chat).unwrap();
+        }
+        let (reply, _) = progress.finish().unwrap();
+        assert_eq!(reply.text, "Hello, world");
+        assert_eq!(reply.content_offsets, vec![ms(10), ms(20)]);
+        assert_eq!(
+            reply.drafts,
+            Some(ReplyDrafts {
+                draft_tokens: 9,
+                accepted_tokens: 5
+            })
+        );
+    }
+
+    #[test]
     fn error_chunk_fails_the_request() {
         let mut progress = StreamProgress::default();
         assert!(progress
@@ -293,11 +335,15 @@ mod tests {
         let reply = Reply {
             content_offsets: vec![ms(50), ms(70), ms(90)],
             usage_completion_tokens: Some(5),
+            text: "abc".into(),
+            drafts: None,
         };
         assert_eq!(reply.tpot(), Some(ms(10)));
         let single = Reply {
             content_offsets: vec![ms(50)],
             usage_completion_tokens: Some(1),
+            text: "a".into(),
+            drafts: None,
         };
         assert_eq!(single.tpot(), None);
     }

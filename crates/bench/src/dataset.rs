@@ -9,11 +9,16 @@ use rand::SeedableRng;
 
 use crate::args::{CommonArgs, DatasetKind, Endpoint};
 use crate::bench_request::{BenchRequest, Prompt};
+use crate::grounded_prompts::GroundedPrompts;
+use crate::open_chat_prompts::OpenChatPrompts;
 use crate::random_prompts::{self, RandomShape};
 use crate::token_counter::TokenCounter;
 
 /// Default reply length when the dataset does not give one.
 const DEFAULT_OUTPUT_LEN: usize = 128;
+/// Default reply cap of the generated chat datasets: room for a rewritten function or table,
+/// which the model usually ends itself.
+const DEFAULT_CHAT_OUTPUT_LEN: usize = 256;
 
 /// A prompt read from a file, before its tokens are counted.
 #[derive(Clone)]
@@ -45,6 +50,23 @@ pub async fn load(args: &CommonArgs, counter: &TokenCounter) -> anyhow::Result<V
             let shape = RandomShape::from_args(args)?;
             random_prompts::build_prefix_groups(&shape, args.num_prefixes, counter).await
         }
+        DatasetKind::Grounded | DatasetKind::OpenChat | DatasetKind::GroundedMix => {
+            if args.endpoint != Endpoint::Chat {
+                anyhow::bail!(
+                    "--dataset {} is sent as chat messages, so the chat template applies; \
+                     add --endpoint chat",
+                    dataset_name(args.dataset)
+                );
+            }
+            let prompts = generated_chat_prompts(args.dataset, args.num_prompts, args.seed)
+                .into_iter()
+                .map(|prompt| FilePrompt {
+                    prompt,
+                    output: FileOutput::Given(DEFAULT_CHAT_OUTPUT_LEN),
+                })
+                .collect();
+            measure(prompts, args.output_len, counter).await
+        }
         DatasetKind::Sharegpt => {
             let path = dataset_path(args)?;
             let prompts = read_sharegpt(path, args.seed)?;
@@ -64,6 +86,36 @@ pub async fn load(args: &CommonArgs, counter: &TokenCounter) -> anyhow::Result<V
                 counter,
             )
             .await
+        }
+    }
+}
+
+/// The dataset's name as `--dataset` spells it.
+fn dataset_name(kind: DatasetKind) -> String {
+    use clap::ValueEnum;
+    kind.to_possible_value()
+        .map_or_else(|| format!("{kind:?}"), |v| v.get_name().to_owned())
+}
+
+/// `count` prompts of a generated chat dataset, from `seed`; the mix takes grounded and
+/// open-chat prompts in turn, each from its own stream, so its grounded prompts are the
+/// grounded dataset's first ones.
+fn generated_chat_prompts(kind: DatasetKind, count: usize, seed: u64) -> Vec<String> {
+    match kind {
+        DatasetKind::Grounded => GroundedPrompts::new(seed).take(count).collect(),
+        DatasetKind::OpenChat => OpenChatPrompts::new(seed).take(count).collect(),
+        _ => {
+            let mut grounded = GroundedPrompts::new(seed);
+            let mut open = OpenChatPrompts::new(seed);
+            (0..count)
+                .filter_map(|i| {
+                    if i % 2 == 0 {
+                        grounded.next()
+                    } else {
+                        open.next()
+                    }
+                })
+                .collect()
         }
     }
 }
@@ -194,6 +246,62 @@ fn parse_jsonl_line(line: &str) -> anyhow::Result<FilePrompt> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_mix_alternates_grounded_and_open_chat_prompts_from_their_own_streams() {
+        let grounded = generated_chat_prompts(DatasetKind::Grounded, 3, 9);
+        let open = generated_chat_prompts(DatasetKind::OpenChat, 3, 9);
+        let mix = generated_chat_prompts(DatasetKind::GroundedMix, 6, 9);
+        assert_eq!(
+            mix,
+            vec![
+                grounded[0].clone(),
+                open[0].clone(),
+                grounded[1].clone(),
+                open[1].clone(),
+                grounded[2].clone(),
+                open[2].clone()
+            ]
+        );
+        assert_eq!(generated_chat_prompts(DatasetKind::GroundedMix, 6, 9), mix);
+    }
+
+    #[test]
+    fn generated_chat_datasets_refuse_the_completions_endpoint_by_name() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            common: CommonArgs,
+        }
+        let args = Cli::parse_from(["bench", "--dataset", "grounded-mix", "--num-prompts", "2"]);
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let error = runtime
+            .block_on(load(&args.common, &TokenCounter::ApproximateWords))
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("--dataset grounded-mix"), "{error}");
+        assert!(error.contains("--endpoint chat"), "{error}");
+
+        let chat = Cli::parse_from([
+            "bench",
+            "--dataset",
+            "grounded",
+            "--endpoint",
+            "chat",
+            "--num-prompts",
+            "4",
+        ]);
+        let requests = runtime
+            .block_on(load(&chat.common, &TokenCounter::ApproximateWords))
+            .unwrap();
+        assert_eq!(requests.len(), 4);
+        assert!(requests
+            .iter()
+            .all(|r| r.output_len == DEFAULT_CHAT_OUTPUT_LEN));
+    }
 
     #[test]
     fn jsonl_accepts_objects_strings_and_plain_lines() {

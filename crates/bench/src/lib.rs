@@ -15,8 +15,10 @@ mod cpu_time;
 mod dataset;
 mod distribution;
 mod goodput;
+mod grounded_prompts;
 mod load_plan;
 mod named_server;
+mod open_chat_prompts;
 mod pareto_frontier;
 mod prepared_benchmark;
 mod progress;
@@ -24,8 +26,10 @@ mod prompt_class;
 mod random_prompts;
 mod report;
 mod request_rate;
+mod saved_responses;
 mod server;
 mod spawn;
+mod spec_decode_stats;
 mod sse;
 mod sweep;
 mod sweep_summary;
@@ -91,6 +95,10 @@ pub async fn serve(args: &ServeArgs) -> anyhow::Result<BenchmarkResult> {
         print!("{}", report::table(&result));
         if let Some(path) = &args.save_result {
             report::save_json(&report::to_json(&result), path)?;
+            eprintln!("saved {}", path.display());
+        }
+        if let Some(path) = &args.save_responses {
+            saved_responses::save(prepared.requests(), &result, path)?;
             eprintln!("saved {}", path.display());
         }
         Ok(result)

@@ -14,7 +14,11 @@ use crate::load_plan::{self, LoadPlan};
 use crate::progress::Progress;
 use crate::request_rate::RequestRate;
 use crate::server::Server;
+use crate::spec_decode_stats::{SpecDecodeCounters, SpecDecodeStats};
 use crate::token_counter::TokenCounter;
+
+/// Wait between the last reply and the second counter scrape.
+const COUNTER_SETTLE: Duration = Duration::from_millis(200);
 
 /// Load applied in one run; a sweep changes one of these per level.
 #[derive(Clone, Copy, Debug)]
@@ -88,20 +92,45 @@ impl PreparedBenchmark {
             self.requests.len(),
             !args.no_progress_bar,
         ));
+        let spec_before = self.spec_decode_counters().await;
         let cpu_before = process_cpu_time();
         let outcome = plan
             .execute(&self.target, &self.requests, &progress)
             .await?;
         let cpu_used = process_cpu_time().saturating_sub(cpu_before);
         progress.finish();
+        let spec_after = match spec_before {
+            Some(_) => {
+                // A server may count a request's drafts only as it retires it, just after the
+                // reply's last bytes left; a moment's wait keeps the last ones in this run.
+                tokio::time::sleep(COUNTER_SETTLE).await;
+                self.spec_decode_counters().await
+            }
+            None => None,
+        };
         let mut result = BenchmarkResult::from_records(
             self.settings(load),
             &outcome.records,
             outcome.peak_in_flight,
         );
         result.client_cpu_s = Some(cpu_used.as_secs_f64());
+        if let (Some(before), Some(after)) = (&spec_before, &spec_after) {
+            // The counters see every draft; replies' own timings are the fallback.
+            result.spec_decode = Some(SpecDecodeStats::from_counters(before, after));
+        }
         warn_about(&result);
         Ok(result)
+    }
+
+    /// The server's `spec_decode` counters now, when its `/metrics` has them.
+    async fn spec_decode_counters(&self) -> Option<SpecDecodeCounters> {
+        let text = self.target.server.metrics_text().await?;
+        SpecDecodeCounters::parse(&text)
+    }
+
+    /// The prompts of the run, in the order they are sent.
+    pub fn requests(&self) -> &[BenchRequest] {
+        &self.requests
     }
 
     pub fn model(&self) -> &str {

@@ -11,6 +11,8 @@ use crate::class_latencies::ClassLatencies;
 use crate::distribution::{percentile_label, Distribution};
 
 const WIDTH: usize = 50;
+/// Draft positions whose acceptance the table shows.
+const TABLE_POSITIONS: usize = 8;
 
 /// The latency sections: JSON key, table abbreviation, section title, values.
 fn latency_sections(
@@ -98,6 +100,7 @@ pub fn table(result: &BenchmarkResult) -> String {
         }
     }
     class_lines(&mut out, result);
+    spec_decode_lines(&mut out, result);
     let _ = writeln!(out, "{:-^WIDTH$}", "Client");
     if let Some(cpu) = result.client_cpu_s {
         line_f(&mut out, "Client CPU time (s):", cpu);
@@ -143,8 +146,54 @@ fn class_lines(out: &mut String, result: &BenchmarkResult) {
     }
 }
 
-/// The result as JSON with vllm's field names (plus `client_cpu_time_s`, and
-/// `ttft_by_class` and `e2el_by_class` when the prompts fall in more than one length class).
+/// Drafts and acceptance, when the server reported them: vLLM's acceptance rate (accepted over
+/// drafted tokens) and mean acceptance length (tokens per verify step), and per draft position
+/// the share of drafts accepted that far.
+fn spec_decode_lines(out: &mut String, result: &BenchmarkResult) {
+    let Some(stats) = &result.spec_decode else {
+        return;
+    };
+    let _ = writeln!(out, "{:-^WIDTH$}", "Speculative Decoding");
+    if let Some(drafts) = stats.num_drafts {
+        line(out, "Drafts:", drafts);
+    }
+    line(out, "Draft tokens:", stats.num_draft_tokens);
+    line(out, "Accepted tokens:", stats.num_accepted_tokens);
+    let unknown = || "n/a".to_owned();
+    line(
+        out,
+        "Draft acceptance rate (%):",
+        stats
+            .acceptance_rate()
+            .map_or_else(unknown, |rate| format!("{:.2}", rate * 100.0)),
+    );
+    line(
+        out,
+        "Mean acceptance length:",
+        stats
+            .mean_acceptance_length()
+            .map_or_else(unknown, |length| format!("{length:.2}")),
+    );
+    if let Some(per_pos) = stats.acceptance_rate_per_pos() {
+        // Drafters of 48 or 64 tokens (llama-server's n-gram modes) would make an unreadable
+        // line; the JSON keeps every position.
+        let mut shares: Vec<String> = per_pos
+            .iter()
+            .take(TABLE_POSITIONS)
+            .map(|r| format!("{r:.2}"))
+            .collect();
+        if per_pos.len() > TABLE_POSITIONS {
+            shares.push(format!("… ({} positions)", per_pos.len()));
+        }
+        if !shares.is_empty() {
+            line(out, "Acceptance rate per position:", shares.join(" "));
+        }
+    }
+}
+
+/// The result as JSON with vllm's field names (plus `client_cpu_time_s`, `spec_decode` when
+/// the server reported drafts, and `ttft_by_class` and `e2el_by_class` when the prompts fall
+/// in more than one length class).
 pub fn to_json(result: &BenchmarkResult) -> Value {
     let settings = &result.settings;
     let mut fields = json!({
@@ -179,6 +228,9 @@ pub fn to_json(result: &BenchmarkResult) -> Value {
     }
     for (key, _, _, distribution) in latency_sections(result) {
         insert_distribution(map, key, distribution);
+    }
+    if let Some(stats) = &result.spec_decode {
+        map.insert("spec_decode".into(), stats.to_json());
     }
     if !result.by_class.is_empty() {
         map.insert(
@@ -418,6 +470,65 @@ mod table_tests {
         ] {
             assert!(table.contains(expected), "missing {expected:?} in\n{table}");
         }
+    }
+
+    #[test]
+    fn spec_decode_figures_appear_in_table_and_json_only_when_reported() {
+        use crate::spec_decode_stats::{SpecDecodeCounters, SpecDecodeStats};
+        let plain = sample(&[]);
+        assert!(to_json(&plain).get("spec_decode").is_none());
+        assert!(!table(&plain).contains("Speculative"));
+
+        let mut result = sample(&[]);
+        let after = SpecDecodeCounters {
+            num_drafts: 20,
+            num_draft_tokens: 80,
+            num_accepted_tokens: 50,
+            accepted_per_pos: vec![18, 14, 10, 8],
+        };
+        result.spec_decode = Some(SpecDecodeStats::from_counters(
+            &SpecDecodeCounters::default(),
+            &after,
+        ));
+        let json = to_json(&result);
+        let spec = &json["spec_decode"];
+        assert_eq!(spec["num_drafts"], 20);
+        assert_eq!(spec["num_draft_tokens"], 80);
+        assert_eq!(spec["num_accepted_tokens"], 50);
+        assert_eq!(spec["acceptance_rate"], 0.625);
+        assert_eq!(spec["mean_acceptance_length"], 3.5);
+        assert_eq!(spec["accepted_per_pos"], serde_json::json!([18, 14, 10, 8]));
+        let table = table(&result);
+        for expected in [
+            "---------------Speculative Decoding---------------\n",
+            "Drafts:                                 20        \n",
+            "Draft acceptance rate (%):              62.50     \n",
+            "Mean acceptance length:                 3.50      \n",
+            "Acceptance rate per position:           0.90 0.70 0.50 0.40\n",
+        ] {
+            assert!(table.contains(expected), "missing {expected:?} in\n{table}");
+        }
+
+        let long = SpecDecodeCounters {
+            num_drafts: 2,
+            num_draft_tokens: 128,
+            num_accepted_tokens: 64,
+            accepted_per_pos: vec![1; 64],
+        };
+        result.spec_decode = Some(SpecDecodeStats::from_counters(
+            &SpecDecodeCounters::default(),
+            &long,
+        ));
+        assert!(crate::report::table(&result).contains(
+            "Acceptance rate per position:           \
+             0.50 0.50 0.50 0.50 0.50 0.50 0.50 0.50 … (64 positions)\n"
+        ));
+        assert_eq!(
+            to_json(&result)["spec_decode"]["accepted_per_pos"]
+                .as_array()
+                .map(Vec::len),
+            Some(64)
+        );
     }
 
     #[test]

@@ -57,6 +57,22 @@ impl Server {
         }
     }
 
+    /// The body of `GET /metrics`, or `None` when the server has none (llama-server without
+    /// `--metrics`) or does not answer: the figures it would give are then left out.
+    pub async fn metrics_text(&self) -> Option<String> {
+        let response = self
+            .http
+            .get(self.url("/metrics"))
+            .timeout(Duration::from_secs(10))
+            .send()
+            .await
+            .ok()?;
+        if !response.status().is_success() {
+            return None;
+        }
+        response.text().await.ok()
+    }
+
     /// The first model listed by `GET /v1/models`.
     pub async fn first_model(&self) -> anyhow::Result<String> {
         let url = self.url("/v1/models");

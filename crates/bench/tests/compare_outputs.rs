@@ -48,8 +48,7 @@ fn compare_writes_one_table_and_one_chart_with_every_server() {
         tokenizer: true,
         healthy_once_exists: Some(slowdown.clone()),
         slowdown_file: Some(slowdown.clone()),
-        pacing: None,
-        prefill_per_token: Default::default(),
+        ..Default::default()
     });
     let dataset = dir.path().join("prompts.jsonl");
     write_jsonl(&dataset, &vec!["ttft=20 itl=5 n=4".to_owned(); 4]);

@@ -30,7 +30,17 @@ pub struct MockOptions {
     /// Added to the TTFT per prompt token, as a prefill would take, so long prompts answer
     /// later than short ones.
     pub prefill_per_token: Duration,
+    /// A speculating server's `/metrics`: each reply adds `SPEC_PER_REPLY` to vLLM's
+    /// `spec_decode` counters.
+    pub spec_metrics: bool,
+    /// Each reply's last chunk carries llama-server's `timings` draft counts of
+    /// `SPEC_PER_REPLY`.
+    pub spec_timings: bool,
 }
+
+/// What one reply of a speculating mock adds: (drafts, draft tokens, accepted tokens,
+/// accepted at positions 0 and 1).
+pub const SPEC_PER_REPLY: (u64, u64, u64, [u64; 2]) = (2, 8, 5, [2, 1]);
 
 /// How a paced mock streams every reply.
 #[derive(Clone, Debug)]
@@ -76,6 +86,9 @@ impl MockServer {
             pacing: options.pacing,
             prefill_per_token: options.prefill_per_token,
             bodies: bodies.clone(),
+            spec_metrics: options.spec_metrics,
+            spec_timings: options.spec_timings,
+            replies: Mutex::new(0),
         });
         // Every worker waits in accept before the first request, so none arrives to an empty house.
         let ready = Arc::new(std::sync::Barrier::new(WORKERS + 1));
@@ -105,6 +118,41 @@ struct State {
     slots: Option<Slots>,
     prefill_per_token: Duration,
     bodies: Arc<Mutex<Vec<Value>>>,
+    spec_metrics: bool,
+    spec_timings: bool,
+    /// Replies streamed to their end.
+    replies: Mutex<u64>,
+}
+
+impl State {
+    /// vLLM's spec_decode counters after `replies` replies, with a second model's series that
+    /// never moves (the client sums series) and a `_created` sample it must not read.
+    fn spec_metrics(&self) -> String {
+        let n = *self.replies.lock().unwrap();
+        let (drafts, tokens, accepted, per_pos) = SPEC_PER_REPLY;
+        let mut text = String::from("# TYPE vllm:spec_decode_num_drafts counter\n");
+        text += &format!(
+            "vllm:spec_decode_num_drafts_total{{model_name=\"mock-model\"}} {}\n",
+            n * drafts
+        );
+        text += "vllm:spec_decode_num_drafts_total{model_name=\"other\"} 7\n";
+        text += "vllm:spec_decode_num_drafts_created{model_name=\"mock-model\"} 1700000000.0\n";
+        text += &format!(
+            "vllm:spec_decode_num_draft_tokens_total{{model_name=\"mock-model\"}} {}\n",
+            n * tokens
+        );
+        text += &format!(
+            "vllm:spec_decode_num_accepted_tokens_total{{model_name=\"mock-model\"}} {}\n",
+            n * accepted
+        );
+        for (position, per) in per_pos.iter().enumerate() {
+            text += &format!(
+                "vllm:spec_decode_num_accepted_tokens_per_pos_total{{model_name=\"mock-model\",position=\"{position}\"}} {}\n",
+                n * per
+            );
+        }
+        text
+    }
 }
 
 /// A counting semaphore over the paced mock's reply slots.
@@ -187,6 +235,15 @@ fn answer(
                 .is_none_or(|file| file.exists());
             respond_json(stream, if ready { 200 } else { 503 }, &json!({}))
         }
+        ("GET", "/metrics") if state.spec_metrics => {
+            let text = state.spec_metrics();
+            let head = format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\r\n",
+                text.len()
+            );
+            stream.write_all(head.as_bytes())?;
+            stream.write_all(text.as_bytes())
+        }
         ("GET", "/v1/models") => {
             respond_json(stream, 200, &json!({"data": [{"id": "mock-model"}]}))
         }
@@ -216,14 +273,7 @@ fn answer(
             } else {
                 received
             };
-            stream_reply(
-                stream,
-                script,
-                body,
-                path.contains("chat"),
-                received,
-                state.slowdown(),
-            )
+            stream_reply(stream, script, body, path.contains("chat"), received, state)
         }
         _ => respond_json(stream, 404, &json!({"error": "not found"})),
     }
@@ -336,8 +386,9 @@ fn stream_reply(
     body: &Value,
     chat: bool,
     received: Instant,
-    slowdown: u32,
+    state: &State,
 ) -> std::io::Result<()> {
+    let slowdown = state.slowdown();
     script.ttft *= slowdown;
     script.itl *= slowdown;
     for gap in &mut script.gaps {
@@ -376,7 +427,15 @@ fn stream_reply(
     let prompt = prompt_tokens(body);
     let usage = json!({"prompt_tokens": prompt, "completion_tokens": script.usage_tokens,
                        "total_tokens": prompt + script.usage_tokens});
-    send_event(stream, &json!({"choices": [], "usage": usage}))?;
+    let mut last = json!({"choices": [], "usage": usage});
+    // Counted before the reply ends, as a server counts drafts while it decodes.
+    *state.replies.lock().unwrap() += 1;
+    if state.spec_timings {
+        let (_, tokens, accepted, _) = SPEC_PER_REPLY;
+        last["timings"] = json!({"predicted_n": script.usage_tokens, "draft_n": tokens,
+                                 "draft_n_accepted": accepted});
+    }
+    send_event(stream, &last)?;
     write_chunk(stream, b"data: [DONE]\n\n")?;
     write_chunk(stream, b"")
 }
