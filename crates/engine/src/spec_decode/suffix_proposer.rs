@@ -20,9 +20,13 @@
 //! Inference picks it (ties: the longer match, then the per-request tree). Taking the
 //! longest match alone would not do: the trees keep paths of at most `max_tree_depth`
 //! tokens, so the longer the match, the less room is left below it to draft.
+//!
+//! Memory: a request's tree goes when it finishes; the global tree holds the cached outputs'
+//! tokens plus one node per path that occurred at least twice (at most `max_tree_depth`
+//! per token, far fewer in practice: a unique path is one leaf reading its sequence).
 
 use super::proposer::Proposer;
-use super::suffix_tree::{Draft, DraftLimits, SuffixCursor, SuffixTree};
+use super::suffix_tree::{Draft, DraftLimits, SeqRef, SuffixTree};
 use crate::config::speculative_config::SuffixSettings;
 use crate::sched::request::SeqId;
 use std::collections::{HashMap, VecDeque};
@@ -31,43 +35,31 @@ use std::collections::{HashMap, VecDeque};
 #[derive(Debug, Clone)]
 struct RequestTree {
     tree: SuffixTree,
-    cursor: SuffixCursor,
-    /// Tokens of the sequence already in `tree`.
-    seen: usize,
-    /// The last `max_tree_depth` of them: a sequence that no longer ends with them was
-    /// rewritten, not extended, and its tree is rebuilt.
-    tail: VecDeque<u32>,
+    /// The request's tokens in `tree`, as far as they have been seen.
+    seq: SeqRef,
 }
 
 impl RequestTree {
     fn new(max_depth: usize) -> Self {
-        Self {
-            tree: SuffixTree::new(max_depth),
-            cursor: SuffixCursor::default(),
-            seen: 0,
-            tail: VecDeque::with_capacity(max_depth),
-        }
+        let mut tree = SuffixTree::new(max_depth);
+        let seq = tree.start_sequence();
+        Self { tree, seq }
     }
 
-    /// Brings the tree up to `tokens`: O(max_tree_depth) per token not seen before.
+    /// Brings the tree up to `tokens`: O(max_tree_depth) per token not seen before. A
+    /// sequence that does not end with the last `max_tree_depth` tokens seen was rewritten,
+    /// not extended, and its tree is rebuilt.
     fn update(&mut self, tokens: &[u32]) {
         let max_depth = self.tree.max_depth();
-        let extends = tokens.len() >= self.seen
-            && self
-                .tail
-                .iter()
-                .eq(&tokens[self.seen - self.tail.len()..self.seen]);
+        let seen = self.tree.tokens(self.seq);
+        let from = seen.len().saturating_sub(max_depth);
+        let extends = tokens.len() >= seen.len() && seen[from..] == tokens[from..seen.len()];
         if !extends {
             *self = Self::new(max_depth);
         }
-        for &t in &tokens[self.seen..] {
-            self.tree.append(&mut self.cursor, t);
-            if self.tail.len() == max_depth {
-                self.tail.pop_front();
-            }
-            self.tail.push_back(t);
+        for &t in &tokens[self.tree.tokens(self.seq).len()..] {
+            self.tree.append(self.seq, t);
         }
-        self.seen = tokens.len();
     }
 }
 
@@ -76,8 +68,8 @@ pub struct SuffixProposer {
     settings: SuffixSettings,
     requests: HashMap<SeqId, RequestTree>,
     global: SuffixTree,
-    /// The outputs in `global`, oldest first, kept to take their counts out on eviction.
-    cached: VecDeque<Vec<u32>>,
+    /// The outputs in `global`, oldest first.
+    cached: VecDeque<SeqRef>,
 }
 
 impl SuffixProposer {
@@ -140,20 +132,23 @@ impl Proposer for SuffixProposer {
         let request = &self.requests[&id];
         let longest = tokens.len().min(depth);
 
-        // Per-request tree: the cursor already holds the node of every suffix.
+        // Per-request tree: it knows where each suffix of its sequence stands.
         let mut local = Draft::default();
         for m in 1..=longest {
-            let node = request.cursor.node(m).expect("cursor tracks every suffix");
-            keep_best(&mut local, request.tree.draft(node, self.limits(m, max)));
+            let place = request
+                .tree
+                .suffix_place(request.seq, m)
+                .expect("a growing sequence places every suffix up to max_tree_depth");
+            keep_best(&mut local, request.tree.draft(place, self.limits(m, max)));
         }
 
         // Global tree: a suffix that does not occur has no longer suffix that does.
         let mut global = Draft::default();
         for m in 1..=longest {
-            let Some(node) = self.global.find(&tokens[tokens.len() - m..]) else {
+            let Some(place) = self.global.find(&tokens[tokens.len() - m..]) else {
                 break;
             };
-            keep_best(&mut global, self.global.draft(node, self.limits(m, max)));
+            keep_best(&mut global, self.global.draft(place, self.limits(m, max)));
         }
 
         if global.score > local.score {
@@ -168,15 +163,14 @@ impl Proposer for SuffixProposer {
         if self.settings.max_cached_requests == 0 {
             return;
         }
-        let output = tokens[prompt_len.min(tokens.len())..].to_vec();
-        self.global.add(&output);
-        self.cached.push_back(output);
+        let output = &tokens[prompt_len.min(tokens.len())..];
+        self.cached.push_back(self.global.add(output));
         while self.cached.len() > self.settings.max_cached_requests {
             let oldest = self
                 .cached
                 .pop_front()
                 .expect("more than the limit is held");
-            self.global.remove(&oldest);
+            self.global.remove(oldest);
         }
     }
 }
@@ -288,8 +282,8 @@ mod tests {
         assert_eq!(p.global_tree().count(&[11]), 0);
         assert_eq!(p.propose(SeqId(6), &[5, 21, 22], 1, 4), [23]);
         assert_eq!(p.propose(SeqId(7), &[5, 31, 32], 1, 4), [33]);
-        // Two outputs of 3 distinct tokens, 6 distinct substrings each, plus the root.
-        assert_eq!(p.global_tree().node_count(), 13);
+        // Nothing in the two outputs left occurred twice: the root is the one node.
+        assert_eq!(p.global_tree().node_count(), 1);
     }
 
     #[test]
