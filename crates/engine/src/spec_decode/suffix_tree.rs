@@ -2,11 +2,11 @@
 //! tokens, counting how often each path occurred.
 //!
 //! A path's count is the number of positions at which it starts in the sequences held, i.e.
-//! its number of occurrences (for paths up to `max_depth`). Only points that occurred at
-//! least twice are nodes: below the last such point a path has one occurrence, and a leaf
-//! reads the rest of it from that occurrence's sequence, which the tree keeps. Most suffixes
-//! are unique after a few tokens, so this holds a few nodes per token instead of
-//! `max_depth`.
+//! its number of occurrences (for paths up to `max_depth`). A point becomes a node only
+//! when a second occurrence reaches it (a removal may leave a node with one, until that one
+//! goes too): below the last such point a path has one occurrence, and a leaf reads the
+//! rest of it from that occurrence's sequence, which the tree keeps. Most suffixes are
+//! unique after a few tokens, so this holds far fewer than `max_depth` nodes per token.
 //!
 //! A sequence grows one token at a time: each new token extends the (at most `max_depth`)
 //! suffixes that end just before it. A suffix already on its own leaf needs no work, so an
