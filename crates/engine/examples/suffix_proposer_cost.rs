@@ -1,8 +1,9 @@
 //! Times `SuffixProposer` as a decode loop meets it: one request's first call over a long
 //! prompt (the whole prompt goes into its tree), then one call per generated token, with
 //! the global tree holding `--cached` finished requests' outputs. Prints the first call's
-//! time, the median, 99th-percentile and worst per-step time, the draft tokens offered, and the trees' node
-//! counts and the process's resident memory after the global tree was filled (Linux).
+//! time, the median, 99th-percentile and worst per-step time, the draft tokens offered, the
+//! global tree's node count and memory, and the process's resident memory after it was
+//! filled (Linux).
 //!
 //! The tokens are synthetic but repetitive like text: phrases of 4 to 12 tokens drawn from a
 //! fixed pool of 400 over a 49152-token vocabulary, with a fresh random token now and then.
@@ -105,8 +106,9 @@ fn main() {
     }
     times.sort();
     let global_nodes = p.global_tree().node_count();
+    let global_mib = p.global_tree().heap_bytes() as f64 / (1024.0 * 1024.0);
     println!(
-        "global tree: {cached} outputs of {output_len} tokens, {global_nodes} nodes, filled in {fill:.2?}, resident {resident}"
+        "global tree: {cached} outputs of {output_len} tokens, {global_nodes} nodes ({global_mib:.0} MiB), filled in {fill:.2?}, resident {resident}"
     );
     println!("first call over a {prompt_len}-token prompt: {first:.2?}");
     println!(
