@@ -99,6 +99,9 @@ fn assert_same(plain: &[Completion], spec: &[Completion], what: &str) {
     }
 }
 
+/// SuffixDecoding with its defaults; the requests run alone take in each other's outputs.
+const SUFFIX: &str = r#"{"method":"suffix","num_speculative_tokens":4}"#;
+
 const DRAFT_MODEL_2_LAYERS: &str =
     r#"{"method":"draft_model","num_speculative_tokens":3,"hf_overrides":{"num_hidden_layers":2}}"#;
 
@@ -110,6 +113,7 @@ fn methods() -> Vec<(&'static str, String)> {
     draft.insert("model".into(), model.into());
     vec![
         ("ngram", NGRAM.to_owned()),
+        ("suffix", SUFFIX.to_owned()),
         ("draft_model", serde_json::Value::Object(draft).to_string()),
     ]
 }

@@ -103,25 +103,12 @@ impl EngineConfig {
     /// Validates and works out the KV pool size and the context length.
     pub fn plan(&self, model: &ModelConfig) -> Result<KvPlan, ConfigError> {
         self.check_scheduling()?;
-        self.check_speculative()?;
         let num_blocks = self.check_kv_pool(model, physical_memory_bytes())?;
         let max_model_len = self.check_max_model_len(model, num_blocks)?;
         Ok(KvPlan {
             num_blocks,
             max_model_len,
         })
-    }
-
-    fn check_speculative(&self) -> Result<(), ConfigError> {
-        use super::speculative_config::SpeculativeMethod;
-        match self.speculative.as_ref().map(|s| &s.method) {
-            Some(SpeculativeMethod::Suffix(_)) => Err(ConfigError::new(
-                "speculative_config",
-                format!("{:?}", self.speculative),
-                "only methods ngram and draft_model are built in so far",
-            )),
-            _ => Ok(()),
-        }
     }
 
     fn check_scheduling(&self) -> Result<(), ConfigError> {

@@ -5,5 +5,8 @@ pub mod draft_model_proposer;
 pub mod ngram_proposer;
 pub mod proposer;
 pub mod speculation;
+pub mod suffix_proposer;
+pub mod suffix_tree;
 
 pub use proposer::Proposer;
+pub use suffix_proposer::SuffixProposer;

@@ -3,6 +3,7 @@
 use super::draft_model_proposer::{DraftModelProposer, DraftModelSpec};
 use super::ngram_proposer::NgramProposer;
 use super::proposer::Proposer;
+use super::suffix_proposer::SuffixProposer;
 use crate::config::{SpeculativeConfig, SpeculativeMethod, WeightMode};
 use crate::error::Result;
 
@@ -39,8 +40,8 @@ impl Speculation {
                 kv_tokens: target.kv_tokens,
                 vocab_size: target.vocab_size,
             })?),
-            SpeculativeMethod::Suffix(_) => {
-                unreachable!("EngineConfig::plan refuses methods not built in")
+            SpeculativeMethod::Suffix(settings) => {
+                Box::new(SuffixProposer::from_settings(settings))
             }
         };
         Ok(Self {
