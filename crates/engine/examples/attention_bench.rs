@@ -98,6 +98,7 @@ fn main() {
             num_kv_heads: kv_heads,
             head_dim: d,
             block_size: BLOCK,
+            window: None,
         };
         for case in cases
             .iter()

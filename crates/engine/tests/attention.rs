@@ -1,5 +1,7 @@
 //! The attention kernel on random shapes against a plain f64 softmax, and its batch
-//! invariance: a row's output has the same bits however the batch around it is cut.
+//! invariance: a row's output has the same bits however the batch around it is cut. Half
+//! the random shapes are sliding-window layers (a row sees the last `window` positions),
+//! with windows that start mid-chunk, on a chunk edge, and across partitions.
 //!
 //! Tolerance: the reference reads the very K/V values the cache stores (already rounded to
 //! its type), so what remains is f32 accumulation and the polynomial `exp2` (relative error
@@ -12,7 +14,7 @@ use tokenmill_engine::attention::{
     exp2, paged_attention, paged_attention_into, paged_attention_with, AttentionShape, PARTITION,
 };
 use tokenmill_engine::config::model_config::KvHeads;
-use tokenmill_engine::config::KvCacheDtype;
+use tokenmill_engine::config::{KvCacheDtype, SlidingWindow};
 use tokenmill_engine::kernels::cpu_kernel::CpuKernel;
 use tokenmill_engine::kv::block_manager::{BlockId, BlockManager};
 use tokenmill_engine::kv::kv_cache::KvCache;
@@ -112,7 +114,8 @@ impl Case {
         self.shape.num_heads * self.shape.head_dim
     }
 
-    /// Softmax(q·k/√d)·v in f64 for sequence `s`'s row at position `pos`.
+    /// Softmax(q·k/√d)·v in f64 for sequence `s`'s row at position `pos`, over the
+    /// positions its window sees.
     fn reference(&self, s: usize, pos: usize, q: &[f32]) -> Vec<f64> {
         let AttentionShape {
             num_heads,
@@ -122,10 +125,14 @@ impl Case {
         } = self.shape;
         let group = num_heads / num_kv_heads;
         let mut out = vec![0.0f64; num_heads * d];
+        let first = self
+            .shape
+            .window
+            .map_or(0, |w| (pos + 1).saturating_sub(w.get()));
         for h in 0..num_heads {
             let kvh = h / group;
             let qh = &q[h * d..(h + 1) * d];
-            let scores: Vec<f64> = (0..=pos)
+            let scores: Vec<f64> = (first..=pos)
                 .map(|j| {
                     let k = &self.cached[s][j].0[kvh * d..(kvh + 1) * d];
                     let dot: f64 = qh.iter().zip(k).map(|(a, b)| *a as f64 * *b as f64).sum();
@@ -135,7 +142,7 @@ impl Case {
             let max = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
             let weights: Vec<f64> = scores.iter().map(|x| (x - max).exp()).collect();
             let total: f64 = weights.iter().sum();
-            for (j, w) in weights.iter().enumerate() {
+            for (j, w) in (first..=pos).zip(&weights) {
                 let v = &self.cached[s][j].1[kvh * d..(kvh + 1) * d];
                 for (o, x) in out[h * d..(h + 1) * d].iter_mut().zip(v) {
                     *o += w / total * *x as f64;
@@ -158,6 +165,14 @@ fn random_case(rng: &mut StdRng, dtype: KvCacheDtype) -> Case {
     random_case_with(rng, dtype, head_dim)
 }
 
+/// Global attention half the time, else a window: one position, under a chunk, a chunk
+/// and one past it, across chunks, and just under and over a partition.
+fn random_window(rng: &mut StdRng) -> Option<SlidingWindow> {
+    let sizes = [1, 7, 16, 17, 40, PARTITION - 7, PARTITION + 33];
+    rng.random_bool(0.5)
+        .then(|| SlidingWindow::new(sizes[rng.random_range(0..sizes.len())]).unwrap())
+}
+
 /// [`random_case`] with a chosen head size.
 fn random_case_with(rng: &mut StdRng, dtype: KvCacheDtype, head_dim: usize) -> Case {
     let num_kv_heads = rng.random_range(1..=3);
@@ -166,6 +181,7 @@ fn random_case_with(rng: &mut StdRng, dtype: KvCacheDtype, head_dim: usize) -> C
         num_heads: num_kv_heads * rng.random_range(1..=4),
         head_dim,
         block_size: [1, 5, 16, 32][rng.random_range(0..4)],
+        window: random_window(rng),
     };
     let seqs = (0..rng.random_range(1..=4))
         .map(|_| match rng.random_range(0..3) {
@@ -393,6 +409,8 @@ fn a_lone_decode_row_folded_straight_from_the_f16_cache_gives_the_tile_and_porta
             num_heads: num_kv_heads * (1 + round % 7),
             head_dim: [32, 64, 128][round % 3],
             block_size: [16, 32, 64][(round / 3) % 3],
+            // Every other round a window, which a lone row's direct fold must cut alike.
+            window: [None, SlidingWindow::new(8 + 37 * round)][round % 2],
         };
         // Decode rows at short, partition-crossing and long contexts, and a prefill chunk
         // whose rows, cut one by one, become lone rows too.

@@ -7,6 +7,8 @@
 use super::backends;
 use super::backends::Isa;
 #[cfg(target_arch = "x86_64")]
+use super::lanes::Lanes;
+#[cfg(target_arch = "x86_64")]
 use super::online_softmax::{f16_chunk, folds_direct};
 use super::online_softmax::{merge, normalise, ChunkBufs, Scratch, Span};
 use super::plan::Ctx;
@@ -110,6 +112,13 @@ impl Job for TileJob<'_> {
         let positions = &ctx.positions[self.rows.clone()];
         let n = positions.len() * g;
         let last = *positions.iter().max().expect("a tile has rows");
+        // The first partition any row's window reaches.
+        let first = positions
+            .iter()
+            .map(|&p| ctx.shape.first_visible(p))
+            .min()
+            .expect("a tile has rows")
+            / PARTITION;
         sc.prepare(d, n);
         let Scratch {
             keys_t,
@@ -132,12 +141,13 @@ impl Job for TileJob<'_> {
                 isa: ctx.isa,
             };
             total.reset(n, d);
-            for p in 0..=last / PARTITION {
+            for p in first..=last / PARTITION {
                 let lo = p * PARTITION;
                 partition.reset(n, d);
                 span.fold(lo..lo + PARTITION, &queries[..n * d], &mut bufs, partition);
                 for (r, &pos) in positions.iter().enumerate() {
-                    if pos < lo {
+                    // Only partitions the row sees join its total (as a lone row's merge).
+                    if pos < lo || ctx.shape.first_visible(pos) >= lo + PARTITION {
                         continue;
                     }
                     for i in r * g..(r + 1) * g {
@@ -191,10 +201,12 @@ impl TileJob<'_> {
             );
         }
         total.reset(heads, d);
-        for lo in (0..=pos).step_by(PARTITION) {
+        let first = ctx.shape.first_visible(pos);
+        for lo in (first / PARTITION * PARTITION..=pos).step_by(PARTITION) {
             partition.reset(heads, d);
-            for start in (lo..(lo + PARTITION).min(pos + 1)).step_by(CHUNK) {
-                let valid = (pos - start + 1).min(CHUNK);
+            let from = lo.max(first / CHUNK * CHUNK);
+            for start in (from..(lo + PARTITION).min(pos + 1)).step_by(CHUNK) {
+                let lanes = Lanes::of(start, pos, first).expect("a chunk of the window");
                 for kv_head in 0..ctx.shape.num_kv_heads {
                     let mut chunk = f16_chunk(slabs, self.table, ctx.shape, kv_head, start);
                     if start + CHUNK <= pos {
@@ -210,7 +222,7 @@ impl TileJob<'_> {
                     let q = &queries[h0 * d..h1 * d];
                     // SAFETY: `f16c_slabs` is only `Some` where the CPU has AVX2, FMA and F16C;
                     // `ctx.isa` is this build's.
-                    unsafe { ctx.isa.fold_f16(q, &chunk, d, valid, state) };
+                    unsafe { ctx.isa.fold_f16(q, &chunk, d, lanes, state) };
                 }
             }
             for i in 0..heads {

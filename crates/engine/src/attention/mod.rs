@@ -14,6 +14,11 @@
 //! tile. Cuts depend only on positions, never on the batch: a token's output has the same
 //! bits whatever it is batched with.
 //!
+//! A sliding-window layer's row sees only its window: chunks before it are skipped, the
+//! chunk the window starts in has its earlier lanes masked ([`lanes::Lanes`]), and
+//! partitions before it are neither folded nor merged, per row, so the same bits again
+//! whichever path (tile, partition, direct f16 fold) computes the row.
+//!
 //! Every path uses the same operation order and fused multiply-adds, so the AVX2 build of
 //! the kernel, its AVX-512 build (a chunk's sixteen positions in one register) and the
 //! portable build give identical bits. The build follows [`CpuKernel`]
@@ -24,16 +29,19 @@
 //! `jobs.rs` runs a task (`TileJob`, `PartitionJob`, `MergeJob`) compiled once per cache
 //! dtype and instruction set; `online_softmax.rs` the portable fold (`Span` walks a KV
 //! head's chunks, `State` the running max, sum and output); `rows.rs` reads f32/f16/bf16
-//! K/V rows; `exp2.rs` the same-bits `exp2`; `backends/` the x86 folds that give the
-//! portable fold's bits (`Isa`, `avx2.rs`, `avx512.rs`).
+//! K/V rows; `lanes.rs` the lanes of a chunk a row sees (`Lanes`); `exp2.rs` the
+//! same-bits `exp2`; `backends/` the x86 folds that give the portable fold's bits (`Isa`,
+//! `avx2.rs`, `avx512.rs`).
 
 mod backends;
 mod exp2;
 mod jobs;
+mod lanes;
 mod online_softmax;
 mod plan;
 mod rows;
 
+use crate::config::SlidingWindow;
 use crate::kernels::compute_pool::{ComputePool, Shards};
 use crate::kernels::cpu_kernel::CpuKernel;
 use crate::kv::kv_cache::KvLayer;
@@ -44,13 +52,23 @@ use plan::{Ctx, Plan, Task, PLAN};
 
 pub use exp2::exp2;
 
-/// Query heads, KV heads (a GQA group is their ratio), head dim, and KV cache block size.
+/// Query heads, KV heads (a GQA group is their ratio), head dim, KV cache block size, and
+/// the layer's sliding window (`None`: every earlier position).
 #[derive(Debug, Clone, Copy)]
 pub struct AttentionShape {
     pub num_heads: usize,
     pub num_kv_heads: usize,
     pub head_dim: usize,
     pub block_size: usize,
+    pub window: Option<SlidingWindow>,
+}
+
+impl AttentionShape {
+    /// The first position a row at `pos` attends to.
+    #[inline(always)]
+    pub fn first_visible(&self, pos: usize) -> usize {
+        self.window.map_or(0, |w| w.first_visible(pos))
+    }
 }
 
 /// Positions per online-softmax step: two AVX2 registers of scores, or one AVX-512 one.

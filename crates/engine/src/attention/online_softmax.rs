@@ -9,6 +9,7 @@
 use super::backends;
 use super::backends::Isa;
 use super::exp2::exp2;
+use super::lanes::Lanes;
 use super::rows::Rows;
 use super::{AttentionShape, CHUNK};
 use crate::kv::block_manager::BlockId;
@@ -103,7 +104,14 @@ impl<R: Rows> Span<'_, R> {
         let g = queries.len() / d / self.positions.len();
         let last = *self.positions.iter().max().expect("a tile has rows");
         let end = span.end.min(last + 1);
-        let mut start = span.start;
+        // Chunks before every row's window are skipped (each row skips its own below).
+        let first = self
+            .positions
+            .iter()
+            .map(|&p| self.shape.first_visible(p))
+            .min()
+            .expect("a tile has rows");
+        let mut start = span.start.max(first / CHUNK * CHUNK);
         while start < end {
             let n = CHUNK.min(end - start);
             if self.fold_direct(start, queries, state) {
@@ -114,11 +122,10 @@ impl<R: Rows> Span<'_, R> {
             let mut r = 0;
             while r < self.positions.len() {
                 let pos = self.positions[r];
-                if pos < start {
+                let Some(lanes) = Lanes::of(start, pos, self.shape.first_visible(pos)) else {
                     r += 1;
                     continue;
-                }
-                let valid = (pos - start + 1).min(CHUNK);
+                };
                 #[cfg(target_arch = "x86_64")]
                 if R::AVX2 && d.is_multiple_of(32) {
                     // Rows that all see the whole chunk fold as one run of heads (their
@@ -128,12 +135,13 @@ impl<R: Rows> Span<'_, R> {
                     let batch = self.isa.batch_heads(d);
                     let most = batch.map_or(FOLD_HEADS, |heads| heads.max(g));
                     let mut n = 1;
-                    while valid == CHUNK
+                    let sees_whole = |p: usize| {
+                        Lanes::of(start, p, self.shape.first_visible(p))
+                            .is_some_and(Lanes::is_whole)
+                    };
+                    while lanes.is_whole()
                         && (n + 1) * g <= most
-                        && self
-                            .positions
-                            .get(r + n)
-                            .is_some_and(|&p| p >= start + CHUNK - 1)
+                        && self.positions.get(r + n).is_some_and(|&p| sees_whole(p))
                     {
                         n += 1;
                     }
@@ -151,13 +159,13 @@ impl<R: Rows> Span<'_, R> {
                     // `isa` is the build's, so `Avx512` only where the CPU has AVX-512.
                     unsafe {
                         let heads_in = n * g;
-                        if valid == CHUNK
+                        if lanes.is_whole()
                             && heads_in > FOLD_HEADS
                             && batch.is_some_and(|b| heads_in <= b)
                         {
                             self.isa.fold_batch_f32(q, &chunk, d, heads)
                         } else {
-                            self.isa.fold_f32(q, &chunk, d, valid, heads)
+                            self.isa.fold_f32(q, &chunk, d, lanes, heads)
                         }
                     };
                     r += n;
@@ -169,7 +177,7 @@ impl<R: Rows> Span<'_, R> {
                         sum: &mut state.sum[i],
                         acc: &mut state.acc[i * d..(i + 1) * d],
                     };
-                    fold_chunk(&queries[i * d..(i + 1) * d], bufs, valid, pair);
+                    fold_chunk(&queries[i * d..(i + 1) * d], bufs, lanes, pair);
                 }
                 r += 1;
             }
@@ -189,8 +197,11 @@ impl<R: Rows> Span<'_, R> {
             if !folds_direct(self.shape) {
                 return false;
             }
+            let Some(lanes) = Lanes::of(start, *pos, self.shape.first_visible(*pos)) else {
+                // Before the row's window (the fold starts at its chunk): nothing to add.
+                return true;
+            };
             let chunk = f16_chunk((keys, values), self.table, self.shape, self.kv_head, start);
-            let valid = (pos - start + 1).min(CHUNK);
             let g = queries.len() / d;
             let heads = backends::avx2::HeadStates {
                 max: &mut state.max[..g],
@@ -199,7 +210,7 @@ impl<R: Rows> Span<'_, R> {
             };
             // SAFETY: `f16c_slabs` is only `Some` where the CPU has AVX2, FMA and F16C; `isa`
             // as in `fold`.
-            unsafe { self.isa.fold_f16(queries, &chunk, d, valid, heads) };
+            unsafe { self.isa.fold_f16(queries, &chunk, d, lanes, heads) };
             return true;
         }
         let _ = (start, queries, state);
@@ -287,29 +298,32 @@ pub(super) struct ChunkBufs<'a> {
     pub(super) values: &'a mut [f32],
 }
 
-/// Folds one chunk into one (row, head): scores for the first `valid` positions, a new
+/// Folds one chunk into one (row, head): scores for the positions of `lanes`, a new
 /// running max, rescaled sum and accumulator, then the weighted values.
 #[inline(always)]
-fn fold_chunk(q: &[f32], bufs: &ChunkBufs, valid: usize, state: PairState) {
+fn fold_chunk(q: &[f32], bufs: &ChunkBufs, lanes: Lanes, state: PairState) {
     let PairState { max, sum, acc } = state;
     let s = chunk_scores(q, bufs.keys_t);
-    let chunk_max = s[..valid].iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let chunk_max = s[lanes.first..lanes.end]
+        .iter()
+        .copied()
+        .fold(f32::NEG_INFINITY, f32::max);
     let new_max = max.max(chunk_max);
     let alpha = exp2(*max - new_max);
     let mut p = [0.0f32; CHUNK];
     for j in 0..CHUNK {
         let e = exp2(s[j] - new_max);
-        // Lanes past `valid` hold other positions' (or stale) keys: weight zero.
-        p[j] = if j < valid { e } else { 0.0 };
+        // Lanes outside hold unseen positions' (or stale) keys: weight zero.
+        p[j] = if lanes.contains(j) { e } else { 0.0 };
     }
     *sum = sum.mul_add(alpha, lane_sum(&p));
     *max = new_max;
-    accumulate(acc, alpha, &p[..valid], bufs.values);
+    accumulate(acc, alpha, lanes, &p, bufs.values);
 }
 
 /// The chunk's weights summed in a fixed tree (halves, then quarters, then pairs): a
 /// left-to-right sum is one chain of dependent adds, ~13% of a prefill's attention time.
-/// Lanes past `valid` hold exact zeros, so they add nothing.
+/// Lanes a row does not see hold exact zeros, so they add nothing.
 #[inline(always)]
 fn lane_sum(p: &[f32; CHUNK]) -> f32 {
     const { assert!(CHUNK == 16, "the tree below is written for sixteen lanes") };
@@ -324,12 +338,13 @@ fn lane_sum(p: &[f32; CHUNK]) -> f32 {
 /// Accumulator lanes kept in registers across a chunk's positions.
 const ACC_LANES: usize = 64;
 
-/// `acc = acc * alpha + Σ_j p_j v_j`, j in order. `ACC_LANES` of `acc` stay in registers
+/// `acc = acc * alpha + Σ_j p_j v_j`, j in `lanes` in order (values outside are never read). `ACC_LANES` of `acc` stay in registers
 /// across the positions (independent FMA chains), the tail takes the same steps one by one.
 /// 64 lanes are eight AVX2 chains, enough to cover the FMA latency (32 left the loop
 /// latency-bound: 3–10% slower attention); the lanes do not change any element's order.
 #[inline(always)]
-fn accumulate(acc: &mut [f32], alpha: f32, p: &[f32], values: &[f32]) {
+fn accumulate(acc: &mut [f32], alpha: f32, lanes: Lanes, p: &[f32; CHUNK], values: &[f32]) {
+    let seen = lanes.first..lanes.end;
     let d = acc.len();
     let mut c = 0;
     while c + ACC_LANES <= d {
@@ -337,8 +352,8 @@ fn accumulate(acc: &mut [f32], alpha: f32, p: &[f32], values: &[f32]) {
         for (x, &y) in a.iter_mut().zip(&acc[c..c + ACC_LANES]) {
             *x = y * alpha;
         }
-        for (j, &w) in p.iter().enumerate() {
-            let v = &values[j * d + c..j * d + c + ACC_LANES];
+        for j in seen.clone() {
+            let (w, v) = (p[j], &values[j * d + c..j * d + c + ACC_LANES]);
             for (x, &y) in a.iter_mut().zip(v) {
                 *x = w.mul_add(y, *x);
             }
@@ -348,8 +363,8 @@ fn accumulate(acc: &mut [f32], alpha: f32, p: &[f32], values: &[f32]) {
     }
     for (i, x) in acc.iter_mut().enumerate().skip(c) {
         let mut a = *x * alpha;
-        for (j, &w) in p.iter().enumerate() {
-            a = w.mul_add(values[j * d + i], a);
+        for j in seen.clone() {
+            a = p[j].mul_add(values[j * d + i], a);
         }
         *x = a;
     }

@@ -25,7 +25,8 @@ pub(super) struct Plan {
 pub(super) enum Task {
     /// Batch rows `rows` (consecutive positions of sequence `seq`), every KV head.
     Tile { seq: usize, rows: Range<usize> },
-    /// One (KV head, partition) of lone row `row`, into `partials[at..]`.
+    /// One (KV head, partition) of lone row `row`, into `partials[at..]`; `part` counts
+    /// from position 0.
     Partition {
         seq: usize,
         row: usize,
@@ -62,10 +63,12 @@ impl Plan {
             // decodes the split would only add work per row. Both give the same bits.
             let pos = ctx.positions[rows.start];
             if rows.len() == 1 && (!ctx.many_seqs || pos >= 2 * PARTITION) {
-                let parts = pos / PARTITION + 1;
+                // The partitions the row's window reaches, in order.
+                let first = ctx.shape.first_visible(pos) / PARTITION;
+                let parts = pos / PARTITION + 1 - first;
                 let at = len;
                 for kv_head in 0..ctx.shape.num_kv_heads {
-                    for part in 0..parts {
+                    for part in first..first + parts {
                         self.tasks.push(Task::Partition {
                             seq: i,
                             row: rows.start,

@@ -8,6 +8,7 @@ pub mod kv_cache_dtype;
 pub mod model_config;
 pub mod partial_prefill_limits;
 pub mod scheduling_policy;
+pub mod sliding_window;
 pub mod speculative_config;
 pub mod weight_mode;
 
@@ -17,5 +18,6 @@ pub use kv_cache_dtype::KvCacheDtype;
 pub use model_config::ModelConfig;
 pub use partial_prefill_limits::PartialPrefillLimits;
 pub use scheduling_policy::SchedulingPolicy;
+pub use sliding_window::SlidingWindow;
 pub use speculative_config::{SpeculativeConfig, SpeculativeMethod, SuffixSettings};
 pub use weight_mode::WeightMode;

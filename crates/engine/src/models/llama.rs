@@ -358,6 +358,7 @@ impl Llama {
             num_kv_heads: c.num_kv_heads,
             head_dim: c.head_dim,
             block_size: kv.block_size(),
+            window: None,
         };
         paged_attention_into(&s.q, kv.layer(layer), batch, shape, &mut s.attn);
         Ok(())

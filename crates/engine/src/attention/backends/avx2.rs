@@ -5,22 +5,27 @@
 //! not depend on the order; a NaN score makes the row NaN either way).
 
 use crate::attention::exp2::{exp2, EXP2_C};
+use crate::attention::lanes::Lanes;
 use crate::attention::CHUNK;
 use std::arch::x86_64::*;
 
 const _: () = assert!(CHUNK == 16, "two 8-lane registers per chunk");
 
 /// One chunk's online-softmax update of one (row, head) from its scores `s`: masks the
-/// lanes at or past `valid`, raises the running max, rescales the sum; returns the
-/// accumulator's rescale factor and the chunk's weights (zero past `valid`).
+/// lanes outside `lanes`, raises the running max, rescales the sum; returns the
+/// accumulator's rescale factor and the chunk's weights (zero outside `lanes`).
 #[inline]
 #[target_feature(enable = "avx2,fma")]
-fn softmax_step(s: [__m256; 2], valid: usize, max: &mut f32, sum: &mut f32) -> (f32, [f32; CHUNK]) {
-    // Lanes at or past `valid` out of the max, and weight zero.
+fn softmax_step(s: [__m256; 2], lanes: Lanes, max: &mut f32, sum: &mut f32) -> (f32, [f32; CHUNK]) {
+    // Lanes outside `lanes` out of the max, and weight zero.
     let lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     let live: [__m256; 2] = std::array::from_fn(|h| {
-        let n = _mm256_set1_epi32(valid as i32 - 8 * h as i32);
-        _mm256_castsi256_ps(_mm256_cmpgt_epi32(n, lane))
+        let end = _mm256_set1_epi32(lanes.end as i32 - 8 * h as i32);
+        let first = _mm256_set1_epi32(lanes.first as i32 - 8 * h as i32 - 1);
+        _mm256_castsi256_ps(_mm256_and_si256(
+            _mm256_cmpgt_epi32(end, lane),
+            _mm256_cmpgt_epi32(lane, first),
+        ))
     });
     let ninf = _mm256_set1_ps(f32::NEG_INFINITY);
     let m = _mm256_max_ps(
@@ -87,11 +92,12 @@ pub(super) struct Source {
 }
 
 impl Source {
-    /// Panics unless the chunk holds `d` key rows of `CHUNK` and `valid` value rows.
-    pub(super) fn f16(c: &F16Chunk, d: usize, valid: usize) -> Self {
-        assert!(d.is_multiple_of(32) && (1..=CHUNK).contains(&valid));
+    /// Panics unless the chunk holds `d` key rows of `CHUNK` and value rows up to the last
+    /// of `lanes`.
+    pub(super) fn f16(c: &F16Chunk, d: usize, lanes: Lanes) -> Self {
+        assert!(d.is_multiple_of(32) && lanes.first < lanes.end && lanes.end <= CHUNK);
         assert!(c.keys.len() >= c.first_key + (d - 1) * c.key_stride + CHUNK);
-        assert!(c.values.len() >= c.first_value + (valid - 1) * c.value_stride + d);
+        assert!(c.values.len() >= c.first_value + (lanes.end - 1) * c.value_stride + d);
         Self {
             keys16: c.keys[c.first_key..].as_ptr(),
             values16: c.values[c.first_value..].as_ptr(),
@@ -110,8 +116,8 @@ impl Source {
     }
 
     /// Panics unless the chunk holds `d` key rows of `CHUNK` and `CHUNK` value rows.
-    pub(super) fn f32(c: &F32Chunk, d: usize, valid: usize) -> Self {
-        assert!(d.is_multiple_of(32) && (1..=CHUNK).contains(&valid));
+    pub(super) fn f32(c: &F32Chunk, d: usize, lanes: Lanes) -> Self {
+        assert!(d.is_multiple_of(32) && lanes.first < lanes.end && lanes.end <= CHUNK);
         assert!(c.keys_t.len() >= d * CHUNK && c.values.len() >= CHUNK * d);
         Self {
             keys16: std::ptr::null(),
@@ -162,11 +168,11 @@ pub(super) unsafe fn fold_heads_f16(
     queries: &[f32],
     chunk: &F16Chunk,
     d: usize,
-    valid: usize,
+    lanes: Lanes,
     heads: HeadStates,
 ) {
     // SAFETY: the CPU has the features (caller's contract); `Source::f16` bounds the chunk.
-    unsafe { fold_heads::<true>(queries, Source::f16(chunk, d, valid), d, valid, heads) }
+    unsafe { fold_heads::<true>(queries, Source::f16(chunk, d, lanes), d, lanes, heads) }
 }
 
 /// [`fold_chunk`] for every query head of one prefill row's GQA group at once, from the
@@ -182,11 +188,11 @@ pub(super) unsafe fn fold_heads_f32(
     queries: &[f32],
     chunk: &F32Chunk,
     d: usize,
-    valid: usize,
+    lanes: Lanes,
     heads: HeadStates,
 ) {
     // SAFETY: the CPU has the features (caller's contract); `Source::f32` bounds the chunk.
-    unsafe { fold_heads::<false>(queries, Source::f32(chunk, d, valid), d, valid, heads) }
+    unsafe { fold_heads::<false>(queries, Source::f32(chunk, d, lanes), d, lanes, heads) }
 }
 
 /// The fold state of a run of query heads: per head max, sum, and `d` accumulators.
@@ -198,14 +204,14 @@ pub(in crate::attention) struct HeadStates<'a> {
 
 /// # Safety
 /// The CPU must have AVX2, FMA and F16C; `src` must bound `d` key rows of `CHUNK` and
-/// `valid` value rows of `d`.
+/// value rows of `d` up to the last of `lanes`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn fold_heads<const F16: bool>(
     queries: &[f32],
     src: Source,
     d: usize,
-    valid: usize,
+    lanes: Lanes,
     state: HeadStates,
 ) {
     let g = queries.len() / d;
@@ -234,9 +240,9 @@ unsafe fn fold_heads<const F16: bool>(
         // SAFETY: the caller bounds every read of `src`; `heads` is `take` heads.
         unsafe {
             match take {
-                1 => heads.fold::<1, F16>(src, d, valid),
-                2 => heads.fold::<2, F16>(src, d, valid),
-                _ => heads.fold::<3, F16>(src, d, valid),
+                1 => heads.fold::<1, F16>(src, d, lanes),
+                2 => heads.fold::<2, F16>(src, d, lanes),
+                _ => heads.fold::<3, F16>(src, d, lanes),
             }
         }
         h += take;
@@ -258,7 +264,7 @@ impl Heads<'_> {
     #[target_feature(enable = "avx2,fma,f16c")]
     // One index walks several register arrays at once (heads, halves, lanes).
     #[allow(clippy::needless_range_loop)]
-    unsafe fn fold<const G: usize, const F16: bool>(self, c: Source, d: usize, valid: usize) {
+    unsafe fn fold<const G: usize, const F16: bool>(self, c: Source, d: usize, lanes: Lanes) {
         assert!(self.q.len() == G * d && self.acc.len() == G * d && self.max.len() == G);
         // Eight elements at `at` of the key rows (`keys`) or value rows, widened.
         let load = |p16: *const u16, p32: *const f32, at: usize| {
@@ -300,7 +306,7 @@ impl Heads<'_> {
             let mut alpha = [0.0f32; G];
             let mut w = [[0.0f32; CHUNK]; G];
             for h in 0..G {
-                (alpha[h], w[h]) = softmax_step(s[h], valid, &mut self.max[h], &mut self.sum[h]);
+                (alpha[h], w[h]) = softmax_step(s[h], lanes, &mut self.max[h], &mut self.sum[h]);
             }
             // acc = acc · alpha + Σ_j p_j v_j per head, j in order, 32 lanes at a time.
             let acc = self.acc.as_mut_ptr();
@@ -311,7 +317,7 @@ impl Heads<'_> {
                         _mm256_mul_ps(_mm256_loadu_ps(acc.add(h * d + base + 8 * i)), al)
                     })
                 });
-                for j in 0..valid {
+                for j in lanes.first..lanes.end {
                     let row = j * c.value_stride + base;
                     let wb: [__m256; G] = std::array::from_fn(|h| _mm256_set1_ps(w[h][j]));
                     for i in 0..4 {

@@ -7,6 +7,7 @@
 
 use super::avx2::{prefetch_ahead, F16Chunk, F32Chunk, HeadStates, Source};
 use crate::attention::exp2::{exp2, EXP2_C};
+use crate::attention::lanes::Lanes;
 use crate::attention::CHUNK;
 use std::arch::x86_64::*;
 
@@ -27,12 +28,12 @@ pub(super) unsafe fn fold_heads_f16(
     queries: &[f32],
     chunk: &F16Chunk,
     d: usize,
-    valid: usize,
+    lanes: Lanes,
     heads: HeadStates,
 ) {
     assert!(covers(d));
     // SAFETY: the CPU has the features (caller's contract); `Source::f16` bounds the chunk.
-    unsafe { fold_heads::<true>(queries, Source::f16(chunk, d, valid), d, valid, heads) }
+    unsafe { fold_heads::<true>(queries, Source::f16(chunk, d, lanes), d, lanes, heads) }
 }
 
 /// [`super::avx2::fold_heads_f32`] on 512-bit registers.
@@ -45,12 +46,12 @@ pub(super) unsafe fn fold_heads_f32(
     queries: &[f32],
     chunk: &F32Chunk,
     d: usize,
-    valid: usize,
+    lanes: Lanes,
     heads: HeadStates,
 ) {
     assert!(covers(d));
     // SAFETY: the CPU has the features (caller's contract); `Source::f32` bounds the chunk.
-    unsafe { fold_heads::<false>(queries, Source::f32(chunk, d, valid), d, valid, heads) }
+    unsafe { fold_heads::<false>(queries, Source::f32(chunk, d, lanes), d, lanes, heads) }
 }
 
 /// # Safety
@@ -61,7 +62,7 @@ unsafe fn fold_heads<const F16: bool>(
     queries: &[f32],
     src: Source,
     d: usize,
-    valid: usize,
+    lanes: Lanes,
     state: HeadStates,
 ) {
     let g = queries.len() / d;
@@ -85,10 +86,10 @@ unsafe fn fold_heads<const F16: bool>(
         // SAFETY: the caller bounds every read of `src`; `heads` is `take` heads.
         unsafe {
             match take {
-                1 => heads.fold::<1, F16>(src, d, valid),
-                2 => heads.fold::<2, F16>(src, d, valid),
-                3 => heads.fold::<3, F16>(src, d, valid),
-                _ => heads.fold::<4, F16>(src, d, valid),
+                1 => heads.fold::<1, F16>(src, d, lanes),
+                2 => heads.fold::<2, F16>(src, d, lanes),
+                3 => heads.fold::<3, F16>(src, d, lanes),
+                _ => heads.fold::<4, F16>(src, d, lanes),
             }
         }
         h += take;
@@ -121,7 +122,7 @@ impl Heads<'_> {
     #[target_feature(enable = "avx512f,avx2,fma,f16c")]
     // One index walks several register arrays at once (heads, lanes).
     #[allow(clippy::needless_range_loop)]
-    unsafe fn fold<const G: usize, const F16: bool>(self, c: Source, d: usize, valid: usize) {
+    unsafe fn fold<const G: usize, const F16: bool>(self, c: Source, d: usize, lanes: Lanes) {
         assert!(self.q.len() == G * d && self.acc.len() == G * d && self.max.len() == G);
         // SAFETY: the caller bounds `c`'s reads; the assert above bounds `q` and `acc`.
         unsafe {
@@ -129,9 +130,9 @@ impl Heads<'_> {
             let mut alpha = [0.0f32; G];
             let mut w = [[0.0f32; CHUNK]; G];
             for h in 0..G {
-                (alpha[h], w[h]) = softmax_step(s[h], valid, &mut self.max[h], &mut self.sum[h]);
+                (alpha[h], w[h]) = softmax_step(s[h], lanes, &mut self.max[h], &mut self.sum[h]);
             }
-            accumulate::<G, F16>(self.acc.as_mut_ptr(), &c, d, valid, (&alpha, &w));
+            accumulate::<G, F16>(self.acc.as_mut_ptr(), &c, d, lanes, (&alpha, &w));
         }
     }
 }
@@ -193,7 +194,7 @@ unsafe fn scores<const G: usize, const F16: bool>(
 /// Inlined into the caller's target features, as [`scores`].
 ///
 /// # Safety
-/// `acc` holds `G · d` floats; `c` bounds `valid` value rows of `d`.
+/// `acc` holds `G · d` floats; `c` bounds value rows of `d` up to the last of `lanes`.
 #[inline(always)]
 // One index walks several register arrays at once (heads, lanes).
 #[allow(clippy::needless_range_loop)]
@@ -201,7 +202,7 @@ unsafe fn accumulate<const G: usize, const F16: bool>(
     acc: *mut f32,
     c: &Source,
     d: usize,
-    valid: usize,
+    lanes: Lanes,
     (alpha, w): (&[f32; G], &[[f32; CHUNK]; G]),
 ) {
     // SAFETY: the caller's contract bounds every read and write.
@@ -213,7 +214,7 @@ unsafe fn accumulate<const G: usize, const F16: bool>(
                     _mm512_mul_ps(_mm512_loadu_ps(acc.add(h * d + base + 16 * i)), al)
                 })
             });
-            for j in 0..valid {
+            for j in lanes.first..lanes.end {
                 let row = j * c.value_stride + base;
                 let wb: [__m512; G] = std::array::from_fn(|h| _mm512_set1_ps(w[h][j]));
                 for i in 0..4 {
@@ -257,7 +258,7 @@ pub(super) unsafe fn fold_batch_f32(
     let n = queries.len() / d;
     assert!(queries.len() == n * d && n <= BATCH);
     assert!(state.max.len() == n && state.sum.len() == n && state.acc.len() == n * d);
-    let c = Source::f32(chunk, d, CHUNK);
+    let c = Source::f32(chunk, d, Lanes::WHOLE);
     let (q, acc) = (queries.as_ptr(), state.acc.as_mut_ptr());
     let mut s = [_mm512_setzero_ps(); BATCH];
     let mut h = 0;
@@ -279,7 +280,7 @@ pub(super) unsafe fn fold_batch_f32(
     let mut alpha = [0.0f32; BATCH];
     let mut w = [[0.0f32; CHUNK]; BATCH];
     for h in 0..n {
-        (alpha[h], w[h]) = softmax_step(s[h], CHUNK, &mut state.max[h], &mut state.sum[h]);
+        (alpha[h], w[h]) = softmax_step(s[h], Lanes::WHOLE, &mut state.max[h], &mut state.sum[h]);
     }
     let mut h = 0;
     while h < n {
@@ -292,7 +293,7 @@ pub(super) unsafe fn fold_batch_f32(
                         acc.add(h * d),
                         &c,
                         d,
-                        CHUNK,
+                        Lanes::WHOLE,
                         (
                             alpha[h..h + $g].try_into().expect("a run's alphas"),
                             w[h..h + $g].try_into().expect("a run's weights"),
@@ -315,8 +316,8 @@ pub(super) unsafe fn fold_batch_f32(
 /// the two 256-bit halves as `avx2` folds its two registers, low half first.
 #[inline]
 #[target_feature(enable = "avx512f,avx2,fma")]
-fn softmax_step(s: __m512, valid: usize, max: &mut f32, sum: &mut f32) -> (f32, [f32; CHUNK]) {
-    let live: __mmask16 = if valid >= CHUNK { !0 } else { (1 << valid) - 1 };
+fn softmax_step(s: __m512, lanes: Lanes, max: &mut f32, sum: &mut f32) -> (f32, [f32; CHUNK]) {
+    let live: __mmask16 = lanes.mask();
     let m = _mm512_mask_blend_ps(live, _mm512_set1_ps(f32::NEG_INFINITY), s);
     let m = _mm256_max_ps(_mm512_castps512_ps256(m), upper(m));
     let m = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps::<1>(m));

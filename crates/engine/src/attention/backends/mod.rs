@@ -9,6 +9,8 @@ pub(super) mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
 
+#[cfg(target_arch = "x86_64")]
+use super::lanes::Lanes;
 use crate::kernels::cpu_kernel::CpuKernel;
 
 /// Which build of the kernel runs. It follows the quantized kernels' [`CpuKernel`], so
@@ -49,15 +51,15 @@ impl Isa {
         q: &[f32],
         chunk: &avx2::F32Chunk,
         d: usize,
-        valid: usize,
+        lanes: Lanes,
         heads: avx2::HeadStates,
     ) {
         match self {
             // SAFETY: the caller's contract.
             Isa::Avx512 if avx512::covers(d) => unsafe {
-                avx512::fold_heads_f32(q, chunk, d, valid, heads)
+                avx512::fold_heads_f32(q, chunk, d, lanes, heads)
             },
-            _ => unsafe { avx2::fold_heads_f32(q, chunk, d, valid, heads) },
+            _ => unsafe { avx2::fold_heads_f32(q, chunk, d, lanes, heads) },
         }
     }
 
@@ -97,15 +99,15 @@ impl Isa {
         q: &[f32],
         chunk: &avx2::F16Chunk,
         d: usize,
-        valid: usize,
+        lanes: Lanes,
         heads: avx2::HeadStates,
     ) {
         match self {
             // SAFETY: the caller's contract.
             Isa::Avx512 if avx512::covers(d) => unsafe {
-                avx512::fold_heads_f16(q, chunk, d, valid, heads)
+                avx512::fold_heads_f16(q, chunk, d, lanes, heads)
             },
-            _ => unsafe { avx2::fold_heads_f16(q, chunk, d, valid, heads) },
+            _ => unsafe { avx2::fold_heads_f16(q, chunk, d, lanes, heads) },
         }
     }
 }
