@@ -1,5 +1,7 @@
 //! The shape of a decoder-only model, read from a checkpoint's metadata.
 
+use super::local_attention::{LayerKind, LocalAttention};
+use super::sliding_window::SlidingWindow;
 use serde::Deserialize;
 
 /// The model families whose forward pass we implement.
@@ -14,6 +16,10 @@ pub enum Architecture {
     /// Qwen3-MoE: Qwen3's attention, and a mixture of experts in place of the MLP on its
     /// sparse layers (see [`MoeConfig`]).
     Qwen3Moe,
+    /// Gemma 3 (text): embeddings scaled by √hidden, Gemma's RMSNorm `x·(1 + w)` before and
+    /// after both attention and the MLP, per-head q/k norms, GeGLU with tanh-approximated
+    /// GELU, and sliding-window attention on most layers ([`LocalAttention`]).
+    Gemma3,
 }
 
 impl Architecture {
@@ -23,6 +29,7 @@ impl Architecture {
             "qwen2" | "Qwen2ForCausalLM" => Some(Self::Qwen2),
             "qwen3" | "Qwen3ForCausalLM" => Some(Self::Qwen3),
             "qwen3moe" | "qwen3_moe" | "Qwen3MoeForCausalLM" => Some(Self::Qwen3Moe),
+            "gemma3" | "gemma3_text" | "Gemma3ForCausalLM" => Some(Self::Gemma3),
             _ => None,
         }
     }
@@ -31,10 +38,17 @@ impl Architecture {
     /// [`Architecture`], or the error that refuses it. Known families we do not run are
     /// named by their GGUF name, so a GGUF and a safetensors copy fail alike.
     pub fn parse(name: &str) -> Result<Self, String> {
-        const SUPPORTED: &str = "supported: llama, qwen2, qwen3, qwen3moe";
+        const SUPPORTED: &str = "supported: llama, qwen2, qwen3, qwen3moe, gemma3";
         Self::from_name(name).ok_or_else(|| match name {
             "qwen2moe" | "qwen2_moe" | "Qwen2MoeForCausalLM" => {
                 format!("unsupported architecture qwen2moe (from {name:?}; {SUPPORTED})")
+            }
+            "Gemma3ForConditionalGeneration" | "gemma3_vlm" => format!(
+                "unsupported architecture {name:?}: Gemma 3's vision model (its text-only \
+                 Gemma3ForCausalLM is {SUPPORTED})"
+            ),
+            "gemma" | "gemma2" | "GemmaForCausalLM" | "Gemma2ForCausalLM" => {
+                format!("unsupported architecture {name:?} ({SUPPORTED})")
             }
             other => format!("unknown architecture {other:?} ({SUPPORTED})"),
         })
@@ -116,6 +130,12 @@ pub struct ModelConfig {
     pub eos_token_ids: Vec<u32>,
     /// The experts of a sparse model; `None` for dense ones.
     pub moe: Option<MoeConfig>,
+    /// Sliding-window layers (Gemma 3); `None` where every layer attends globally.
+    pub local_attention: Option<LocalAttention>,
+    /// Scores are scaled by `query_pre_attn_scalar^-0.5` (HF Gemma 3) instead of
+    /// `head_dim^-0.5`; `None`: by `head_dim^-0.5` (every GGUF: llama.cpp's converter folds
+    /// the difference into the q-norm weights).
+    pub query_pre_attn_scalar: Option<f64>,
 }
 
 impl ModelConfig {
@@ -130,8 +150,15 @@ impl ModelConfig {
     pub fn has_qk_norm(&self) -> bool {
         matches!(
             self.architecture,
-            Architecture::Qwen3 | Architecture::Qwen3Moe
+            Architecture::Qwen3 | Architecture::Qwen3Moe | Architecture::Gemma3
         )
+    }
+
+    /// Layer `layer`'s sliding window; `None` where it attends to every earlier position.
+    pub fn window_of(&self, layer: usize) -> Option<SlidingWindow> {
+        self.local_attention
+            .as_ref()
+            .and_then(|l| l.window_of(layer))
     }
 
     /// Whether layer `layer` routes through experts rather than a dense MLP.
@@ -220,6 +247,8 @@ impl ModelConfig {
             bos_token_id: None,
             eos_token_ids: vec![151_645],
             moe: None,
+            local_attention: None,
+            query_pre_attn_scalar: None,
         }
     }
 
@@ -251,6 +280,8 @@ impl ModelConfig {
                 decoder_sparse_step: 1,
                 mlp_only_layers: Vec::new(),
             }),
+            local_attention: None,
+            query_pre_attn_scalar: None,
         }
     }
 
@@ -274,6 +305,8 @@ impl ModelConfig {
             bos_token_id: None,
             eos_token_ids: vec![151_645],
             moe: None,
+            local_attention: None,
+            query_pre_attn_scalar: None,
         }
     }
 
@@ -301,6 +334,8 @@ impl ModelConfig {
             bos_token_id: Some(128_000),
             eos_token_ids: vec![128_001, 128_008, 128_009],
             moe: None,
+            local_attention: None,
+            query_pre_attn_scalar: None,
         }
     }
 
@@ -324,6 +359,8 @@ impl ModelConfig {
             bos_token_id: Some(1),
             eos_token_ids: vec![2],
             moe: None,
+            local_attention: None,
+            query_pre_attn_scalar: None,
         }
     }
 }
@@ -347,9 +384,10 @@ pub(crate) struct HfConfig {
     /// Classic key; `null` or absent means plain RoPE.
     #[serde(default)]
     pub rope_scaling: Option<RopeScaling>,
-    /// transformers 5's key: the theta and the scaling together.
+    /// transformers 5's key: the theta and the scaling together, or (Gemma 3) one such
+    /// entry per layer kind.
     #[serde(default)]
-    pub rope_parameters: Option<RopeScaling>,
+    pub rope_parameters: Option<RopeParameters>,
     #[serde(default = "default_max_positions")]
     pub max_position_embeddings: usize,
     #[serde(default)]
@@ -366,6 +404,40 @@ pub(crate) struct HfConfig {
     pub decoder_sparse_step: Option<usize>,
     #[serde(default)]
     pub mlp_only_layers: Vec<usize>,
+    /// Gemma 3's keys: the window, which layers slide (`layer_types`, else every
+    /// `sliding_window_pattern`-th layer is global), the sliding layers' RoPE base, the
+    /// score scale, and the softcaps it must not have.
+    pub sliding_window: Option<usize>,
+    pub layer_types: Option<Vec<String>>,
+    pub sliding_window_pattern: Option<usize>,
+    #[serde(rename = "_sliding_window_pattern")]
+    pub sliding_window_pattern_private: Option<usize>,
+    pub rope_local_base_freq: Option<f64>,
+    pub query_pre_attn_scalar: Option<f64>,
+    pub attn_logit_softcapping: Option<f64>,
+    pub final_logit_softcapping: Option<f64>,
+    pub hidden_activation: Option<String>,
+}
+
+/// transformers 5's `rope_parameters`: one entry, or Gemma 3's entry per layer kind.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+pub(crate) enum RopeParameters {
+    PerLayerKind {
+        full_attention: RopeScaling,
+        sliding_attention: Option<RopeScaling>,
+    },
+    Single(RopeScaling),
+}
+
+impl RopeParameters {
+    /// The entry global layers use.
+    fn global(&self) -> &RopeScaling {
+        match self {
+            Self::PerLayerKind { full_attention, .. } => full_attention,
+            Self::Single(one) => one,
+        }
+    }
 }
 
 /// HF `rope_scaling` / `rope_parameters`. Older configs name the type `type`.
@@ -470,10 +542,16 @@ impl HfConfig {
             .unwrap_or(self.hidden_size / self.num_attention_heads.max(1));
         let rope_theta = self
             .rope_theta
-            .or(self.rope_parameters.as_ref().and_then(|p| p.rope_theta))
+            .or(self
+                .rope_parameters
+                .as_ref()
+                .and_then(|p| p.global().rope_theta))
             .unwrap_or(DEFAULT_ROPE_THETA);
         // The classic key wins; transformers 5 writes both, and the same scaling in each.
-        let rope_freq_divisors = match self.rope_scaling.as_ref().or(self.rope_parameters.as_ref())
+        let rope_freq_divisors = match self
+            .rope_scaling
+            .as_ref()
+            .or(self.rope_parameters.as_ref().map(RopeParameters::global))
         {
             Some(scaling) => scaling.freq_divisors(rope_theta, head_dim)?,
             None => None,
@@ -481,6 +559,10 @@ impl HfConfig {
         let moe = match architecture {
             Architecture::Qwen3Moe => Some(self.moe_config()?),
             _ => None,
+        };
+        let (local_attention, query_pre_attn_scalar) = match architecture {
+            Architecture::Gemma3 => self.gemma3_attention()?,
+            _ => (None, None),
         };
         let eos_token_ids = match self.eos_token_id {
             Some(OneOrMany::One(id)) => vec![id],
@@ -505,7 +587,86 @@ impl HfConfig {
             bos_token_id: self.bos_token_id,
             eos_token_ids,
             moe,
+            local_attention,
+            query_pre_attn_scalar,
         })
+    }
+
+    /// Gemma 3's sliding layers and score scale, with transformers' defaults
+    /// (`Gemma3TextConfig`: window 4096, every 6th layer global, local base 10,000,
+    /// `query_pre_attn_scalar` 256). A softcap or an activation we do not run is refused.
+    fn gemma3_attention(&self) -> Result<(Option<LocalAttention>, Option<f64>), String> {
+        for (key, cap) in [
+            ("attn_logit_softcapping", self.attn_logit_softcapping),
+            ("final_logit_softcapping", self.final_logit_softcapping),
+        ] {
+            if let Some(cap) = cap {
+                return Err(format!(
+                    "{key} {cap}: logit softcapping is not supported (Gemma 3 has none)"
+                ));
+            }
+        }
+        match self.hidden_activation.as_deref() {
+            None | Some("gelu_pytorch_tanh") | Some("gelu_tanh") => {}
+            Some(other) => {
+                return Err(format!(
+                    "hidden_activation {other:?} is not supported for gemma3 (supported: \
+                     gelu_pytorch_tanh)"
+                ))
+            }
+        }
+        let positions = self.sliding_window.unwrap_or(4096);
+        let window = SlidingWindow::new(positions)
+            .ok_or("sliding_window 0: a sliding layer must see at least its own position")?;
+        let layers = match &self.layer_types {
+            Some(types) => types
+                .iter()
+                .map(|t| match t.as_str() {
+                    "sliding_attention" => Ok(LayerKind::Sliding),
+                    "full_attention" => Ok(LayerKind::Global),
+                    other => Err(format!(
+                        "layer_types holds {other:?} (supported: sliding_attention, \
+                         full_attention)"
+                    )),
+                })
+                .collect::<Result<Vec<_>, _>>()?,
+            None => LocalAttention::every_nth_global(
+                self.sliding_window_pattern
+                    .or(self.sliding_window_pattern_private)
+                    .unwrap_or(6),
+                self.num_hidden_layers,
+            ),
+        };
+        if layers.len() != self.num_hidden_layers {
+            return Err(format!(
+                "layer_types lists {} layers but num_hidden_layers is {}",
+                layers.len(),
+                self.num_hidden_layers
+            ));
+        }
+        let local_theta = match &self.rope_parameters {
+            Some(RopeParameters::PerLayerKind {
+                sliding_attention: Some(local),
+                ..
+            }) => local.rope_theta,
+            _ => None,
+        };
+        let local = LocalAttention {
+            window,
+            layers,
+            rope_theta: self
+                .rope_local_base_freq
+                .or(local_theta)
+                .unwrap_or(DEFAULT_ROPE_THETA),
+        };
+        let scalar = self.query_pre_attn_scalar.unwrap_or(256.0);
+        if !(scalar > 0.0 && scalar.is_finite()) {
+            return Err(format!(
+                "query_pre_attn_scalar {scalar}: the score scale is its inverse square root, \
+                 so it must be positive"
+            ));
+        }
+        Ok((Some(local), Some(scalar)))
     }
 
     /// The experts' shape, with transformers' defaults where Qwen3-MoE has one; the counts
@@ -630,5 +791,67 @@ mod tests {
         assert!(err.contains("num_experts_per_tok"), "{err}");
         let err = parse_moe(r#", "num_experts_per_tok": 9"#).unwrap_err();
         assert!(err.contains("9 experts per token out of 8"), "{err}");
+    }
+
+    fn parse_gemma3(extra: &str) -> Result<ModelConfig, String> {
+        let json = format!(
+            r#"{{"architectures": ["Gemma3ForCausalLM"], "vocab_size": 512, "hidden_size": 64,
+                "intermediate_size": 128, "num_hidden_layers": 7, "num_attention_heads": 4,
+                "head_dim": 32, "rms_norm_eps": 1e-6, "rope_theta": 1000000.0 {extra}}}"#
+        );
+        from_json(&json)
+    }
+
+    #[test]
+    fn gemma3_layer_types_name_the_sliding_layers_and_the_pattern_stands_in_for_them() {
+        let kinds =
+            |c: &ModelConfig| -> Vec<bool> { (0..7).map(|l| c.window_of(l).is_some()).collect() };
+        let listed = parse_gemma3(
+            r#", "sliding_window": 8, "query_pre_attn_scalar": 64, "rope_local_base_freq": 10000.0,
+                "layer_types": ["full_attention", "sliding_attention", "sliding_attention",
+                "sliding_attention", "sliding_attention", "sliding_attention", "full_attention"]"#,
+        )
+        .unwrap();
+        assert_eq!(kinds(&listed), [false, true, true, true, true, true, false]);
+        assert_eq!(listed.window_of(1).unwrap().get(), 8);
+        assert_eq!(listed.query_pre_attn_scalar, Some(64.0));
+        assert_eq!(
+            listed.local_attention.as_ref().unwrap().rope_theta,
+            10_000.0
+        );
+        assert_eq!(listed.rope_theta, 1e6);
+        let by_pattern =
+            parse_gemma3(r#", "sliding_window": 8, "sliding_window_pattern": 3"#).unwrap();
+        assert_eq!(
+            kinds(&by_pattern),
+            [true, true, false, true, true, false, true]
+        );
+    }
+
+    #[test]
+    fn gemma3_refuses_softcapping_and_a_layer_list_of_the_wrong_length() {
+        let err = parse_gemma3(r#", "final_logit_softcapping": 30.0"#).unwrap_err();
+        assert!(err.contains("final_logit_softcapping 30"), "{err}");
+        let err = parse_gemma3(r#", "layer_types": ["full_attention"]"#).unwrap_err();
+        assert!(
+            err.contains("lists 1 layers but num_hidden_layers is 7"),
+            "{err}"
+        );
+        let err =
+            parse_gemma3(r#", "layer_types": ["chunked_attention", "a", "b", "c", "d", "e", "f"]"#)
+                .unwrap_err();
+        assert!(err.contains("\"chunked_attention\""), "{err}");
+    }
+
+    #[test]
+    fn gemma3_per_kind_rope_parameters_give_the_global_theta_and_scaling_and_the_local_base() {
+        let c = parse_gemma3(
+            r#", "rope_parameters": {"full_attention": {"rope_type": "linear", "factor": 8.0,
+                "rope_theta": 1000000.0}, "sliding_attention": {"rope_type": "default",
+                "rope_theta": 10000.0}}"#,
+        )
+        .unwrap();
+        assert_eq!(c.rope_freq_divisors.as_deref(), Some(&[8.0; 16][..]));
+        assert_eq!(c.local_attention.as_ref().unwrap().rope_theta, 10_000.0);
     }
 }

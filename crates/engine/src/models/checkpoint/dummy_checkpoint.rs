@@ -2,7 +2,7 @@
 //! the same speed as the real model, no download.
 
 use super::Checkpoint;
-use crate::config::model_config::ModelConfig;
+use crate::config::model_config::{Architecture, ModelConfig};
 use crate::error::{EngineError, Result};
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{Device, Tensor};
@@ -124,6 +124,11 @@ impl DummyCheckpoint {
                 }
                 match leaf {
                     "attn_norm.weight" | "ffn_norm.weight" => vec![c.hidden_size],
+                    "post_attention_norm.weight" | "post_ffw_norm.weight"
+                        if c.architecture == Architecture::Gemma3 =>
+                    {
+                        vec![c.hidden_size]
+                    }
                     "attn_q_norm.weight" | "attn_k_norm.weight" if c.has_qk_norm() => {
                         vec![c.head_dim]
                     }

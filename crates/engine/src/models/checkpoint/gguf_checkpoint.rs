@@ -2,6 +2,7 @@
 
 use super::{is_supported_dtype, Checkpoint};
 use crate::config::model_config::{Architecture, ModelConfig, MoeConfig, RopeStyle};
+use crate::config::{LayerKind, LocalAttention, SlidingWindow};
 use crate::error::{EngineError, Result};
 use candle_core::quantized::gguf_file::{Content, Value};
 use candle_core::quantized::QTensor;
@@ -250,6 +251,29 @@ fn config_from_metadata(content: &Content) -> std::result::Result<ModelConfig, S
         }
         _ => None,
     };
+    let num_layers = get_u("block_count")?;
+    let local_attention = match architecture {
+        Architecture::Gemma3 => {
+            let positions = get_u("attention.sliding_window")?;
+            let window = SlidingWindow::new(positions).ok_or_else(|| {
+                format!(
+                    "{} is 0: a sliding layer must see at least its own position",
+                    key("attention.sliding_window")
+                )
+            })?;
+            Some(LocalAttention {
+                window,
+                layers: sliding_layers(
+                    md.get(&key("attention.sliding_window_pattern")),
+                    num_layers,
+                )
+                .map_err(|m| format!("{}: {m}", key("attention.sliding_window_pattern")))?,
+                // llama.cpp's default for gemma3 files without the key.
+                rope_theta: get_f("rope.freq_base_swa").unwrap_or(10_000.0) as f64,
+            })
+        }
+        _ => None,
+    };
     let eos_token_ids = md
         .get("tokenizer.ggml.eos_token_id")
         .and_then(|v| v.to_u32().ok())
@@ -260,7 +284,7 @@ fn config_from_metadata(content: &Content) -> std::result::Result<ModelConfig, S
         vocab_size,
         hidden_size,
         intermediate_size: get_u("feed_forward_length")?,
-        num_layers: get_u("block_count")?,
+        num_layers,
         num_heads,
         num_kv_heads: get_u("attention.head_count_kv").unwrap_or(num_heads),
         head_dim,
@@ -268,9 +292,10 @@ fn config_from_metadata(content: &Content) -> std::result::Result<ModelConfig, S
         rope_theta: get_f("rope.freq_base").unwrap_or(10_000.0) as f64,
         rope_style: match architecture {
             Architecture::Llama => RopeStyle::AdjacentPairs,
-            Architecture::Qwen2 | Architecture::Qwen3 | Architecture::Qwen3Moe => {
-                RopeStyle::HalfSplit
-            }
+            Architecture::Qwen2
+            | Architecture::Qwen3
+            | Architecture::Qwen3Moe
+            | Architecture::Gemma3 => RopeStyle::HalfSplit,
         },
         rope_freq_divisors,
         max_position_embeddings: get_u("context_length").unwrap_or(4096),
@@ -280,5 +305,38 @@ fn config_from_metadata(content: &Content) -> std::result::Result<ModelConfig, S
             .and_then(|v| v.to_u32().ok()),
         eos_token_ids,
         moe,
+        local_attention,
+        // llama.cpp scales scores by `key_length^-0.5`; its converter folds any other
+        // scale into the q-norm weights.
+        query_pre_attn_scalar: None,
     })
+}
+
+/// Which layers slide, as llama.cpp reads a gemma3 file: from the pattern key where there
+/// is one (a period, every `period`-th layer global, or one flag per layer, true where it
+/// slides), else every 6th layer global.
+fn sliding_layers(
+    pattern: Option<&Value>,
+    num_layers: usize,
+) -> std::result::Result<Vec<LayerKind>, String> {
+    match pattern {
+        None => Ok(LocalAttention::every_nth_global(6, num_layers)),
+        Some(Value::Array(flags)) => {
+            if flags.len() != num_layers {
+                return Err(format!("{} flags for {num_layers} layers", flags.len()));
+            }
+            flags
+                .iter()
+                .map(|f| match f {
+                    Value::Bool(true) => Ok(LayerKind::Sliding),
+                    Value::Bool(false) => Ok(LayerKind::Global),
+                    other => Err(format!("a flag {other:?}; expected booleans")),
+                })
+                .collect()
+        }
+        Some(v) => v
+            .to_u64()
+            .map(|period| LocalAttention::every_nth_global(period as usize, num_layers))
+            .map_err(|_| format!("{v:?} is neither a period nor per-layer flags")),
+    }
 }

@@ -1,7 +1,7 @@
 //! Hugging Face model directories: config.json plus one or many safetensors shards.
 
 use super::{hf_expert_names, hf_name, Checkpoint};
-use crate::config::model_config::{HfConfig, ModelConfig};
+use crate::config::model_config::{Architecture, HfConfig, ModelConfig};
 use crate::error::{EngineError, Result};
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{DType, Device, Tensor};
@@ -104,7 +104,7 @@ impl Checkpoint for HfCheckpoint {
         if let Some(experts) = self.expert_names(name) {
             return experts.iter().all(|n| self.weight_map.contains_key(n));
         }
-        hf_name(name).is_some_and(|n| self.weight_map.contains_key(&n))
+        hf_name(self.config.architecture, name).is_some_and(|n| self.weight_map.contains_key(&n))
     }
 
     fn read_tensor(&mut self, name: &str) -> Result<QTensor> {
@@ -118,10 +118,18 @@ impl Checkpoint for HfCheckpoint {
             Tensor::stack(&parts, 0)
                 .map_err(|e| EngineError::bad_file(&self.dir, format!("experts of {name}: {e}")))?
         } else {
-            let hf = hf_name(name).ok_or_else(|| {
+            let hf = hf_name(self.config.architecture, name).ok_or_else(|| {
                 EngineError::bad_file(&self.dir, format!("missing tensor {name}"))
             })?;
-            self.read_f32(&hf)?
+            let weight = self.read_f32(&hf)?;
+            // Gemma's RMSNorm scales by `1 + w` and its checkpoints store `w`; the model reads
+            // norm weights as GGUF stores them (llama.cpp's converter adds the 1).
+            if self.config.architecture == Architecture::Gemma3 && name.ends_with("norm.weight") {
+                (weight + 1.0)
+                    .map_err(|e| EngineError::bad_file(&self.dir, format!("tensor {hf}: {e}")))?
+            } else {
+                weight
+            }
         };
         Ok(QTensor::quantize(&f32, GgmlDType::F32)?)
     }

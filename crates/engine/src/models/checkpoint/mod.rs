@@ -12,7 +12,7 @@ pub use dummy_checkpoint::{DummyCheckpoint, DummyDType};
 pub use gguf_checkpoint::GgufCheckpoint;
 pub use hf_checkpoint::HfCheckpoint;
 
-use crate::config::model_config::ModelConfig;
+use crate::config::model_config::{Architecture, ModelConfig};
 use crate::error::{EngineError, Result};
 use candle_core::quantized::{GgmlDType, QTensor};
 use std::path::{Path, PathBuf};
@@ -108,8 +108,10 @@ pub(crate) fn is_supported_dtype(dtype: GgmlDType) -> bool {
     )
 }
 
-/// Maps a GGUF tensor name to its Hugging Face name.
-pub(crate) fn hf_name(gguf_name: &str) -> Option<String> {
+/// Maps a GGUF tensor name to its Hugging Face name in a checkpoint of `architecture`.
+/// Gemma 3 has four norms a layer, and its `post_attention_layernorm` is the one after
+/// attention; Llama's of that name is the one before the MLP (GGUF's `ffn_norm`).
+pub(crate) fn hf_name(architecture: Architecture, gguf_name: &str) -> Option<String> {
     let fixed = match gguf_name {
         "token_embd.weight" => Some("model.embed_tokens.weight"),
         "output_norm.weight" => Some("model.norm.weight"),
@@ -121,23 +123,28 @@ pub(crate) fn hf_name(gguf_name: &str) -> Option<String> {
     }
     let rest = gguf_name.strip_prefix("blk.")?;
     let (layer, leaf) = rest.split_once('.')?;
-    let hf_leaf = match leaf {
-        "attn_norm.weight" => "input_layernorm.weight",
-        "attn_q.weight" => "self_attn.q_proj.weight",
-        "attn_k.weight" => "self_attn.k_proj.weight",
-        "attn_v.weight" => "self_attn.v_proj.weight",
-        "attn_output.weight" => "self_attn.o_proj.weight",
-        "attn_q.bias" => "self_attn.q_proj.bias",
-        "attn_k.bias" => "self_attn.k_proj.bias",
-        "attn_v.bias" => "self_attn.v_proj.bias",
-        "attn_q_norm.weight" => "self_attn.q_norm.weight",
-        "attn_k_norm.weight" => "self_attn.k_norm.weight",
-        "ffn_norm.weight" => "post_attention_layernorm.weight",
-        "ffn_gate.weight" => "mlp.gate_proj.weight",
-        "ffn_up.weight" => "mlp.up_proj.weight",
-        "ffn_down.weight" => "mlp.down_proj.weight",
-        "ffn_gate_inp.weight" => "mlp.gate.weight",
-        _ => return None,
+    let hf_leaf = match (architecture, leaf) {
+        (Architecture::Gemma3, "ffn_norm.weight") => "pre_feedforward_layernorm.weight",
+        (Architecture::Gemma3, "post_attention_norm.weight") => "post_attention_layernorm.weight",
+        (Architecture::Gemma3, "post_ffw_norm.weight") => "post_feedforward_layernorm.weight",
+        (_, leaf) => match leaf {
+            "attn_norm.weight" => "input_layernorm.weight",
+            "attn_q.weight" => "self_attn.q_proj.weight",
+            "attn_k.weight" => "self_attn.k_proj.weight",
+            "attn_v.weight" => "self_attn.v_proj.weight",
+            "attn_output.weight" => "self_attn.o_proj.weight",
+            "attn_q.bias" => "self_attn.q_proj.bias",
+            "attn_k.bias" => "self_attn.k_proj.bias",
+            "attn_v.bias" => "self_attn.v_proj.bias",
+            "attn_q_norm.weight" => "self_attn.q_norm.weight",
+            "attn_k_norm.weight" => "self_attn.k_norm.weight",
+            "ffn_norm.weight" => "post_attention_layernorm.weight",
+            "ffn_gate.weight" => "mlp.gate_proj.weight",
+            "ffn_up.weight" => "mlp.up_proj.weight",
+            "ffn_down.weight" => "mlp.down_proj.weight",
+            "ffn_gate_inp.weight" => "mlp.gate.weight",
+            _ => return None,
+        },
     };
     Some(format!("model.layers.{layer}.{hf_leaf}"))
 }
