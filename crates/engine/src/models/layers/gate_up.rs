@@ -1,18 +1,20 @@
-//! `GateUp`: an MLP's gate and up projections with SwiGLU applied as the tiles are stored.
+//! `GateUp`: an MLP's gate and up projections with their gated activation (SwiGLU or GeGLU)
+//! applied as the tiles are stored.
 
-use super::for_each_row::for_each_row;
+use super::gated_activation::GatedActivation;
 use super::linear::{native, Linear};
 use super::rms_norm::RmsNorm;
 use crate::config::WeightMode;
 use crate::error::Result;
 use crate::kernels::cpu_kernel::CpuKernel;
-use crate::kernels::exp::exp;
 use crate::kernels::quant::{Input, QuantMatrix, QuantizedActivations};
 use candle_core::quantized::QTensor;
 
-/// An MLP's gate and up projections with SwiGLU: `act = silu(x · Gᵀ) · (x · Uᵀ)`.
+/// An MLP's gate and up projections with a gated activation: `act = f(x · Gᵀ) · (x · Uᵀ)`,
+/// `f` SiLU (SwiGLU) or tanh-approximated GELU (GeGLU).
 pub struct GateUp {
     pub(super) weight: GateUpWeight,
+    activation: GatedActivation,
 }
 
 pub(super) enum GateUpWeight {
@@ -24,7 +26,17 @@ pub(super) enum GateUpWeight {
 }
 
 impl GateUp {
+    /// SwiGLU's projections.
     pub fn new(gate: QTensor, up: QTensor, mode: WeightMode) -> Result<Self> {
+        Self::with_activation(gate, up, mode, GatedActivation::Silu)
+    }
+
+    pub fn with_activation(
+        gate: QTensor,
+        up: QTensor,
+        mode: WeightMode,
+        activation: GatedActivation,
+    ) -> Result<Self> {
         if mode == WeightMode::Quantized {
             let (g, u) = (
                 native(std::slice::from_ref(&gate))?,
@@ -36,15 +48,17 @@ impl GateUp {
             {
                 return Ok(Self {
                     weight: GateUpWeight::Paired(paired),
+                    activation,
                 });
             }
         }
         Ok(Self {
             weight: GateUpWeight::Stacked(Linear::stacked(&[gate, up], mode)?),
+            activation,
         })
     }
 
-    /// SwiGLU runs in the matmul's epilogue (no gate/up scratch needed).
+    /// The activation runs in the matmul's epilogue (no gate/up scratch needed).
     pub fn is_paired(&self) -> bool {
         matches!(self.weight, GateUpWeight::Paired(_))
     }
@@ -76,14 +90,15 @@ impl GateUp {
         out: &mut [f32],
         act: &mut QuantizedActivations,
     ) -> Result<()> {
+        let f = self.activation;
         match &self.weight {
             GateUpWeight::Paired(q) => {
                 let kernel = CpuKernel::active();
-                q.matmul_pairs_into(x, rows, out, act, |g, u, o| swiglu_slice(g, u, o, kernel));
+                q.matmul_pairs_into(x, rows, out, act, |g, u, o| f.apply_slice(g, u, o, kernel));
             }
             GateUpWeight::Stacked(l) => {
                 l.forward_split_into(x, rows, &mut [&mut *gate, &mut *up], act)?;
-                swiglu_into(gate, up, out, l.out_features() / 2);
+                f.apply_into(gate, up, out, l.out_features() / 2);
             }
         }
         Ok(())
@@ -103,12 +118,12 @@ impl GateUp {
         let (normed, act) = scratch;
         match &self.weight {
             GateUpWeight::Paired(q) => {
-                let kernel = CpuKernel::active();
+                let (kernel, f) = (CpuKernel::active(), self.activation);
                 let x = Input {
                     x,
                     norm: Some(norm),
                 };
-                q.matmul_pairs_into(x, rows, out, act, |g, u, o| swiglu_slice(g, u, o, kernel));
+                q.matmul_pairs_into(x, rows, out, act, |g, u, o| f.apply_slice(g, u, o, kernel));
                 Ok(())
             }
             GateUpWeight::Stacked(_) => {
@@ -117,42 +132,4 @@ impl GateUp {
             }
         }
     }
-}
-
-/// `out = silu(gate) · up`, the SwiGLU activation, for `[rows, width]` matrices.
-pub fn swiglu_into(gate: &[f32], up: &[f32], out: &mut [f32], width: usize) {
-    let kernel = CpuKernel::active();
-    for_each_row(out, width, |r, row| {
-        let (g, u) = (&gate[r * width..][..width], &up[r * width..][..width]);
-        swiglu_slice(g, u, row, kernel);
-    });
-}
-
-/// [`swiglu_row`] in 256-bit vectors for any kernel but the portable one. (In 512-bit ones
-/// a 512-token prefill was slower in four rounds of four: 0.89–0.99×.)
-#[inline(always)]
-pub(super) fn swiglu_slice(gate: &[f32], up: &[f32], out: &mut [f32], kernel: CpuKernel) {
-    match kernel {
-        CpuKernel::Portable => swiglu_row(gate, up, out),
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: every kernel but the portable one implies AVX2 (`CpuKernel`).
-        _ => unsafe { swiglu_row_avx2(gate, up, out) },
-        #[cfg(not(target_arch = "x86_64"))]
-        _ => swiglu_row(gate, up, out),
-    }
-}
-
-#[inline(always)]
-pub(super) fn swiglu_row(gate: &[f32], up: &[f32], out: &mut [f32]) {
-    for ((o, &g), &u) in out.iter_mut().zip(gate).zip(up) {
-        *o = g / (1.0 + exp(-g)) * u;
-    }
-}
-
-/// The same operations in 256-bit vectors. `exp` has no fused steps and Rust never
-/// contracts `a * b + c`, so every lane rounds as the scalar code does: the same bits.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn swiglu_row_avx2(gate: &[f32], up: &[f32], out: &mut [f32]) {
-    swiglu_row(gate, up, out)
 }

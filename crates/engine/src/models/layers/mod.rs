@@ -6,6 +6,7 @@
 mod embedding;
 mod for_each_row;
 mod gate_up;
+mod gated_activation;
 mod linear;
 mod rms_norm;
 mod rope;
@@ -13,13 +14,15 @@ mod rope;
 pub use embedding::*;
 pub(crate) use for_each_row::for_each_row;
 pub use gate_up::*;
+pub use gated_activation::*;
 pub use linear::*;
 pub use rms_norm::*;
 pub use rope::*;
 
 #[cfg(test)]
 mod tests {
-    use super::gate_up::{swiglu_row, swiglu_slice, GateUpWeight};
+    use super::gate_up::GateUpWeight;
+    use super::gated_activation::{geglu_row, geglu_slice, swiglu_row, swiglu_slice};
     use super::rope::Turn;
     use super::*;
     use crate::config::model_config::RopeStyle;
@@ -237,7 +240,7 @@ mod tests {
     }
 
     #[test]
-    fn swiglu_gives_the_scalar_bits_on_every_kernel_this_cpu_runs() {
+    fn swiglu_and_geglu_give_the_scalar_bits_on_every_kernel_this_cpu_runs() {
         // Ordinary values, both ends of exp's clamp, overflow, tiny and signed zeros, NaN
         // and infinities, odd lengths (every vector width leaves a tail).
         let mut gate = vec![
@@ -253,14 +256,40 @@ mod tests {
         }
         let up: Vec<f32> = gate.iter().map(|g| 0.75 - g * 0.01).collect();
         for n in [gate.len(), 23, 7, 1] {
-            let mut scalar = vec![0.0; n];
+            let (mut scalar, mut scalar_gelu) = (vec![0.0; n], vec![0.0; n]);
             swiglu_row(&gate[..n], &up[..n], &mut scalar);
+            geglu_row(&gate[..n], &up[..n], &mut scalar_gelu);
             for kernel in CpuKernel::supported() {
-                let mut wide = vec![f32::NAN; n];
+                let (mut wide, mut wide_gelu) = (vec![f32::NAN; n], vec![f32::NAN; n]);
                 swiglu_slice(&gate[..n], &up[..n], &mut wide, kernel);
+                geglu_slice(&gate[..n], &up[..n], &mut wide_gelu, kernel);
                 let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
                 assert_eq!(bits(&scalar), bits(&wide), "{kernel}, length {n}");
+                assert_eq!(
+                    bits(&scalar_gelu),
+                    bits(&wide_gelu),
+                    "{kernel} GeGLU, length {n}"
+                );
             }
+        }
+    }
+
+    /// GeGLU's exp form is transformers' `0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³)))`
+    /// to f32 rounding, across the range an MLP sees and out at the clamps.
+    #[test]
+    fn geglu_equals_the_tanh_form_of_gelu_times_up() {
+        let gate: Vec<f32> = (-2000..=2000).map(|i| i as f32 * 0.01).collect();
+        let up: Vec<f32> = gate.iter().map(|g| 1.5 - g * 0.1).collect();
+        let mut ours = vec![0.0; gate.len()];
+        geglu_row(&gate, &up, &mut ours);
+        for ((&g, &u), &got) in gate.iter().zip(&up).zip(&ours) {
+            let (g64, u64) = (g as f64, u as f64);
+            let a = (2.0 / std::f64::consts::PI).sqrt() * (g64 + 0.044715 * g64.powi(3));
+            let want = 0.5 * g64 * (1.0 + a.tanh()) * u64;
+            assert!(
+                (got as f64 - want).abs() <= 1e-6 * want.abs().max(1.0),
+                "gelu_tanh({g}) · {u}: {got} vs {want}"
+            );
         }
     }
 }

@@ -21,6 +21,11 @@ impl RmsNorm {
         })
     }
 
+    /// Multiplies every weight by `factor`: a scale the model folds into the norm.
+    pub fn scale_weights(&mut self, factor: f32) {
+        self.weight.iter_mut().for_each(|w| *w *= factor);
+    }
+
     /// Normalizes every `weight.len()`-wide row of `x` in place.
     pub fn forward_inplace(&self, x: &mut [f32]) {
         let kernel = CpuKernel::active();

@@ -15,17 +15,31 @@ pub struct Rope {
 }
 
 impl Rope {
+    /// The model's (global layers') rotation: `rope_theta` and its frequency scaling.
     pub fn new(config: &ModelConfig, max_positions: usize) -> Self {
+        Self::with_base(
+            config,
+            config.rope_theta,
+            config.rope_freq_divisors.as_deref(),
+            max_positions,
+        )
+    }
+
+    /// `config`'s heads rotated with base `theta`, each frequency divided by `divisors[i]`
+    /// where given: a hybrid model's sliding layers use their own base, unscaled.
+    pub fn with_base(
+        config: &ModelConfig,
+        theta: f64,
+        divisors: Option<&[f64]>,
+        max_positions: usize,
+    ) -> Self {
         let half = config.head_dim / 2;
         let mut cos = Vec::with_capacity(max_positions * half);
         let mut sin = Vec::with_capacity(max_positions * half);
         for pos in 0..max_positions {
             for i in 0..half {
-                let divisor = config.rope_freq_divisors.as_ref().map_or(1.0, |d| d[i]);
-                let freq = config
-                    .rope_theta
-                    .powf(-2.0 * i as f64 / config.head_dim as f64)
-                    / divisor;
+                let divisor = divisors.map_or(1.0, |d| d[i]);
+                let freq = theta.powf(-2.0 * i as f64 / config.head_dim as f64) / divisor;
                 let angle = pos as f64 * freq;
                 cos.push(angle.cos() as f32);
                 sin.push(angle.sin() as f32);
