@@ -368,6 +368,19 @@ fn tiny_qwen2_from_gguf_matches_transformers() {
     check_model("tiny-qwen2", Format::Gguf);
 }
 
+/// Sliding-window attention (window 8) on six of its seven layers, positions to 123.
+#[test]
+fn tiny_gemma3_from_safetensors_matches_transformers() {
+    check_model("tiny-gemma3", Format::Safetensors);
+}
+
+/// The same through llama.cpp's conventions: stored `1 + w` norms, every sixth layer
+/// global by rule, `key_length^-0.5` scores with the difference in the q-norm.
+#[test]
+fn tiny_gemma3_from_gguf_matches_transformers() {
+    check_model("tiny-gemma3", Format::Gguf);
+}
+
 #[test]
 fn tiny_qwen3_moe_from_safetensors_matches_transformers_and_routes_each_position_alike() {
     check_model("tiny-qwen3-moe", Format::Safetensors);
@@ -383,7 +396,13 @@ fn tiny_qwen3_moe_from_gguf_matches_transformers_and_routes_each_position_alike(
 /// and every case's 24 tokens must be the reference's.
 #[test]
 fn the_engine_generates_every_zoo_models_greedy_tokens_in_one_chunked_batch() {
-    for model in ["tiny-llama3", "tiny-qwen2", "tiny-qwen3", "tiny-qwen3-moe"] {
+    for model in [
+        "tiny-llama3",
+        "tiny-qwen2",
+        "tiny-qwen3",
+        "tiny-qwen3-moe",
+        "tiny-gemma3",
+    ] {
         for format in [Format::Safetensors, Format::Gguf] {
             let reference = reference(model);
             let mut ckpt = checkpoint::open(&checkpoint_path(model, format)).unwrap();
@@ -473,4 +492,90 @@ fn the_engine_reports_the_distinct_experts_each_step_ran_per_moe_layer() {
     let mut ckpt = checkpoint::open(&checkpoint_path("tiny-llama3", Format::Gguf)).unwrap();
     let dense = Engine::load(&mut *ckpt, config).unwrap();
     assert!(dense.stats().moe_active_experts.is_none());
+}
+
+/// tiny-gemma3 through the engine, each request alone and then all together in a pool small
+/// enough to preempt, 16 tokens a step: every token and logprob has the same bits. Prompts
+/// of 1 to 120 positions and 24 generated tokens cross its 8-position window (and the f16
+/// cache's 16-position chunks) at every offset; half share a 40-token prefix, which the
+/// batched run takes from the prefix cache.
+#[test]
+fn tiny_gemma3_gives_each_request_the_same_bits_alone_and_batched_across_its_window() {
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::StdRng::seed_from_u64(37);
+    let shared: Vec<u32> = (0..40).map(|_| rng.random_range(1..512)).collect();
+    let prompts: Vec<Vec<u32>> = (0..12)
+        .map(|i| {
+            let len = 1 + (i * 23) % 120;
+            let mut p: Vec<u32> = if i % 2 == 0 {
+                shared.clone()
+            } else {
+                Vec::new()
+            };
+            p.extend((0..len).map(|_| rng.random_range(1..512)));
+            p
+        })
+        .collect();
+    let requests = || -> Vec<Request> {
+        prompts
+            .iter()
+            .map(|p| Request {
+                prompt: p.clone(),
+                params: SamplingParams {
+                    logprobs: Some(3),
+                    ..SamplingParams::greedy(24)
+                },
+                priority: 0,
+                constraint: None,
+            })
+            .collect()
+    };
+    for kv_cache_dtype in [KvCacheDtype::F16, KvCacheDtype::F32] {
+        let engine = |blocks: usize, prefix: bool| {
+            let mut ckpt = checkpoint::open(&checkpoint_path("tiny-gemma3", Format::Gguf)).unwrap();
+            let config = EngineConfig {
+                weight_mode: WeightMode::F32,
+                kv_cache_dtype,
+                block_size: 8,
+                num_kv_blocks: Some(blocks),
+                max_num_batched_tokens: TOKEN_BUDGET,
+                max_num_seqs: 8,
+                enable_prefix_caching: prefix,
+                ..EngineConfig::default()
+            };
+            Engine::load(&mut *ckpt, config).unwrap()
+        };
+        let mut alone = engine(64, false);
+        let want: Vec<_> = requests()
+            .into_iter()
+            .map(|r| alone.generate(vec![r]).unwrap().remove(0))
+            .collect();
+        let mut together = engine(40, true);
+        let got = together.generate(requests()).unwrap();
+        assert!(
+            together.stats().num_preemptions > 0,
+            "{kv_cache_dtype:?}: the pool should have forced preemption"
+        );
+        assert!(
+            together.stats().prefix_cache_hits > 0,
+            "{kv_cache_dtype:?}: the shared prefix should have been reused"
+        );
+        for (i, (a, b)) in want.iter().zip(&got).enumerate() {
+            let bits = |c: &tokenmill_engine::Completion| -> Vec<(u32, u32, Vec<(u32, u32)>)> {
+                c.tokens
+                    .iter()
+                    .map(|t| {
+                        let top = t.top_logprobs.iter().map(|&(id, l)| (id, l.to_bits()));
+                        (t.token_id, t.logprob.unwrap().to_bits(), top.collect())
+                    })
+                    .collect()
+            };
+            assert_eq!(
+                bits(a),
+                bits(b),
+                "{kv_cache_dtype:?} request {i} ({} prompt tokens) differs batched",
+                prompts[i].len()
+            );
+        }
+    }
 }

@@ -1,16 +1,19 @@
 //! The Llama family's decoder (Llama 2/3, SmolLM2, Mistral-shaped), Qwen2, which is the
 //! same network plus biases on the query/key/value projections, and Qwen3 dense, which adds
 //! an RMSNorm on each query and key head instead, and Qwen3-MoE, whose sparse layers route
-//! each token through a few experts ([`SparseMoeBlock`]) in place of the MLP.
+//! each token through a few experts ([`SparseMoeBlock`]) in place of the MLP, and Gemma 3,
+//! whose embeddings are scaled by √hidden, whose attention and MLP outputs are normalized
+//! before they join the residual, whose MLP is GeGLU, and whose sliding layers attend to a
+//! window of recent positions with their own RoPE base.
 //!
 //! Tensor names follow GGUF (`blk.N.attn_q.weight`); other formats are mapped at load.
 
 use super::forward_scratch::{ForwardScratch, ScratchShape};
-use super::layers::{Embedding, GateUp, Linear, RmsNorm, Rope};
+use super::layers::{Embedding, GateUp, GatedActivation, Linear, RmsNorm, Rope};
 use super::moe_router::ExpertChoice;
 use super::sparse_moe_block::SparseMoeBlock;
 use crate::attention::{paged_attention_into, AttentionShape};
-use crate::config::model_config::ModelConfig;
+use crate::config::model_config::{Architecture, ModelConfig};
 use crate::config::WeightMode;
 use crate::error::{EngineError, Result};
 use crate::kernels::cpu_kernel::CpuKernel;
@@ -26,7 +29,12 @@ pub struct Llama {
     blocks: Vec<Block>,
     output_norm: RmsNorm,
     output: Linear,
+    /// Every layer's rotation, or the global layers' where some slide.
     rope: Rope,
+    /// The sliding layers' rotation (their own base, unscaled).
+    local_rope: Option<Rope>,
+    /// Gemma multiplies the embeddings by √hidden.
+    embed_scale: Option<f32>,
     /// The forward pass's activations, reused step after step.
     scratch: Mutex<ForwardScratch>,
 }
@@ -40,8 +48,12 @@ struct Block {
     attn_q_norm: Option<RmsNorm>,
     attn_k_norm: Option<RmsNorm>,
     attn_output: Linear,
+    /// Gemma's norm of the attention output before the residual add.
+    post_attn_norm: Option<RmsNorm>,
     ffn_norm: RmsNorm,
     ffn: FeedForward,
+    /// Gemma's norm of the MLP output before the residual add.
+    post_ffn_norm: Option<RmsNorm>,
 }
 
 /// What a layer adds to the residual after attention.
@@ -107,14 +119,19 @@ impl Llama {
                 mode,
             )?;
             let attn_output = Linear::new(weight("attn_output", [h, q_width])?, mode)?;
+            let activation = match c.architecture {
+                Architecture::Gemma3 => GatedActivation::GeluTanh,
+                _ => GatedActivation::Silu,
+            };
             let ffn = if c.is_sparse_layer(i) {
                 FeedForward::Sparse(SparseMoeBlock::load(ckpt, i, &c, mode)?)
             } else {
                 FeedForward::Dense {
-                    gate_up: GateUp::new(
+                    gate_up: GateUp::with_activation(
                         weight("ffn_gate", [c.intermediate_size, h])?,
                         weight("ffn_up", [c.intermediate_size, h])?,
                         mode,
+                        activation,
                     )?,
                     down: Linear::new(weight("ffn_down", [h, c.intermediate_size])?, mode)?,
                 }
@@ -126,16 +143,29 @@ impl Llama {
                 )
             };
             let (attn_q_norm, attn_k_norm) = if c.has_qk_norm() {
-                (
-                    Some(norm("attn_q_norm", c.head_dim)?),
-                    Some(norm("attn_k_norm", c.head_dim)?),
-                )
+                let mut q_norm = norm("attn_q_norm", c.head_dim)?;
+                // Scores scaled by `query_pre_attn_scalar^-0.5` rather than the kernel's
+                // `head_dim^-0.5`: the queries carry the ratio, through their norm's weights
+                // (RoPE is linear), as llama.cpp's converter stores a Gemma 3 file.
+                if let Some(scalar) = c.query_pre_attn_scalar {
+                    q_norm.scale_weights((c.head_dim as f64 / scalar).sqrt() as f32);
+                }
+                (Some(q_norm), Some(norm("attn_k_norm", c.head_dim)?))
             } else {
                 (None, None)
+            };
+            let (post_attn_norm, post_ffn_norm) = match c.architecture {
+                Architecture::Gemma3 => (
+                    Some(norm("post_attention_norm", h)?),
+                    Some(norm("post_ffw_norm", h)?),
+                ),
+                _ => (None, None),
             };
             blocks.push(Block {
                 attn_norm: norm("attn_norm", h)?,
                 ffn_norm: norm("ffn_norm", h)?,
+                post_attn_norm,
+                post_ffn_norm,
                 attn_qkv,
                 attn_qkv_bias,
                 attn_q_norm,
@@ -146,6 +176,12 @@ impl Llama {
         }
         let output_norm = RmsNorm::new(ckpt.tensor("output_norm.weight", &[h])?, c.rms_norm_eps)?;
         let rope = Rope::new(&c, max_positions);
+        let local_rope = c
+            .local_attention
+            .as_ref()
+            .map(|l| Rope::with_base(&c, l.rope_theta, None, max_positions));
+        // In f32 first, as transformers and llama.cpp both take it.
+        let embed_scale = (c.architecture == Architecture::Gemma3).then(|| (h as f32).sqrt());
         Ok(Self {
             config: c,
             token_embd,
@@ -153,6 +189,8 @@ impl Llama {
             output_norm,
             output,
             rope,
+            local_rope,
+            embed_scale,
             scratch: Mutex::new(ForwardScratch::default()),
         })
     }
@@ -226,6 +264,9 @@ impl Llama {
         s.resize(self.scratch_shape(), t, s.sample_rows.len());
         // 1. Embed: x [T, hidden]
         self.token_embd.lookup_into(&batch.token_ids, &mut s.x);
+        if let Some(scale) = self.embed_scale {
+            s.x[..t * h].iter_mut().for_each(|v| *v *= scale);
+        }
         // 2. Decoder blocks, each adding attention then MLP to the residual stream. The
         //    last one goes on with only the rows whose logits are wanted: every row's keys
         //    and values are stored by then, and nothing reads the other rows' outputs.
@@ -241,10 +282,12 @@ impl Llama {
             if layer == last && matches!(block.ffn, FeedForward::Dense { .. }) {
                 rows = keep_logit_rows(s, t, h, q_width);
             }
-            block.attn_output.forward_add_into(
+            add_to_residual(
+                &block.attn_output,
+                block.post_attn_norm.as_ref(),
                 &s.attn[..rows * q_width],
                 rows,
-                &mut s.x[..rows * h],
+                (&mut s.x[..rows * h], &mut s.normed[..rows * h]),
                 &mut s.quantized,
             )?;
             self.feed_forward(block, layer, rows, s)?;
@@ -347,10 +390,13 @@ impl Llama {
         // 3. (Normalize each head, then) rotate by position, in one pass; store k/v in the
         //    paged cache (before reading: a chunk attends to its own earlier tokens).
         let norms = b.attn_q_norm.as_ref().zip(b.attn_k_norm.as_ref());
-        self.rope
-            .apply(&mut s.q, &batch.positions, norms.map(|(q, _)| q));
-        self.rope
-            .apply(&mut s.k, &batch.positions, norms.map(|(_, k)| k));
+        let window = c.window_of(layer);
+        let rope = match (window, &self.local_rope) {
+            (Some(_), Some(local)) => local,
+            _ => &self.rope,
+        };
+        rope.apply(&mut s.q, &batch.positions, norms.map(|(q, _)| q));
+        rope.apply(&mut s.k, &batch.positions, norms.map(|(_, k)| k));
         kv.write(layer, &batch.slots, &s.k, &s.v);
         // 4. Attend through block tables; x += o_proj(attn): [T, hidden]
         let shape = AttentionShape {
@@ -358,7 +404,7 @@ impl Llama {
             num_kv_heads: c.num_kv_heads,
             head_dim: c.head_dim,
             block_size: kv.block_size(),
-            window: None,
+            window,
         };
         paged_attention_into(&s.q, kv.layer(layer), batch, shape, &mut s.attn);
         Ok(())
@@ -387,7 +433,14 @@ impl Llama {
                     &mut s.act[..t * iw],
                     (&mut s.normed[..t * hw], &mut s.quantized),
                 )?;
-                down.forward_add_into(&s.act[..t * iw], t, &mut s.x[..t * hw], &mut s.quantized)
+                add_to_residual(
+                    down,
+                    b.post_ffn_norm.as_ref(),
+                    &s.act[..t * iw],
+                    t,
+                    (&mut s.x[..t * hw], &mut s.normed[..t * hw]),
+                    &mut s.quantized,
+                )
             }
             FeedForward::Sparse(moe) => {
                 b.ffn_norm.forward_into(&s.x, &mut s.normed);
@@ -425,6 +478,25 @@ fn keep_logit_rows(s: &mut ForwardScratch, t: usize, hidden: usize, attn_width: 
     s.sample_rows.clear();
     s.sample_rows.extend(0..n);
     n
+}
+
+/// `x += linear(input)` over `rows` rows, or with a post-norm (Gemma) `x += norm(linear(input))`
+/// through `tmp` (`x`'s size); each row on its own, so batching changes no bits.
+fn add_to_residual(
+    linear: &Linear,
+    post_norm: Option<&RmsNorm>,
+    input: &[f32],
+    rows: usize,
+    (x, tmp): (&mut [f32], &mut [f32]),
+    act: &mut crate::kernels::quant::QuantizedActivations,
+) -> Result<()> {
+    let Some(norm) = post_norm else {
+        return linear.forward_add_into(input, rows, x, act);
+    };
+    linear.forward_into(input, rows, tmp, act)?;
+    norm.forward_inplace(tmp);
+    x.iter_mut().zip(&*tmp).for_each(|(v, o)| *v += o);
+    Ok(())
 }
 
 /// `x[r] += bias` for every `bias.len()`-wide row of `x`.
