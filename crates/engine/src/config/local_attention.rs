@@ -26,11 +26,12 @@ pub struct LocalAttention {
 impl LocalAttention {
     /// Every `period`-th layer global (counting from 1), the others sliding: transformers'
     /// `sliding_window_pattern` and llama.cpp's rule for a GGUF without a pattern key
-    /// (`il % period == period - 1` is global). A period of 0 or 1 makes every layer global.
+    /// (`il % period == period - 1` is global). As llama.cpp reads them, a period of 1 makes
+    /// every layer global and a period of 0 every layer sliding.
     pub fn every_nth_global(period: usize, num_layers: usize) -> Vec<LayerKind> {
         (0..num_layers)
             .map(|il| {
-                if period > 1 && il % period != period - 1 {
+                if period == 0 || il % period != period - 1 {
                     LayerKind::Sliding
                 } else {
                     LayerKind::Global
@@ -61,5 +62,8 @@ mod tests {
         assert!(LocalAttention::every_nth_global(1, 3)
             .iter()
             .all(|&k| k == LayerKind::Global));
+        assert!(LocalAttention::every_nth_global(0, 3)
+            .iter()
+            .all(|&k| k == LayerKind::Sliding));
     }
 }

@@ -252,15 +252,23 @@ fn config_from_metadata(content: &Content) -> std::result::Result<ModelConfig, S
         _ => None,
     };
     let num_layers = get_u("block_count")?;
-    let local_attention = match architecture {
-        Architecture::Gemma3 => {
-            let positions = get_u("attention.sliding_window")?;
-            let window = SlidingWindow::new(positions).ok_or_else(|| {
-                format!(
-                    "{} is 0: a sliding layer must see at least its own position",
-                    key("attention.sliding_window")
-                )
-            })?;
+    // llama.cpp's gemma3: no window key (or 0) means every layer global.
+    let window = match architecture {
+        Architecture::Gemma3 => get_u("attention.sliding_window")
+            .ok()
+            .and_then(SlidingWindow::new),
+        _ => None,
+    };
+    if architecture == Architecture::Gemma3 {
+        if let Some(cap) = get_f("final_logit_softcapping").filter(|&c| c != 0.0) {
+            return Err(format!(
+                "{} is {cap}: logit softcapping is not supported",
+                key("final_logit_softcapping")
+            ));
+        }
+    }
+    let local_attention = match window {
+        Some(window) => {
             Some(LocalAttention {
                 window,
                 layers: sliding_layers(
@@ -306,9 +314,11 @@ fn config_from_metadata(content: &Content) -> std::result::Result<ModelConfig, S
         eos_token_ids,
         moe,
         local_attention,
-        // llama.cpp scales scores by `key_length^-0.5`; its converter folds any other
-        // scale into the q-norm weights.
-        query_pre_attn_scalar: None,
+        // llama.cpp scales scores by `key_length^-0.5` (its converter folds any other
+        // scale into the q-norm weights), but Gemma 3 27B's (62 layers) by
+        // `(hidden / heads)^-0.5`, at run time.
+        query_pre_attn_scalar: (architecture == Architecture::Gemma3 && num_layers == 62)
+            .then(|| (hidden_size / num_heads.max(1)) as f64),
     })
 }
 
