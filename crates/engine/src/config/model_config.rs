@@ -339,6 +339,37 @@ impl ModelConfig {
         }
     }
 
+    /// google/gemma-3-270m's published shape (15 sliding layers of a 512-position window,
+    /// every sixth global; a 262,144-token vocabulary), for random-weight runs.
+    pub fn gemma3_270m() -> Self {
+        let num_layers = 18;
+        Self {
+            architecture: Architecture::Gemma3,
+            vocab_size: 262_144,
+            hidden_size: 640,
+            intermediate_size: 2048,
+            num_layers,
+            num_heads: 4,
+            num_kv_heads: 1,
+            head_dim: 256,
+            rms_norm_eps: 1e-6,
+            rope_theta: 1_000_000.0,
+            rope_style: RopeStyle::HalfSplit,
+            rope_freq_divisors: None,
+            max_position_embeddings: 32_768,
+            tie_word_embeddings: true,
+            bos_token_id: Some(2),
+            eos_token_ids: vec![1, 106],
+            moe: None,
+            local_attention: Some(LocalAttention {
+                window: SlidingWindow::new(512).expect("a window of 512"),
+                layers: LocalAttention::every_nth_global(6, num_layers),
+                rope_theta: 10_000.0,
+            }),
+            query_pre_attn_scalar: Some(256.0),
+        }
+    }
+
     /// SmolLM2-135M's shape, for random-weight runs of the default model's size.
     pub fn smollm2_135m() -> Self {
         Self {

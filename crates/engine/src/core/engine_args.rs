@@ -23,8 +23,8 @@ const GIB: f64 = (1u64 << 30) as f64;
 #[derive(Args, Debug, Clone)]
 pub struct EngineArgs {
     /// A .gguf file or a Hugging Face directory; with --load-format dummy, a shape name
-    /// (qwen3-0.6b, qwen3-30b-a3b, qwen2.5-0.5b, llama-3.2-1b, smollm2-135m). Default: the
-    /// cached SmolLM2-135M-Instruct Q4_1.
+    /// (qwen3-0.6b, qwen3-30b-a3b, qwen2.5-0.5b, llama-3.2-1b, smollm2-135m, gemma3-270m).
+    /// Default: the cached SmolLM2-135M-Instruct Q4_1.
     #[arg(long)]
     pub model: Option<String>,
     /// `auto` reads the checkpoint; `dummy` makes random weights of the named shape.

@@ -58,7 +58,7 @@ pub struct DummyCheckpoint {
 
 impl DummyCheckpoint {
     /// `shape` names a published architecture: `qwen3-0.6b`, `qwen3-30b-a3b`, `qwen2.5-0.5b`,
-    /// `llama-3.2-1b` or `smollm2-135m`.
+    /// `llama-3.2-1b`, `smollm2-135m` or `gemma3-270m`.
     pub fn new(shape: &str, dtype: DummyDType, seed: u64) -> Result<Self> {
         let config = match shape.to_ascii_lowercase().as_str() {
             "qwen3-0.6b" => ModelConfig::qwen3_0_6b(),
@@ -66,10 +66,11 @@ impl DummyCheckpoint {
             "qwen2.5-0.5b" => ModelConfig::qwen2_5_0_5b(),
             "llama-3.2-1b" => ModelConfig::llama_3_2_1b(),
             "smollm2-135m" => ModelConfig::smollm2_135m(),
+            "gemma3-270m" => ModelConfig::gemma3_270m(),
             other => {
                 return Err(EngineError::Unsupported(format!(
                     "unknown dummy shape {other:?} (qwen3-0.6b, qwen3-30b-a3b, qwen2.5-0.5b, \
-                     llama-3.2-1b, smollm2-135m)"
+                     llama-3.2-1b, smollm2-135m, gemma3-270m)"
                 )))
             }
         };
