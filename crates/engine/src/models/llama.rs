@@ -282,9 +282,11 @@ impl Llama {
             if layer == last && matches!(block.ffn, FeedForward::Dense { .. }) {
                 rows = keep_logit_rows(s, t, h, q_width);
             }
-            add_to_residual(
-                &block.attn_output,
-                block.post_attn_norm.as_ref(),
+            let out = OutputProjection {
+                linear: &block.attn_output,
+                post_norm: block.post_attn_norm.as_ref(),
+            };
+            out.add_into(
                 &s.attn[..rows * q_width],
                 rows,
                 (&mut s.x[..rows * h], &mut s.normed[..rows * h]),
@@ -433,9 +435,11 @@ impl Llama {
                     &mut s.act[..t * iw],
                     (&mut s.normed[..t * hw], &mut s.quantized),
                 )?;
-                add_to_residual(
-                    down,
-                    b.post_ffn_norm.as_ref(),
+                let out = OutputProjection {
+                    linear: down,
+                    post_norm: b.post_ffn_norm.as_ref(),
+                };
+                out.add_into(
                     &s.act[..t * iw],
                     t,
                     (&mut s.x[..t * hw], &mut s.normed[..t * hw]),
@@ -480,23 +484,31 @@ fn keep_logit_rows(s: &mut ForwardScratch, t: usize, hidden: usize, attn_width: 
     n
 }
 
-/// `x += linear(input)` over `rows` rows, or with a post-norm (Gemma) `x += norm(linear(input))`
-/// through `tmp` (`x`'s size); each row on its own, so batching changes no bits.
-fn add_to_residual(
-    linear: &Linear,
-    post_norm: Option<&RmsNorm>,
-    input: &[f32],
-    rows: usize,
-    (x, tmp): (&mut [f32], &mut [f32]),
-    act: &mut crate::kernels::quant::QuantizedActivations,
-) -> Result<()> {
-    let Some(norm) = post_norm else {
-        return linear.forward_add_into(input, rows, x, act);
-    };
-    linear.forward_into(input, rows, tmp, act)?;
-    norm.forward_inplace(tmp);
-    x.iter_mut().zip(&*tmp).for_each(|(v, o)| *v += o);
-    Ok(())
+/// A sublayer's output projection and, for Gemma, the norm its output takes before it
+/// joins the residual.
+struct OutputProjection<'a> {
+    linear: &'a Linear,
+    post_norm: Option<&'a RmsNorm>,
+}
+
+impl OutputProjection<'_> {
+    /// `x += linear(input)` over `rows` rows, or with a post-norm `x += norm(linear(input))`
+    /// through `tmp` (`x`'s size); each row on its own, so batching changes no bits.
+    fn add_into(
+        &self,
+        input: &[f32],
+        rows: usize,
+        (x, tmp): (&mut [f32], &mut [f32]),
+        act: &mut crate::kernels::quant::QuantizedActivations,
+    ) -> Result<()> {
+        let Some(norm) = self.post_norm else {
+            return self.linear.forward_add_into(input, rows, x, act);
+        };
+        self.linear.forward_into(input, rows, tmp, act)?;
+        norm.forward_inplace(tmp);
+        x.iter_mut().zip(&*tmp).for_each(|(v, o)| *v += o);
+        Ok(())
+    }
 }
 
 /// `x[r] += bias` for every `bias.len()`-wide row of `x`.
