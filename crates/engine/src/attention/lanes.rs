@@ -33,7 +33,8 @@ impl Lanes {
         })
     }
 
-    /// Every lane of the chunk.
+    /// Every lane of the chunk (what the x86 folds batch rows by).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     #[inline(always)]
     pub(super) fn is_whole(self) -> bool {
         self.first == 0 && self.end == CHUNK
@@ -44,7 +45,8 @@ impl Lanes {
         (self.first..self.end).contains(&lane)
     }
 
-    /// A bit per lane seen, lane 0 lowest.
+    /// A bit per lane seen, lane 0 lowest (the AVX-512 fold's mask).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     #[inline(always)]
     pub(super) fn mask(self) -> u16 {
         let below_end = if self.end >= CHUNK {
