@@ -8,8 +8,8 @@
 #   scripts/compare-llama-server.sh [OUTPUT_DIR]     # default: a new directory from mktemp
 #   RUNS=1 MODELS=qwen3-q4_0 ORDER=tokenmill-first scripts/compare-llama-server.sh out
 #
-# RUNS: runs per level and server (default 3). MODELS: any of smollm2, qwen3-q4_0, qwen3-q8_0
-# (default all three). ORDER: llama-first (default; table.md's ratios are tokenmill /
+# RUNS: runs per level and server (default 3). MODELS: any of smollm2, gemma3 (gemma-3-270m
+# Q4_K_M from PyPI, at 1 and 64 users), qwen3-q4_0, qwen3-q8_0 (default: smollm2 and the Qwen3s). ORDER: llama-first (default; table.md's ratios are tokenmill /
 # llama-server) or tokenmill-first (the ratios are then llama-server / tokenmill). CONCURRENCY:
 # the levels (default 1 and the model's users, e.g. CONCURRENCY=16 for the 16-user run alone).
 # PORT: 8012. TOKENMILL: the binary to measure (default ./target/release/tokenmill, built here).
@@ -38,9 +38,10 @@ LLAMA_SERVER=$(scripts/build-llama-server.sh)
 for M in $MODELS; do
   case "$M" in
     smollm2) MODEL=$SMOLLM2; OURS_MODEL=""; USERS=64 ;;
+    gemma3) MODEL=$(scripts/fetch-gemma3.sh); OURS_MODEL="--model $MODEL"; USERS=64 ;;
     qwen3-q4_0 | qwen3-q8_0)
       MODEL=$(scripts/make-qwen3-gguf.py "${M#qwen3-}"); OURS_MODEL="--model $MODEL"; USERS=16 ;;
-    *) echo "unknown model '$M' (smollm2, qwen3-q4_0, qwen3-q8_0)" >&2; exit 2 ;;
+    *) echo "unknown model '$M' (smollm2, gemma3, qwen3-q4_0, qwen3-q8_0)" >&2; exit 2 ;;
   esac
   # -c: 256 tokens for each of llama-server's slots (BOS, 128 prompt tokens and 64 more).
   LLAMA="llama-server=$LLAMA_SERVER -m $MODEL --port $PORT --threads $THREADS --no-cache-prompt --cache-ram 0 --parallel $USERS -c $((USERS * 256))"
