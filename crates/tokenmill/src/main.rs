@@ -2,6 +2,7 @@
 
 mod engine_bench;
 mod generate;
+mod perplexity;
 
 use clap::{Parser, Subcommand};
 
@@ -22,6 +23,8 @@ enum Command {
     Serve(tokenmill_server::api_server::ServeArgs),
     /// Generate completions for prompts, batched through the engine.
     Generate(generate::GenerateArgs),
+    /// A text's perplexity, computed as llama.cpp's `llama-perplexity` computes it.
+    Perplexity(perplexity::PerplexityArgs),
     /// Benchmarks: engine-only (latency, throughput) and over HTTP (serve, sweep, compare).
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -77,6 +80,7 @@ fn run(command: Command) -> anyhow::Result<()> {
     match command {
         Command::Serve(args) => tokenmill_server::api_server::run(args),
         Command::Generate(args) => generate::run(args),
+        Command::Perplexity(args) => perplexity::run(args),
         Command::Bench(BenchCommand::Latency(args)) => engine_bench::latency(args),
         Command::Bench(BenchCommand::Throughput(args)) => engine_bench::throughput(args),
         Command::Bench(BenchCommand::Serve(args)) => tokenmill_bench::run_serve(args),
