@@ -115,7 +115,7 @@ for p in prompts:
         print(f"      common  {text(a[:same])!r}")
         print(f"      llama   {text(a[same:])!r}  {a[same:]}")
         print(f"      ours    {text(b[same:])!r}  {b[same:]}")
-        print(f"      f32     {text(c[same:])!r}  (the same as {'ours' if c == b else 'llama' if c == a else 'neither'})")
+        print(f"      f32     agrees with llama for {common(a, c)} tokens, with ours for {common(b, c)}")
 print(f"{agree['llama-server = tokenmill']} of {len(prompts)} prompts agree on all {N} greedy tokens")
 print("against tokenmill --weight-mode f32 (the file's weights dequantized, f32 activations): "
       + ", ".join(f"{k}: {v}" for k, v in agree.items()))
