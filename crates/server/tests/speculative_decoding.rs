@@ -136,8 +136,8 @@ async fn streamed_replies_are_identical_with_and_without_speculation() {
     for (path, body) in workload().into_iter().take(4) {
         let mut body = body;
         body["stream"] = json!(true);
-        let a = post_stream_on(common::server(), path, &body).await;
-        let b = post_stream_on(speculating(), path, &body).await;
+        let a = common::post_stream_to(common::server(), path, body.clone()).await;
+        let b = common::post_stream_to(speculating(), path, body.clone()).await;
         for index in 0..2 {
             assert_eq!(streamed_text(&a, index), streamed_text(&b, index), "{body}");
             assert_eq!(
@@ -147,28 +147,6 @@ async fn streamed_replies_are_identical_with_and_without_speculation() {
             );
         }
     }
-}
-
-/// `post_stream` against a given server.
-async fn post_stream_on(server: &ServerHandle, path: &str, body: &Value) -> Vec<Value> {
-    let mut response = common::client()
-        .post(format!("{}{path}", server.base_url()))
-        .json(body)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), StatusCode::OK);
-    let mut reader = common::SseReader::default();
-    let mut chunks = Vec::new();
-    while let Some(bytes) = response.chunk().await.unwrap() {
-        for payload in reader.feed(&bytes) {
-            if payload == "[DONE]" {
-                return chunks;
-            }
-            chunks.push(serde_json::from_str(&payload).unwrap());
-        }
-    }
-    panic!("the stream ended without [DONE]");
 }
 
 #[tokio::test]

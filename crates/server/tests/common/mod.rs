@@ -189,7 +189,13 @@ impl SseReader {
 
 /// Posts a streaming request and returns every chunk before `[DONE]` (which must arrive).
 pub async fn post_stream(path: &str, body: Value) -> Vec<Value> {
-    let mut response = client().post(url(path)).json(&body).send().await.unwrap();
+    post_stream_to(server(), path, body).await
+}
+
+/// [`post_stream`] to a given server.
+pub async fn post_stream_to(server: &ServerHandle, path: &str, body: Value) -> Vec<Value> {
+    let url = format!("{}{path}", server.base_url());
+    let mut response = client().post(url).json(&body).send().await.unwrap();
     assert_eq!(response.status(), StatusCode::OK, "{path} {body}");
     let content_type = response.headers()["content-type"]
         .to_str()
