@@ -831,13 +831,8 @@ impl Scheduler {
         }
     }
 
-    /// Tokens the sequence may not produce yet (EOS and stop ids before `min_tokens`).
-    pub fn banned_tokens(&self, seq: &Sequence) -> Vec<u32> {
-        self.banned_tokens_at(seq, seq.output().len())
-    }
-
-    /// Tokens the sequence may not produce as its output token number `n` (0-based): what
-    /// verifying a draft position ahead of the output needs.
+    /// Tokens the sequence may not produce as its output token number `n` (0-based): EOS
+    /// and stop ids before `min_tokens`. A verify asks for positions ahead of the output.
     pub fn banned_tokens_at(&self, seq: &Sequence, n: usize) -> Vec<u32> {
         if n >= seq.params.min_tokens {
             return Vec::new();
