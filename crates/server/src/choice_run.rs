@@ -24,7 +24,7 @@ const PROMPT_CONTEXT_TOKENS: usize = 4;
 
 /// What a run produced since it was last asked: text that is safe to show (never a partial
 /// character, never part of a stop string), the tokens behind it, and maybe the end.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct ChoiceDelta {
     pub text: String,
     /// Reasoning split off the text by the server's `--reasoning-parser` (chat only).

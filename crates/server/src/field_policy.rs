@@ -124,8 +124,6 @@ pub fn check_fields(body: &GenerationRequest, endpoint: Endpoint) -> Result<(), 
 fn check_endpoint_fields(body: &GenerationRequest, endpoint: Endpoint) -> Result<(), ApiError> {
     let completions_only = [
         ("prompt", body.prompt.is_some()),
-        // `false` asks for nothing (vLLM's chat reads `echo` too; routers may send it).
-        ("echo", body.echo == Some(true)),
         ("suffix", body.suffix.is_some()),
         ("prompt_logprobs", body.prompt_logprobs.is_some()),
     ];

@@ -79,6 +79,8 @@ pub struct ReplyBuilder {
     tokens_as_ids: bool,
     /// Chat messages carry `reasoning_content` (the server has a reasoning parser).
     reasoning: bool,
+    /// Chat's `echo`: text each choice's content starts with.
+    chat_echo: Option<String>,
 }
 
 impl ReplyBuilder {
@@ -102,7 +104,13 @@ impl ReplyBuilder {
             prompts: PromptReport::default(),
             tokens_as_ids: false,
             reasoning: false,
+            chat_echo: None,
         }
+    }
+
+    /// A chat reply whose every choice starts with `echo` (chat's `echo`).
+    pub fn with_chat_echo(self, chat_echo: Option<String>) -> Self {
+        Self { chat_echo, ..self }
     }
 
     pub fn with_reasoning(self, reasoning: bool) -> Self {
@@ -142,11 +150,15 @@ impl ReplyBuilder {
     }
 
     fn full_chat(&self, index: usize, c: &ChoiceTotal) -> Value {
-        let mut message = json!({"role": "assistant", "content": c.text});
+        let text = match &self.chat_echo {
+            Some(echo) => format!("{echo}{}", c.text),
+            None => c.text.clone(),
+        };
+        let mut message = json!({"role": "assistant", "content": text});
         if !c.tool_calls.is_empty() {
             message["tool_calls"] = c.tool_calls.iter().map(whole_call).collect();
             // OpenAI's shape: a reply of calls alone has `content: null`.
-            if c.text.is_empty() {
+            if text.is_empty() {
                 message["content"] = Value::Null;
             }
         }
@@ -242,6 +254,18 @@ impl ReplyBuilder {
         first: bool,
         text_offset: usize,
     ) -> Vec<Value> {
+        // Chat's `echo` rides on each choice's first chunk, ahead of its first text.
+        let echoed;
+        let delta = match self.chat_echo.as_deref() {
+            Some(echo) if first && !echo.is_empty() => {
+                echoed = ChoiceDelta {
+                    text: format!("{echo}{}", delta.text),
+                    ..delta.clone()
+                };
+                &echoed
+            }
+            _ => delta,
+        };
         if delta.tool_calls.is_empty() {
             return vec![self.chunk(index, delta, first, text_offset)];
         }

@@ -64,6 +64,9 @@ pub struct RequestPlan {
     /// Chat with `--reasoning-parser`: what is done with the reasoning; `None` leaves it in
     /// the content (`separate_reasoning: false`).
     pub reasoning: Option<ReasoningDelivery>,
+    /// Chat's `echo`: the last message's content, which each choice's reply starts with
+    /// (set by the chat route, which has the messages).
+    pub chat_echo: Option<String>,
 }
 
 impl RequestPlan {
@@ -76,7 +79,8 @@ impl RequestPlan {
     ) -> Result<Self, ApiError> {
         request_limits.check(body, prompts.len())?;
         let stream = body.stream.unwrap_or(false);
-        let echo = body.echo.unwrap_or(false);
+        // Chat reads `echo` too, as a different request (see `chat_echo`).
+        let echo = endpoint == Endpoint::Completions && body.echo.unwrap_or(false);
         if stream && echo {
             return Err(ApiError::bad_param(
                 "echo",
@@ -152,6 +156,7 @@ impl RequestPlan {
             parallel_tool_calls: true,
             tool_calls_only: false,
             reasoning: reasoning_delivery(body),
+            chat_echo: None,
         })
     }
 }

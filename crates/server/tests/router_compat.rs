@@ -65,6 +65,41 @@ async fn the_fields_routers_add_are_accepted_and_change_nothing() {
 }
 
 #[tokio::test]
+async fn chat_echo_starts_the_reply_with_the_last_message_when_it_has_the_reply_role() {
+    let continued = json!({"messages": [
+        {"role": "user", "content": "Name a fruit."},
+        {"role": "assistant", "content": "A fruit I like is"}],
+        "max_tokens": 8, "temperature": 0});
+    let after_user = json!({"messages": [{"role": "user", "content": "Name a fruit."}],
+                            "max_tokens": 8, "temperature": 0});
+    for (body, echoed) in [
+        (
+            with(continued.clone(), json!({"continue_final_message": true})),
+            "A fruit I like is",
+        ),
+        (continued, "A fruit I like is"),
+        // Under a generation prompt the reply is the assistant's and the last message the
+        // user's: nothing is echoed.
+        (after_user, ""),
+    ] {
+        let (status, plain) = post_json("/v1/chat/completions", body.clone()).await;
+        assert_eq!(status, 200, "{plain}");
+        let plain = plain["choices"][0]["message"]["content"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        assert!(!plain.is_empty());
+        let echo = with(body, json!({"echo": true}));
+        let (status, reply) = post_json("/v1/chat/completions", echo.clone()).await;
+        assert_eq!(status, 200, "{reply}");
+        let expected = format!("{echoed}{plain}");
+        assert_eq!(reply["choices"][0]["message"]["content"], expected);
+        let chunks = post_stream("/v1/chat/completions", with(echo, json!({"stream": true}))).await;
+        assert_eq!(streamed_text(&chunks, 0), expected);
+    }
+}
+
+#[tokio::test]
 async fn values_that_ask_for_what_is_not_done_are_refused_by_name() {
     for (path, body, param) in [
         (
@@ -74,8 +109,8 @@ async fn values_that_ask_for_what_is_not_done_are_refused_by_name() {
         ),
         (
             "/v1/chat/completions",
-            chat_body(json!({"echo": true})),
-            "echo",
+            chat_body(json!({"return_hidden_states": true})),
+            "return_hidden_states",
         ),
         (
             "/v1/completions",

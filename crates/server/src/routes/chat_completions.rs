@@ -36,6 +36,7 @@ pub async fn chat_completions(
     // sends `continue_final_message` without `add_generation_prompt`).
     let add_generation_prompt = body.add_generation_prompt.unwrap_or(!continue_final);
     let kwargs = body.chat_template_kwargs.clone().unwrap_or_default();
+    let chat_echo = echoed_message(&body, &messages, add_generation_prompt);
     let offered = tools.clone();
     let prompt = off_runtime(move || {
         let prompt = ChatPrompt {
@@ -56,6 +57,7 @@ pub async fn chat_completions(
         &state.limits,
     )?;
     state.generation_config.cap_max_tokens(&body, &mut plan);
+    plan.chat_echo = chat_echo;
     if let Some(tools) = &tools {
         plan_tool_calls(&mut plan, tools, state.tool_call_parser)?;
     }
@@ -82,6 +84,23 @@ fn continuation(body: &GenerationRequest, messages: &[ChatMessage]) -> Result<bo
             "`continue_final_message` needs the last message to be an assistant message",
         )),
     }
+}
+
+/// What vLLM's chat `echo` repeats: the last message's content, when that message has the
+/// reply's role — the assistant's under a generation prompt, else the last speaker's (so a
+/// continued assistant message is echoed whole, and a new turn after a user's is not).
+fn echoed_message(
+    body: &GenerationRequest,
+    messages: &[ChatMessage],
+    add_generation_prompt: bool,
+) -> Option<String> {
+    let last = messages.last().filter(|_| body.echo == Some(true))?;
+    let role = if add_generation_prompt {
+        "assistant"
+    } else {
+        last.role.as_str()
+    };
+    (last.role == role).then(|| last.content.clone())
 }
 
 /// How the reply's calls are read: a forced choice is held to the Hermes grammar (so read as

@@ -40,6 +40,7 @@ pub async fn generate(
         choices_per_prompt: plan.n,
     })
     .with_tokens_as_ids(plan.tokens_as_ids)
+    .with_chat_echo(plan.chat_echo.clone())
     .with_reasoning(
         reasoning(&state, &plan, endpoint).is_some_and(|(_, d)| d != ReasoningDelivery::Dropped),
     );
