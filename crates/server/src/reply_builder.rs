@@ -177,19 +177,14 @@ impl ReplyBuilder {
 
     /// A completions choice, with its prompt echoed and scored when asked.
     fn full_completion(&self, index: usize, c: &ChoiceTotal) -> Value {
-        let per_prompt = self.prompts.choices_per_prompt.max(1);
-        let echoed = self.prompts.echoed.get(index / per_prompt);
+        let echoed = self.echoed(index);
         let text = match echoed {
             Some(prompt) => format!("{}{}", prompt.text, c.text),
             None => c.text.clone(),
         };
-        let logprobs = match (echoed, self.logprobs) {
-            (Some(prompt), Some(k)) => {
-                let scored = self.echoed_tokens(prompt.first_token, &c.prompt_logprobs, k);
-                let all: Vec<SampledToken> = scored.into_iter().chain(c.tokens.clone()).collect();
-                self.completion_logprobs(&all, 0)
-            }
-            _ => self.logprobs_json(&c.tokens, 0),
+        let logprobs = match echoed {
+            Some(prompt) => self.echoed_logprobs(prompt, &(&c.prompt_logprobs, &c.tokens)),
+            None => self.logprobs_json(&c.tokens, 0),
         };
         let mut choice = json!({
             "index": index,
@@ -201,6 +196,35 @@ impl ReplyBuilder {
             choice["prompt_logprobs"] = self.prompt_logprobs_json(&c.prompt_logprobs);
         }
         choice
+    }
+
+    /// The prompt choice `index` echoes, under completions' `echo`.
+    fn echoed(&self, index: usize) -> Option<&EchoedPrompt> {
+        let per_prompt = self.prompts.choices_per_prompt.max(1);
+        self.prompts.echoed.get(index / per_prompt)
+    }
+
+    /// Bytes of prompt text that open choice `index` under completions' `echo`.
+    pub fn echoed_len(&self, index: usize) -> usize {
+        self.echoed(index).map_or(0, |p| p.text.len())
+    }
+
+    /// `logprobs` of an echoed choice: its prompt's tokens (scored as `prompt_logprobs` scores
+    /// them), then its output tokens, offsets counted from the start of the prompt.
+    fn echoed_logprobs(
+        &self,
+        prompt: &EchoedPrompt,
+        (scored, output): &(&Vec<SampledToken>, &Vec<SampledToken>),
+    ) -> Value {
+        let Some(k) = self.logprobs else {
+            return Value::Null;
+        };
+        let all: Vec<SampledToken> = self
+            .echoed_tokens(prompt.first_token, scored, k)
+            .into_iter()
+            .chain(output.iter().cloned())
+            .collect();
+        self.completion_logprobs(&all, 0)
     }
 
     /// The prompt as `logprobs` entries: the first token unscored, the rest with `k`
@@ -332,12 +356,22 @@ impl ReplyBuilder {
     ) -> Value {
         let logprobs = self.logprobs_json(&delta.tokens, text_offset);
         let choice = match self.endpoint {
-            Endpoint::Completions => json!({
-                "index": index,
-                "text": delta.text,
-                "logprobs": logprobs,
-                "finish_reason": delta.finish_reason,
-            }),
+            Endpoint::Completions => match self.echoed(index).filter(|_| first) {
+                // Completions' `echo` streamed: the prompt (scored, with `logprobs`) opens
+                // the choice's first chunk, as the whole reply would open with it.
+                Some(prompt) => json!({
+                    "index": index,
+                    "text": format!("{}{}", prompt.text, delta.text),
+                    "logprobs": self.echoed_logprobs(prompt, &(&delta.prompt_logprobs, &delta.tokens)),
+                    "finish_reason": delta.finish_reason,
+                }),
+                None => json!({
+                    "index": index,
+                    "text": delta.text,
+                    "logprobs": logprobs,
+                    "finish_reason": delta.finish_reason,
+                }),
+            },
             Endpoint::Chat => {
                 let mut message = Map::new();
                 if first {

@@ -81,12 +81,6 @@ impl RequestPlan {
         let stream = body.stream.unwrap_or(false);
         // Chat reads `echo` too, as a different request (see `chat_echo`).
         let echo = endpoint == Endpoint::Completions && body.echo.unwrap_or(false);
-        if stream && echo {
-            return Err(ApiError::bad_param(
-                "echo",
-                "`echo` is not supported with `stream`",
-            ));
-        }
         if stream && body.prompt_logprobs.is_some() {
             return Err(ApiError::bad_param(
                 "prompt_logprobs",

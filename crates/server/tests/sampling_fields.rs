@@ -181,16 +181,44 @@ async fn echo_with_logprobs_scores_the_prompt_as_prompt_logprobs_does() {
 }
 
 #[tokio::test]
-async fn echo_and_prompt_logprobs_are_refused_with_stream() {
-    for field in ["echo", "prompt_logprobs"] {
-        let mut body = json!({"prompt": "Hi", "max_tokens": 1, "stream": true});
-        body[field] = if field == "echo" {
-            json!(true)
-        } else {
-            json!(1)
-        };
-        let (status, reply) = post_json("/v1/completions", body).await;
-        assert_eq!(status, 400, "{reply}");
-        assert_eq!(reply["error"]["param"], field);
+async fn prompt_logprobs_are_refused_with_stream() {
+    let body = json!({"prompt": "Hi", "max_tokens": 1, "stream": true, "prompt_logprobs": 1});
+    let (status, reply) = post_json("/v1/completions", body).await;
+    assert_eq!(status, 400, "{reply}");
+    assert_eq!(reply["error"]["param"], "prompt_logprobs");
+}
+
+#[tokio::test]
+async fn a_streamed_echo_opens_with_the_prompt_and_scores_it_as_the_whole_reply_does() {
+    let prompt = "The sky is blue and the grass is";
+    let body = json!({"prompt": prompt, "max_tokens": 4, "temperature": 0, "echo": true,
+                      "logprobs": 1, "n": 2});
+    let (status, whole) = post_json("/v1/completions", body.clone()).await;
+    assert_eq!(status, 200, "{whole}");
+    let mut streamed = body;
+    streamed["stream"] = json!(true);
+    let chunks = post_stream("/v1/completions", streamed).await;
+    for index in 0..2 {
+        let choice = &whole["choices"][index];
+        assert!(choice["text"].as_str().unwrap().starts_with(prompt));
+        assert_eq!(
+            streamed_text(&chunks, index),
+            choice["text"],
+            "choice {index}"
+        );
+        // Each list of `logprobs`, chunk after chunk, adds up to the whole reply's.
+        for list in ["tokens", "token_logprobs", "top_logprobs", "text_offset"] {
+            let joined: Vec<Value> = chunks
+                .iter()
+                .flat_map(|c| c["choices"].as_array().cloned().unwrap_or_default())
+                .filter(|c| c["index"] == index)
+                .flat_map(|c| c["logprobs"][list].as_array().cloned().unwrap_or_default())
+                .collect();
+            assert_eq!(
+                Value::Array(joined),
+                choice["logprobs"][list],
+                "{list} of {index}"
+            );
+        }
     }
 }

@@ -210,7 +210,13 @@ async fn next_events(mut s: StreamState) -> Option<(Vec<Event>, StreamState)> {
                 let chunks = s
                     .reply
                     .chunks(index, &delta, offset.is_none(), offset.unwrap_or(0));
-                s.streamed[index] = Some(offset.unwrap_or(0) + delta.text.len());
+                // An echoed prompt opens the first chunk, so later offsets count it.
+                let echoed = if offset.is_none() {
+                    s.reply.echoed_len(index)
+                } else {
+                    0
+                };
+                s.streamed[index] = Some(offset.unwrap_or(0) + echoed + delta.text.len());
                 chunks.iter().map(ToString::to_string).collect()
             }
             None if s.include_usage => {
