@@ -13,7 +13,9 @@
 #           `/completion` with `return_tokens`, tokenmill's `/v1/completions` with
 #           `return_tokens_as_token_ids`; the prompt token counts must match (both add BOS).
 #           Where they part, the f32 yardstick's tokens say which side it follows, and each
-#           side's count of prompts equal to it is printed.
+#           side's count of prompts equal to it is printed. llama-server runs twice, with flash
+#           attention on and off (both exact algorithms, rounded differently): how often
+#           llama.cpp agrees with itself is the floor that two quantized engines can be held to.
 # Usage: scripts/gemma3-vs-llama.sh [ppl|greedy|all]   (default all)
 # TOKENMILL names the binary (default target/ci/tokenmill: cargo build --profile ci -p tokenmill).
 set -euo pipefail
@@ -70,14 +72,21 @@ greedy() {
   echo "== greedy, $(python3 -c "import json,sys;print(len(json.load(open(sys.argv[1]))))" "$PROMPTS") prompts of $PROMPTS, 16 tokens each"
   "$LLAMA_SERVER" -m "$MODEL" --port 18771 --threads "$THREADS" --parallel 1 -c 1024 \
     --no-cache-prompt >"$OUT/llama-server.log" 2>&1 &
+  "$LLAMA_SERVER" -m "$MODEL" --port 18774 --threads "$THREADS" --parallel 1 -c 1024 \
+    --no-cache-prompt --flash-attn on >"$OUT/llama-server-fa-on.log" 2>&1 &
+  "$LLAMA_SERVER" -m "$MODEL" --port 18775 --threads "$THREADS" --parallel 1 -c 1024 \
+    --no-cache-prompt --flash-attn off >"$OUT/llama-server-fa-off.log" 2>&1 &
   RUST_LOG=warn "$TM" serve --model "$MODEL" --port 18772 >"$OUT/tokenmill-server.log" 2>&1 &
   RUST_LOG=warn "$TM" serve --model "$MODEL" --weight-mode f32 --port 18773 >"$OUT/tokenmill-f32.log" 2>&1 &
   wait_ready http://127.0.0.1:18771 llama-server
+  wait_ready http://127.0.0.1:18774 "llama-server --flash-attn on"
+  wait_ready http://127.0.0.1:18775 "llama-server --flash-attn off"
   wait_ready http://127.0.0.1:18772 tokenmill
   wait_ready http://127.0.0.1:18773 "tokenmill --weight-mode f32"
-  python3 - "$PROMPTS" http://127.0.0.1:18771 http://127.0.0.1:18772 http://127.0.0.1:18773 "$TEXT" <<'PY'
+  python3 - "$PROMPTS" http://127.0.0.1:18771 http://127.0.0.1:18772 http://127.0.0.1:18773 "$TEXT" \
+    http://127.0.0.1:18774 http://127.0.0.1:18775 <<'PY'
 import json, sys, urllib.request
-prompts, llama, ours, exact, text_path = json.load(open(sys.argv[1])), *sys.argv[2:6]
+prompts, llama, ours, exact, text_path, fa_on, fa_off = json.load(open(sys.argv[1])), *sys.argv[2:8]
 N = 16
 def post(url, body):
     req = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"})
@@ -89,8 +98,8 @@ a = post(f"{llama}/tokenize", {"content": text_in, "add_special": True})["tokens
 b = post(f"{ours}/tokenize", {"prompt": text_in, "add_special_tokens": True})["tokens"]
 print(f"the perplexity text: {len(a)} tokens from llama-server, {len(b)} from tokenmill, "
       f"{'identical' if a == b else 'DIFFERENT'}")
-def llama_ids(prompt):
-    r = post(f"{llama}/completion", {"prompt": prompt, "n_predict": N, "temperature": 0,
+def llama_ids(prompt, server=llama):
+    r = post(f"{server}/completion", {"prompt": prompt, "n_predict": N, "temperature": 0,
              "top_k": 1, "ignore_eos": True, "return_tokens": True, "cache_prompt": False})
     return r["tokens"], r["tokens_evaluated"]
 def ours_ids(server, prompt):
@@ -119,6 +128,18 @@ for p in prompts:
 print(f"{agree['llama-server = tokenmill']} of {len(prompts)} prompts agree on all {N} greedy tokens")
 print("against tokenmill --weight-mode f32 (the file's weights dequantized, f32 activations): "
       + ", ".join(f"{k}: {v}" for k, v in agree.items()))
+# Every pair of the five: prompts whose 16 greedy ids agree.
+runs = {"llama": [llama_ids(p)[0] for p in prompts],
+        "llama fa on": [llama_ids(p, fa_on)[0] for p in prompts],
+        "llama fa off": [llama_ids(p, fa_off)[0] for p in prompts],
+        "tokenmill": [ours_ids(ours, p)[0] for p in prompts],
+        "tokenmill f32": [ours_ids(exact, p)[0] for p in prompts]}
+names = list(runs)
+print(f"prompts of {len(prompts)} whose {N} greedy tokens agree, every pair:")
+print(" " * 14 + "".join(f"{n:>15}" for n in names))
+for x in names:
+    row = [sum(common(a, b) == N for a, b in zip(runs[x], runs[y])) for y in names]
+    print(f"{x:>14}" + "".join(f"{v:>15}" for v in row))
 PY
 }
 
