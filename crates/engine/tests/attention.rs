@@ -17,6 +17,7 @@ use tokenmill_engine::config::model_config::KvHeads;
 use tokenmill_engine::config::{KvCacheDtype, SlidingWindow};
 use tokenmill_engine::kernels::cpu_kernel::CpuKernel;
 use tokenmill_engine::kv::block_manager::{BlockId, BlockManager};
+use tokenmill_engine::kv::block_table::BlockTable;
 use tokenmill_engine::kv::kv_cache::KvCache;
 use tokenmill_engine::sched::forward_batch::ForwardBatch;
 
@@ -182,6 +183,7 @@ fn random_case_with(rng: &mut StdRng, dtype: KvCacheDtype, head_dim: usize) -> C
         head_dim,
         block_size: [1, 5, 16, 32][rng.random_range(0..4)],
         window: random_window(rng),
+        kv_group: 0,
     };
     let seqs = (0..rng.random_range(1..=4))
         .map(|_| match rng.random_range(0..3) {
@@ -255,7 +257,7 @@ fn by_position(case: &Case, batch: &ForwardBatch, out: &[f32]) -> Vec<Vec<u32>> 
 
 /// The case's sequence a batch row belongs to (entries of one sequence share its table).
 fn seq_of(case: &Case, batch: &ForwardBatch, row: usize) -> usize {
-    let table = &batch.seqs[batch.seq_index[row]].block_table;
+    let table = batch.seqs[batch.seq_index[row]].block_tables[0].held();
     case.tables.iter().position(|t| t == table).unwrap()
 }
 
@@ -411,6 +413,7 @@ fn a_lone_decode_row_folded_straight_from_the_f16_cache_gives_the_tile_and_porta
             block_size: [16, 32, 64][(round / 3) % 3],
             // Every other round a window, which a lone row's direct fold must cut alike.
             window: [None, SlidingWindow::new(8 + 37 * round)][round % 2],
+            kv_group: 0,
         };
         // Decode rows at short, partition-crossing and long contexts, and a prefill chunk
         // whose rows, cut one by one, become lone rows too.
@@ -461,4 +464,43 @@ fn a_lone_decode_row_folded_straight_from_the_f16_cache_gives_the_tile_and_porta
             );
         }
     }
+}
+
+/// A sliding layer's blocks before the window of a chunk's first row are released once the
+/// sequence is past them: through a table that no longer holds them, every row (on every
+/// kernel build this CPU runs) has the same bits as through the whole table.
+#[test]
+fn a_sliding_row_has_the_same_bits_with_the_blocks_before_its_window_released() {
+    let mut rng = StdRng::seed_from_u64(15);
+    let mut dropped_any = false;
+    for round in 0..24 {
+        let dtype = DTYPES[round % 3];
+        let mut case = random_case_with(&mut rng, dtype, [32, 64, 8][round % 3]);
+        case.shape.window = SlidingWindow::new(rng.random_range(1..3 * PARTITION / 2));
+        case.shape.block_size = [16, 32, 5, 1][round % 4];
+        let case = Case::new(case.shape, case.seqs, dtype, &mut rng);
+        let bs = case.shape.block_size;
+        let window = case.shape.window.expect("a sliding layer");
+        let whole = case.batch(usize::MAX);
+        let mut released = ForwardBatch::default();
+        for (spec, table) in case.seqs.iter().zip(&case.tables) {
+            let first = window.first_visible(spec.start) / bs;
+            dropped_any |= first > 0;
+            let table = BlockTable::after_dropped(first, table[first..].to_vec());
+            released.push_chunk(&vec![0; spec.rows], spec.start, &[table], bs, false);
+        }
+        let q = random(&mut rng, whole.num_tokens() * case.q_width());
+        for kernel in CpuKernel::supported() {
+            let a = paged_attention_with(kernel, &q, case.kv.layer(0), &whole, case.shape);
+            let b = paged_attention_with(kernel, &q, case.kv.layer(0), &released, case.shape);
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(
+                bits(&a),
+                bits(&b),
+                "round {round} ({dtype:?}, {kernel}): {:?}",
+                case.shape
+            );
+        }
+    }
+    assert!(dropped_any, "some case should release blocks");
 }

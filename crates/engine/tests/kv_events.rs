@@ -153,7 +153,7 @@ fn the_event_stream_rebuilds_the_cached_block_set_through_reuse_and_eviction() {
 fn with_no_sink_nothing_is_recorded() {
     let mut blocks = BlockManager::new(4, 4, true);
     let ids = blocks.allocate(2).unwrap();
-    blocks.register_full(ids[0], None, &[1, 2, 3, 4]);
+    blocks.register_full(0, ids[0], None, &[1, 2, 3, 4]);
     assert!(blocks.take_events().is_empty());
 }
 
@@ -161,8 +161,8 @@ fn with_no_sink_nothing_is_recorded() {
 fn events_start_with_a_clear_and_what_is_cached_already_parents_first() {
     let mut blocks = BlockManager::new(4, 4, true);
     let ids = blocks.allocate(3).unwrap();
-    let a = blocks.register_full(ids[0], None, &[1, 2, 3, 4]);
-    let b = blocks.register_full(ids[1], Some(a), &[5, 6, 7, 8]);
+    let a = blocks.register_full(0, ids[0], None, &[1, 2, 3, 4]);
+    let b = blocks.register_full(0, ids[1], Some(a), &[5, 6, 7, 8]);
     blocks.enable_events();
     let events = blocks.take_events();
     assert_eq!(
@@ -184,7 +184,7 @@ fn events_start_with_a_clear_and_what_is_cached_already_parents_first() {
         ]
     );
     // Blocks of one prefix registered in a row make one event; evictions one removal.
-    let c = blocks.register_full(ids[2], Some(b), &[9, 10, 11, 12]);
+    let c = blocks.register_full(0, ids[2], Some(b), &[9, 10, 11, 12]);
     for &id in ids.iter().rev() {
         blocks.release(id);
     }

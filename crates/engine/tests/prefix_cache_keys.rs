@@ -12,15 +12,22 @@ const X: [u32; 4] = [9, 9, 9, 9];
 fn a_key_collision_with_the_same_tokens_after_another_parent_is_not_a_hit() {
     let mut blocks = BlockManager::new(8, 4, true);
     let ids = blocks.allocate(3).unwrap();
-    let a0 = blocks.register_full(ids[0], None, &A0);
-    let b0 = blocks.register_full(ids[1], None, &B0);
+    let a0 = blocks.register_full(0, ids[0], None, &A0);
+    let b0 = blocks.register_full(0, ids[1], None, &B0);
     // Prompt A = A0 X. Its second block is registered under the key prompt B = B0 X will
     // compute for its own second block: the collision an attacker would search for.
     let forged = BlockHash::chain(Some(b0), &X);
-    blocks.register_keyed(ids[2], forged, Some(a0), &X);
+    blocks.register_keyed(0, ids[2], forged, Some(a0), &X);
 
     let prompt_b = [B0, X].concat();
-    let hits = blocks.lookup_prefix(&prompt_b, &BlockHash::of_full_blocks(&prompt_b, 4));
+    let hits: Vec<_> = blocks
+        .lookup_prefix(
+            &prompt_b,
+            &BlockHash::of_full_blocks(&prompt_b, 4),
+            usize::MAX,
+        )
+        .ids()
+        .collect();
     assert_eq!(
         hits,
         vec![ids[1]],
@@ -32,10 +39,13 @@ fn a_key_collision_with_the_same_tokens_after_another_parent_is_not_a_hit() {
 fn a_genuine_shared_prefix_is_still_a_hit_block_for_block() {
     let mut blocks = BlockManager::new(8, 4, true);
     let ids = blocks.allocate(2).unwrap();
-    let a0 = blocks.register_full(ids[0], None, &A0);
-    blocks.register_full(ids[1], Some(a0), &X);
+    let a0 = blocks.register_full(0, ids[0], None, &A0);
+    blocks.register_full(0, ids[1], Some(a0), &X);
     let prompt = [A0, X, B0].concat();
-    let hits = blocks.lookup_prefix(&prompt, &BlockHash::of_full_blocks(&prompt, 4));
+    let hits: Vec<_> = blocks
+        .lookup_prefix(&prompt, &BlockHash::of_full_blocks(&prompt, 4), usize::MAX)
+        .ids()
+        .collect();
     assert_eq!(hits, ids);
 }
 

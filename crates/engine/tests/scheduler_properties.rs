@@ -1,12 +1,15 @@
 //! Scheduler and block-manager properties under random arrivals, aborts and lengths,
-//! driven without a model (sampled tokens are fake; only the bookkeeping is under test).
+//! driven without a model (sampled tokens are fake; only the bookkeeping is under test),
+//! with one KV cache group or, like Gemma 3, a full group beside sliding ones.
 
 mod common;
 
 use proptest::prelude::*;
 use std::collections::{HashMap, HashSet};
 use std::time::Instant;
-use tokenmill_engine::config::{PartialPrefillLimits, SchedulingPolicy};
+use tokenmill_engine::config::{
+    KvCacheGroups, PartialPrefillLimits, SchedulingPolicy, SlidingWindow,
+};
 use tokenmill_engine::kv::block_manager::BlockManager;
 use tokenmill_engine::sample::sampled_token::SampledToken;
 use tokenmill_engine::sched::scheduler::{Scheduler, SchedulerConfig};
@@ -43,6 +46,8 @@ struct Setup {
     max_num_seqs: usize,
     policy: SchedulingPolicy,
     limits: PartialPrefillLimits,
+    /// One group of every layer, or one full and two sliding groups.
+    groups: KvCacheGroups,
 }
 
 fn setup() -> impl Strategy<Value = Setup> {
@@ -54,12 +59,27 @@ fn setup() -> impl Strategy<Value = Setup> {
         any::<bool>(),
         any::<bool>(),
         (1usize..5, 1usize..5),
+        proptest::option::of(1usize..24),
     )
         .prop_map(
-            |(budget, num_blocks, block_size, max_num_seqs, priority, cap, (partial, long))| {
+            |(
+                budget,
+                num_blocks,
+                block_size,
+                max_num_seqs,
+                priority,
+                cap,
+                (partial, long),
+                window,
+            )| {
+                let groups = match window.and_then(SlidingWindow::new) {
+                    Some(w) => KvCacheGroups::new(&[Some(w), None, Some(w)]),
+                    None => KvCacheGroups::single(2),
+                };
                 Setup {
                     budget,
-                    num_blocks,
+                    // As many tokens at short context whatever the groups.
+                    num_blocks: num_blocks * groups.num_groups(),
                     block_size,
                     max_num_seqs,
                     policy: if priority {
@@ -72,6 +92,7 @@ fn setup() -> impl Strategy<Value = Setup> {
                         max_long: long.min(partial),
                         long_threshold: cap.then_some(budget / 2 + 1),
                     },
+                    groups,
                 }
             },
         )
@@ -109,6 +130,28 @@ fn check_step(
         }
     }
     check_ref_counts(s);
+    check_window_pages(s, setup);
+}
+
+/// A sliding group holds, per sequence, no more pages than its window before a chunk and
+/// the chunk take: the pages it no longer sees went back before the step allocated.
+fn check_window_pages(s: &Scheduler, setup: &Setup) {
+    let bs = setup.block_size;
+    for seq in s.running() {
+        for (g, table) in seq.block_tables.iter().enumerate() {
+            let Some(w) = setup.groups.window(g) else {
+                continue;
+            };
+            let most = (w.get() - 1 + setup.budget).div_ceil(bs) + 1;
+            assert!(
+                table.held().len() <= most,
+                "{:?} holds {} pages in sliding group {g} (window {}), at most {most} expected",
+                seq.id,
+                table.held().len(),
+                w.get()
+            );
+        }
+    }
 }
 
 /// Between steps, no more prompts are mid-prefill than the limits allow, and no more of them
@@ -133,13 +176,15 @@ fn check_partial_prefills(s: &Scheduler, limits: &PartialPrefillLimits) {
     );
 }
 
-/// Every block's ref count equals the number of running sequences holding it.
+/// Every block's ref count equals the number of running sequences' table entries holding
+/// it, in every group.
 fn check_ref_counts(s: &Scheduler) {
     let bm = s.block_manager();
-    bm.check_invariants().unwrap();
+    bm.check_tables(s.running().iter().map(|q| q.block_tables.as_slice()))
+        .unwrap();
     let mut holders: HashMap<usize, u32> = HashMap::new();
     for seq in s.running() {
-        for b in &seq.block_table {
+        for b in seq.block_tables.iter().flat_map(|t| t.held()) {
             *holders.entry(b.index()).or_default() += 1;
         }
     }
@@ -150,7 +195,7 @@ fn check_ref_counts(s: &Scheduler) {
         "held + free != total"
     );
     for seq in s.running() {
-        for b in &seq.block_table {
+        for b in seq.block_tables.iter().flat_map(|t| t.held()) {
             assert_eq!(bm.ref_count(*b), holders[&b.index()], "ref count of {b:?}");
         }
     }
@@ -168,8 +213,17 @@ fn run(setup: Setup, events: Vec<Event>) {
             eos_token_ids: vec![0],
             target_itl: None,
         },
-        BlockManager::new(setup.num_blocks, setup.block_size, true),
+        BlockManager::with_groups(
+            setup.num_blocks,
+            setup.block_size,
+            true,
+            setup.groups.clone(),
+        ),
     );
+    let alone = setup
+        .groups
+        .capacity(setup.num_blocks, setup.block_size, setup.budget)
+        .one_sequence;
     let mut next = 0u64;
     let mut live: Vec<SeqId> = Vec::new();
     let shared: Vec<u32> = (100..200).collect();
@@ -190,7 +244,7 @@ fn run(setup: Setup, events: Vec<Event>) {
                 shared_prefix,
             } => {
                 // Only requests that fit the pool alone are admitted (the engine validates this).
-                if (prompt_len + max_tokens).div_ceil(setup.block_size) > setup.num_blocks {
+                if prompt_len + max_tokens > alone {
                     continue;
                 }
                 let prompt: Vec<u32> = if shared_prefix {

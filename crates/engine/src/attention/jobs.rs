@@ -16,7 +16,7 @@ use super::rows::{Bf16Rows, F16Rows, F32Rows, Rows};
 #[cfg(target_arch = "x86_64")]
 use super::CHUNK;
 use super::PARTITION;
-use crate::kv::block_manager::BlockId;
+use crate::kv::block_table::BlockTable;
 use crate::kv::kv_cache::{KvLayer, KvSlab};
 use std::cell::RefCell;
 use std::ops::Range;
@@ -91,7 +91,7 @@ thread_local! {
 /// One tile: its rows of every KV head, partition after partition.
 pub(super) struct TileJob<'a> {
     pub(super) ctx: &'a Ctx<'a>,
-    pub(super) table: &'a [BlockId],
+    pub(super) table: &'a BlockTable,
     /// Batch rows (consecutive positions of one sequence).
     pub(super) rows: Range<usize>,
     /// `[rows, num_heads * head_dim]`
@@ -242,7 +242,7 @@ impl TileJob<'_> {
 /// One partition of one KV head of a lone decode row; writes `[group, max, sum, acc[d]]`.
 pub(super) struct PartitionJob<'a> {
     pub(super) ctx: &'a Ctx<'a>,
-    pub(super) table: &'a [BlockId],
+    pub(super) table: &'a BlockTable,
     pub(super) row: usize,
     pub(super) kv_head: usize,
     pub(super) part: usize,

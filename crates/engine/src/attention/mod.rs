@@ -17,7 +17,9 @@
 //! A sliding-window layer's row sees only its window: chunks before it are skipped, the
 //! chunk the window starts in has its earlier lanes masked ([`lanes::Lanes`]), and
 //! partitions before it are neither folded nor merged, per row, so the same bits again
-//! whichever path (tile, partition, direct f16 fold) computes the row.
+//! whichever path (tile, partition, direct f16 fold) computes the row. Its group's blocks
+//! before the window may be released: the table answers `None` for them, and the lanes of
+//! a chunk that lie in such a block are zeroed instead of read (they are masked anyway).
 //!
 //! Every path uses the same operation order and fused multiply-adds, so the AVX2 build of
 //! the kernel, its AVX-512 build (a chunk's sixteen positions in one register) and the
@@ -41,7 +43,7 @@ mod online_softmax;
 mod plan;
 mod rows;
 
-use crate::config::SlidingWindow;
+use crate::config::{KvGroup, SlidingWindow};
 use crate::kernels::compute_pool::{ComputePool, Shards};
 use crate::kernels::cpu_kernel::CpuKernel;
 use crate::kv::kv_cache::KvLayer;
@@ -52,8 +54,9 @@ use plan::{Ctx, Plan, Task, PLAN};
 
 pub use exp2::exp2;
 
-/// Query heads, KV heads (a GQA group is their ratio), head dim, KV cache block size, and
-/// the layer's sliding window (`None`: every earlier position).
+/// Query heads, KV heads (a GQA group is their ratio), head dim, KV cache block size, the
+/// layer's sliding window (`None`: every earlier position), and the KV cache group whose
+/// block tables the layer reads.
 #[derive(Debug, Clone, Copy)]
 pub struct AttentionShape {
     pub num_heads: usize,
@@ -61,6 +64,7 @@ pub struct AttentionShape {
     pub head_dim: usize,
     pub block_size: usize,
     pub window: Option<SlidingWindow>,
+    pub kv_group: KvGroup,
 }
 
 impl AttentionShape {
@@ -157,7 +161,7 @@ fn attend(
                 Task::Tile { seq, rows } => {
                     let job = TileJob {
                         ctx: &ctx,
-                        table: &batch.seqs[seq].block_table,
+                        table: &batch.seqs[seq].block_tables[shape.kv_group],
                         out: unsafe { out.range(rows.start * w..rows.end * w) },
                         rows,
                     };
@@ -173,7 +177,7 @@ fn attend(
                     let per_part = ctx.group() * (shape.head_dim + 2);
                     let job = PartitionJob {
                         ctx: &ctx,
-                        table: &batch.seqs[seq].block_table,
+                        table: &batch.seqs[seq].block_tables[shape.kv_group],
                         row,
                         kv_head,
                         part,

@@ -12,7 +12,7 @@ use super::exp2::exp2;
 use super::lanes::Lanes;
 use super::rows::Rows;
 use super::{AttentionShape, CHUNK};
-use crate::kv::block_manager::BlockId;
+use crate::kv::block_table::BlockTable;
 use std::ops::Range;
 
 /// Heads of a tile's rows folded in one call where each row sees the whole chunk: what the
@@ -82,7 +82,7 @@ impl Scratch {
 /// rows at `positions`, folding each chunk into `state` for every row that sees it.
 pub(super) struct Span<'a, R> {
     pub(super) rows: &'a R,
-    pub(super) table: &'a [BlockId],
+    pub(super) table: &'a BlockTable,
     pub(super) shape: AttentionShape,
     pub(super) kv_head: usize,
     pub(super) positions: &'a [usize],
@@ -232,8 +232,18 @@ impl<R: Rows> Span<'_, R> {
         let mut j = 0;
         while j < n {
             let pos = start + j;
-            let (block, offset) = (self.table[pos / bs].index(), pos % bs);
+            let offset = pos % bs;
             let run = (bs - offset).min(n - j);
+            let Some(block) = self.table.get(pos / bs) else {
+                // Released (before every row's window): these lanes are masked, their
+                // values never read; their keys are zeroed rather than left stale.
+                for k in 0..d {
+                    bufs.keys_t[k * CHUNK + j..k * CHUNK + j + run].fill(0.0);
+                }
+                j += run;
+                continue;
+            };
+            let block = block.index();
             let first_key = (block * width + self.kv_head * d) * bs + offset;
             if offset == 0 && bs == CHUNK {
                 // A block is a chunk: its `[head_dim][block_size]` keys are already
@@ -267,14 +277,20 @@ pub(super) fn folds_direct(shape: AttentionShape) -> bool {
 #[cfg(target_arch = "x86_64")]
 pub(super) fn f16_chunk<'a>(
     (keys, values): (&'a [u16], &'a [u16]),
-    table: &[BlockId],
+    table: &BlockTable,
     shape: AttentionShape,
     kv_head: usize,
     start: usize,
 ) -> backends::avx2::F16Chunk<'a> {
     let (d, bs) = (shape.head_dim, shape.block_size);
     let width = shape.num_kv_heads * d;
-    let (block, offset) = (table[start / bs].index(), start % bs);
+    // A direct fold's chunk lies in one block, the one its first visible lane is in, which
+    // no window has passed.
+    let block = table
+        .get(start / bs)
+        .expect("a directly folded chunk's block is held")
+        .index();
+    let offset = start % bs;
     backends::avx2::F16Chunk {
         keys,
         first_key: (block * width + kv_head * d) * bs + offset,

@@ -4,6 +4,7 @@
 
 use super::config_error::ConfigError;
 use super::kv_cache_dtype::KvCacheDtype;
+use super::kv_cache_groups::KvCapacity;
 use super::model_config::ModelConfig;
 use super::partial_prefill_limits::PartialPrefillLimits;
 use super::scheduling_policy::SchedulingPolicy;
@@ -18,7 +19,9 @@ pub const MIN_BLOCK_SIZE: usize = 8;
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
     pub block_size: usize,
-    /// Exact pool size; when `None` it is `kv_cache_memory_bytes` worth of blocks.
+    /// Exact pool size in blocks (pages: one block of tokens of a KV cache group's layers,
+    /// see [`KvCacheGroups`](super::KvCacheGroups)); when `None` it is
+    /// `kv_cache_memory_bytes` worth of them.
     pub num_kv_blocks: Option<usize>,
     pub kv_cache_memory_bytes: usize,
     /// Element type of the KV cache; `Auto` is f16, so the same memory holds twice the
@@ -75,8 +78,11 @@ impl Default for EngineConfig {
 /// What a valid configuration works out to for a given model.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct KvPlan {
+    /// Pages in the pool, each a block of tokens of one KV cache group's layers.
     pub num_blocks: usize,
     pub max_model_len: usize,
+    /// What the pool holds in tokens.
+    pub capacity: KvCapacity,
 }
 
 impl EngineConfig {
@@ -104,10 +110,16 @@ impl EngineConfig {
     pub fn plan(&self, model: &ModelConfig) -> Result<KvPlan, ConfigError> {
         self.check_scheduling()?;
         let num_blocks = self.check_kv_pool(model, physical_memory_bytes())?;
-        let max_model_len = self.check_max_model_len(model, num_blocks)?;
+        let capacity = model.kv_cache_groups().capacity(
+            num_blocks,
+            self.block_size,
+            self.max_num_batched_tokens,
+        );
+        let max_model_len = self.check_max_model_len(model, capacity.one_sequence)?;
         Ok(KvPlan {
             num_blocks,
             max_model_len,
+            capacity,
         })
     }
 
@@ -166,16 +178,25 @@ impl EngineConfig {
         Ok(())
     }
 
-    /// The pool's block count; it must hold a block and fit in the machine's memory.
+    /// The pool's block count; it must hold a block and fit in the machine's memory. A
+    /// block (page) holds one KV cache group's layers, so a model whose sliding layers form
+    /// groups of their own gets as many more, smaller pages from the same bytes.
     fn check_kv_pool(
         &self,
         model: &ModelConfig,
         physical: Option<u64>,
     ) -> Result<usize, ConfigError> {
-        let block_bytes = model
-            .kv_bytes_per_token(self.kv_cache_dtype.element_size())
-            .checked_mul(self.block_size)
-            .ok_or_else(|| ConfigError::new("block_size", self.block_size, "is too large"))?;
+        let groups = model.kv_cache_groups();
+        let block_bytes = [
+            model.num_kv_heads,
+            model.head_dim,
+            self.kv_cache_dtype.element_size(),
+            groups.group_size(),
+            self.block_size,
+        ]
+        .into_iter()
+        .try_fold(2usize, usize::checked_mul)
+        .ok_or_else(|| ConfigError::new("block_size", self.block_size, "is too large"))?;
         let (setting, value, num_blocks) = match self.num_kv_blocks {
             Some(n) => ("num_kv_blocks", n.to_string(), n),
             None => (
@@ -205,10 +226,12 @@ impl EngineConfig {
         Ok(num_blocks)
     }
 
+    /// The context length: as set, or the model's capped by the longest sequence the pool
+    /// holds alone (`pool_tokens`).
     fn check_max_model_len(
         &self,
         model: &ModelConfig,
-        num_blocks: usize,
+        pool_tokens: usize,
     ) -> Result<usize, ConfigError> {
         let context = model.max_position_embeddings;
         match self.max_model_len {
@@ -223,7 +246,7 @@ impl EngineConfig {
                 format!("exceeds the model's context length {context}"),
             )),
             Some(len) => Ok(len),
-            None => Ok(context.min(num_blocks.saturating_mul(self.block_size))),
+            None => Ok(context.min(pool_tokens)),
         }
     }
 }

@@ -1,5 +1,6 @@
 //! The shape of a decoder-only model, read from a checkpoint's metadata.
 
+use super::kv_cache_groups::KvCacheGroups;
 use super::local_attention::{LayerKind, LocalAttention};
 use super::sliding_window::SlidingWindow;
 use serde::Deserialize;
@@ -159,6 +160,12 @@ impl ModelConfig {
         self.local_attention
             .as_ref()
             .and_then(|l| l.window_of(layer))
+    }
+
+    /// How the layers share KV pages: grouped by their window (see [`KvCacheGroups`]).
+    pub fn kv_cache_groups(&self) -> KvCacheGroups {
+        let windows: Vec<_> = (0..self.num_layers).map(|l| self.window_of(l)).collect();
+        KvCacheGroups::new(&windows)
     }
 
     /// Whether layer `layer` routes through experts rather than a dense MLP.

@@ -71,12 +71,20 @@ impl Engine {
             "weights: on huge pages where the system allows ({})",
             huge_buf::transparent_huge_pages()
         );
+        let groups = model.config().kv_cache_groups();
         tracing::info!(
-            "KV cache: {:?}, {} blocks of {} tokens ({} tokens)",
+            "KV cache: {:?}, {} blocks of {} tokens in {} group(s) of {} layer(s) ({} sliding): \
+             {} tokens at short context, one sequence up to {} tokens",
             config.kv_cache_dtype.resolve(),
             plan.num_blocks,
             config.block_size,
-            plan.num_blocks * config.block_size
+            groups.num_groups(),
+            groups.group_size(),
+            (0..groups.num_groups())
+                .filter(|&g| groups.window(g).is_some())
+                .count(),
+            plan.capacity.short_context,
+            plan.capacity.one_sequence,
         );
         let speculation = match &config.speculative {
             Some(spec) => Some(Speculation::new(
@@ -84,7 +92,7 @@ impl Engine {
                 &TargetShape {
                     weight_mode: config.weight_mode,
                     max_model_len: plan.max_model_len,
-                    kv_tokens: plan.num_blocks * config.block_size,
+                    kv_tokens: plan.capacity.short_context,
                     vocab_size: model.config().vocab_size,
                 },
             )?),
@@ -101,7 +109,7 @@ impl Engine {
     /// before real requests come: a fresh server facing a burst runs its costliest steps
     /// first, and an untrained model cannot ration them. Counters start from zero after.
     fn calibrate(&mut self, budget: usize) -> Result<()> {
-        let pool = self.limits.num_kv_blocks * self.limits.block_size;
+        let pool = self.limits.kv_capacity.short_context;
         let longest = budget
             .min(self.limits.max_model_len.saturating_sub(4))
             .min(pool.saturating_sub(4 + self.limits.block_size));
@@ -147,6 +155,7 @@ impl Engine {
             max_model_len,
             num_kv_blocks: num_blocks,
             block_size: config.block_size,
+            kv_capacity: plan.capacity,
             max_waiting: config.max_waiting,
             eos_token_ids: c.eos_token_ids.clone(),
         };
@@ -160,7 +169,12 @@ impl Engine {
                 eos_token_ids: c.eos_token_ids.clone(),
                 target_itl: config.target_itl,
             },
-            BlockManager::new(num_blocks, config.block_size, config.enable_prefix_caching),
+            BlockManager::with_groups(
+                num_blocks,
+                config.block_size,
+                config.enable_prefix_caching,
+                c.kv_cache_groups(),
+            ),
         );
         let rows_per_seq = 1 + speculation.as_ref().map_or(0, |s| s.num_speculative_tokens);
         let logit_rows = (config.max_num_seqs * rows_per_seq).min(config.max_num_batched_tokens);

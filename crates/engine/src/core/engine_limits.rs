@@ -1,6 +1,7 @@
 //! `EngineLimits`: static facts about a loaded engine that requests are checked against
 //! before they are queued.
 
+use crate::config::KvCapacity;
 use crate::error::{EngineError, Result};
 use crate::sched::request::Request;
 
@@ -9,8 +10,11 @@ use crate::sched::request::Request;
 pub struct EngineLimits {
     pub vocab_size: usize,
     pub max_model_len: usize,
+    /// Pages in the KV pool (a block of tokens of one KV cache group's layers each).
     pub num_kv_blocks: usize,
     pub block_size: usize,
+    /// What the pool holds in tokens, at short context and for one sequence alone.
+    pub kv_capacity: KvCapacity,
     pub max_waiting: usize,
     pub eos_token_ids: Vec<u32>,
 }
@@ -46,10 +50,10 @@ impl EngineLimits {
         }
         // A request must fit the pool alone, or preemption could never make room for it.
         let longest = (req.prompt.len() + req.params.max_tokens).min(self.max_model_len);
-        if longest.div_ceil(self.block_size) > self.num_kv_blocks {
+        if longest > self.kv_capacity.one_sequence {
             return bad(format!(
-                "the request may need {longest} tokens of KV cache but the pool holds {}",
-                self.num_kv_blocks * self.block_size
+                "the request may need {longest} tokens of KV cache but the pool holds {} for one sequence",
+                self.kv_capacity.one_sequence
             ));
         }
         Ok(())

@@ -9,10 +9,22 @@
 //! another user's. A hit is still verified: the block's own tokens and its parent's key
 //! must both match, so even a key collision cannot hand out KV computed for another prefix.
 //!
+//! Pages of every KV cache group ([`KvCacheGroups`]) share the one pool, so memory moves
+//! between groups as sequences grow: a block of tokens takes a page in each group, and a
+//! sliding group's pages are released once its window has passed them (counting and
+//! releasing them is here; who gets pages stays the scheduler's). Prefix-cache keys are
+//! per group, `(group, BlockHash)`: the same tokens have a page in each group, and a hit
+//! needs the full groups' blocks from the start and each sliding group's blocks of the
+//! window before the first position computed.
+//!
 //! Once `enable_events` is called it also records each change to the set of cached blocks
 //! as a [`KvEvent`] (a block registered, a cached block evicted), for `take_events` to hand
-//! on; until then nothing is recorded and nothing allocated.
+//! on; until then nothing is recorded and nothing allocated. Only the full-attention
+//! group's blocks are reported: its blocks are the prefix a router can send a prompt to
+//! (a sliding group's page is only useful beside them), and it holds one per block.
 
+use crate::config::{KvCacheGroups, KvGroup};
+use crate::kv::block_table::BlockTable;
 use crate::kv::kv_event::KvEvent;
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, HashMap};
@@ -23,6 +35,11 @@ pub struct BlockId(u32);
 impl BlockId {
     pub fn index(self) -> usize {
         self.0 as usize
+    }
+
+    #[cfg(test)]
+    pub(crate) fn from_index(i: u32) -> Self {
+        Self(i)
     }
 }
 
@@ -100,6 +117,8 @@ enum FreeKey {
 
 #[derive(Debug, Clone)]
 struct CachedContent {
+    /// The group whose layers' KV the page holds.
+    group: KvGroup,
     hash: BlockHash,
     /// The key of the block before it (`None` for a prompt's first block). Its KV depends
     /// on every earlier token, so a hit must follow the same parent.
@@ -108,8 +127,26 @@ struct CachedContent {
     tokens: Vec<u32>,
 }
 
+/// A prefix-cache hit: `blocks` leading blocks of a prompt, and per group the table of the
+/// cached pages its computation needs (not yet acquired).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PrefixHit {
+    pub blocks: usize,
+    pub tables: Vec<BlockTable>,
+}
+
+impl PrefixHit {
+    /// Every page of the hit, group after group.
+    pub fn ids(&self) -> impl Iterator<Item = BlockId> + '_ {
+        self.tables.iter().flat_map(|t| t.held().iter().copied())
+    }
+}
+
 pub struct BlockManager {
     block_size: usize,
+    groups: KvCacheGroups,
+    /// The group whose cached blocks the events describe: the first full one.
+    events_group: KvGroup,
     blocks: Vec<Block>,
     /// Free blocks in the order `allocate` hands them out: first those with no cached
     /// content, most recently freed first (their pages were touched and may still be in
@@ -118,16 +155,34 @@ pub struct BlockManager {
     /// no empty block is left. Cached free blocks stay reusable by content until then.
     free: BTreeMap<FreeKey, BlockId>,
     next_tick: u64,
-    by_hash: HashMap<BlockHash, BlockId>,
+    by_hash: HashMap<(KvGroup, BlockHash), BlockId>,
     prefix_caching: bool,
     /// Changes to the set of cached blocks not yet taken; `None` until `enable_events`.
     events: Option<Vec<KvEvent>>,
 }
 
 impl BlockManager {
+    /// A pool for one group of every layer (one block table per sequence).
     pub fn new(num_blocks: usize, block_size: usize, prefix_caching: bool) -> Self {
+        Self::with_groups(
+            num_blocks,
+            block_size,
+            prefix_caching,
+            KvCacheGroups::single(1),
+        )
+    }
+
+    /// A pool of `num_blocks` pages shared by every group of `groups`.
+    pub fn with_groups(
+        num_blocks: usize,
+        block_size: usize,
+        prefix_caching: bool,
+        groups: KvCacheGroups,
+    ) -> Self {
         let mut manager = Self {
             block_size,
+            events_group: groups.full_group().unwrap_or(0),
+            groups,
             blocks: vec![Block::default(); num_blocks],
             free: BTreeMap::new(),
             next_tick: 0,
@@ -144,6 +199,10 @@ impl BlockManager {
 
     pub fn block_size(&self) -> usize {
         self.block_size
+    }
+
+    pub fn groups(&self) -> &KvCacheGroups {
+        &self.groups
     }
 
     pub fn num_blocks(&self) -> usize {
@@ -170,39 +229,178 @@ impl BlockManager {
         self.blocks[id.index()].ref_count
     }
 
-    /// The longest run of leading full blocks of `tokens` already in the cache. Each hit
-    /// holds the same tokens and follows the block hit before it, so the whole prefix is
-    /// verified by content, whatever the keys.
-    pub fn lookup_prefix(&self, tokens: &[u32], hashes: &[BlockHash]) -> Vec<BlockId> {
+    /// The longest prefix of at most `most` full blocks of `tokens` whose needed pages are
+    /// all cached: every full group's blocks from the start, and each sliding group's blocks
+    /// the first computed position's window reaches back to. Searched from the full groups'
+    /// longest run down (vLLM's hybrid manager does the same, right to left), so a prompt
+    /// whose sliding pages near its end were evicted gets a shorter hit. Each page holds the
+    /// same tokens and follows the same parent key, so the prefix is verified by content,
+    /// whatever the keys.
+    pub fn lookup_prefix(&self, tokens: &[u32], hashes: &[BlockHash], most: usize) -> PrefixHit {
+        let bs = self.block_size;
+        let num_groups = self.groups.num_groups();
+        let mut hit = PrefixHit {
+            blocks: 0,
+            tables: vec![BlockTable::default(); num_groups],
+        };
         if !self.prefix_caching {
-            return Vec::new();
+            return hit;
         }
-        let mut hits = Vec::new();
-        let mut parent = None;
-        for (i, hash) in hashes.iter().enumerate() {
-            let want = &tokens[i * self.block_size..(i + 1) * self.block_size];
-            let verified = |c: &CachedContent| c.parent == parent && c.tokens == want;
-            match self.by_hash.get(hash) {
-                Some(&id)
-                    if self.blocks[id.index()]
-                        .cached
-                        .as_ref()
-                        .is_some_and(verified) =>
-                {
-                    hits.push(id);
-                    parent = Some(*hash);
+        let cached = |group: KvGroup, b: usize| -> Option<BlockId> {
+            let want = &tokens[b * bs..(b + 1) * bs];
+            let parent = b.checked_sub(1).map(|p| hashes[p]);
+            let &id = self.by_hash.get(&(group, hashes[b]))?;
+            let c = self.blocks[id.index()].cached.as_ref()?;
+            (c.group == group && c.parent == parent && c.tokens == want).then_some(id)
+        };
+        let mut h = hashes.len().min(most);
+        let sliding: Vec<KvGroup> = (0..num_groups)
+            .filter(|&g| self.groups.window(g).is_some())
+            .collect();
+        for g in (0..num_groups).filter(|&g| self.groups.window(g).is_none()) {
+            h = (0..h).take_while(|&b| cached(g, b).is_some()).count();
+        }
+        // Per sliding group, how many blocks in a row are cached up to (excluding) each index.
+        let runs: Vec<Vec<usize>> = sliding
+            .iter()
+            .map(|&g| {
+                let mut run = vec![0; h + 1];
+                for b in 0..h {
+                    run[b + 1] = if cached(g, b).is_some() {
+                        run[b] + 1
+                    } else {
+                        0
+                    };
                 }
-                _ => break,
-            }
+                run
+            })
+            .collect();
+        let needs = |h: usize| {
+            sliding
+                .iter()
+                .zip(&runs)
+                .all(|(&g, run)| run[h] >= h - self.groups.first_needed_block(g, h * bs, bs).min(h))
+        };
+        while h > 0 && !needs(h) {
+            h -= 1;
         }
-        hits
+        hit.blocks = h;
+        for (g, table) in hit.tables.iter_mut().enumerate() {
+            let first = self.groups.first_needed_block(g, h * bs, bs).min(h);
+            let ids = (first..h).map(|b| cached(g, b).expect("checked cached above"));
+            *table = BlockTable::after_dropped(first, ids.collect());
+        }
+        hit
     }
 
     /// How many of `ids` sit in the free pool (taking them shrinks what `allocate` can give).
-    pub fn count_free(&self, ids: &[BlockId]) -> usize {
-        ids.iter()
+    pub fn count_free(&self, ids: impl IntoIterator<Item = BlockId>) -> usize {
+        ids.into_iter()
             .filter(|id| self.blocks[id.index()].ref_count == 0)
             .count()
+    }
+
+    /// The first block of `group` a sequence whose next computed position is `computed`
+    /// still needs (every later query sees no earlier one).
+    fn first_needed(&self, group: KvGroup, computed: usize) -> usize {
+        self.groups
+            .first_needed_block(group, computed, self.block_size)
+    }
+
+    /// Pages [`allocate_to`](Self::allocate_to) takes for a sequence holding `tables`, with
+    /// `computed` positions computed, to hold positions up to `end`: in every group the
+    /// blocks up to `end` it does not cover yet, but in a sliding group none before the
+    /// window of position `computed`.
+    pub fn pages_needed(&self, tables: &[BlockTable], computed: usize, end: usize) -> usize {
+        let blocks = end.div_ceil(self.block_size);
+        (0..self.groups.num_groups())
+            .map(|g| {
+                let covered = tables.get(g).map_or(0, BlockTable::covered);
+                blocks.saturating_sub(covered.max(self.first_needed(g, computed)))
+            })
+            .sum()
+    }
+
+    /// Takes the pages [`pages_needed`](Self::pages_needed) counts and adds them to
+    /// `tables` (one per group, made if missing); `false`, and no page taken, when the pool
+    /// is short. Blocks a sliding window has passed are released first (see
+    /// [`release_outside_window`](Self::release_outside_window)).
+    pub fn allocate_to(
+        &mut self,
+        tables: &mut Vec<BlockTable>,
+        computed: usize,
+        end: usize,
+    ) -> bool {
+        tables.resize(self.groups.num_groups(), BlockTable::default());
+        self.release_outside_window(tables, computed);
+        let need = self.pages_needed(tables, computed, end);
+        let Some(mut fresh) = self.allocate(need) else {
+            return false;
+        };
+        let blocks = end.div_ceil(self.block_size);
+        for (g, table) in tables.iter_mut().enumerate() {
+            table.skip_to(self.first_needed(g, computed));
+            let n = blocks.saturating_sub(table.covered());
+            table.extend(fresh.drain(..n));
+        }
+        debug_assert!(fresh.is_empty());
+        true
+    }
+
+    /// Releases each sliding group's blocks that no query from position `computed` on can
+    /// see; they keep their cached content (evictable, least recently used first), so a
+    /// repeated prompt can still hit them. Returns the pages released.
+    pub fn release_outside_window(&mut self, tables: &mut [BlockTable], computed: usize) -> usize {
+        let mut released = 0;
+        for (g, table) in tables.iter_mut().enumerate() {
+            if self.groups.window(g).is_none() {
+                continue;
+            }
+            for id in table.drop_before(self.first_needed(g, computed)) {
+                self.release(id);
+                released += 1;
+            }
+        }
+        released
+    }
+
+    /// Releases every page of `tables` and empties them: sliding groups first and each
+    /// table's tail first, so the least recently used order evicts a prompt's end before its
+    /// shareable start.
+    pub fn release_all(&mut self, tables: &mut Vec<BlockTable>) {
+        let order = (0..tables.len())
+            .rev()
+            .filter(|&g| self.groups.window(g).is_some());
+        let order: Vec<usize> = order
+            .chain((0..tables.len()).filter(|&g| self.groups.window(g).is_none()))
+            .collect();
+        for g in order {
+            for id in tables[g].take_all().into_iter().rev() {
+                self.release(id);
+            }
+        }
+        tables.clear();
+    }
+
+    /// The most tokens (up to `most`) a sequence holding `tables` with `computed` positions
+    /// computed can add with `free` pages.
+    pub fn tokens_that_fit(
+        &self,
+        tables: &[BlockTable],
+        computed: usize,
+        most: usize,
+        free: usize,
+    ) -> usize {
+        let (mut lo, mut hi) = (0, most);
+        while lo < hi {
+            let mid = lo + (hi - lo).div_ceil(2);
+            if self.pages_needed(tables, computed, computed + mid) <= free {
+                lo = mid;
+            } else {
+                hi = mid - 1;
+            }
+        }
+        lo
     }
 
     /// Takes another reference to a block (a prefix-cache hit).
@@ -227,9 +425,14 @@ impl BlockManager {
             block.ref_count = 1;
             if let Some(old) = block.cached.take() {
                 // Evicted: its content is about to be overwritten.
-                if self.by_hash.get(&old.hash) == Some(&id) {
-                    self.by_hash.remove(&old.hash);
-                    if let Some(events) = &mut self.events {
+                let key = (old.group, old.hash);
+                if self.by_hash.get(&key) == Some(&id) {
+                    self.by_hash.remove(&key);
+                    if let Some(events) = self
+                        .events
+                        .as_mut()
+                        .filter(|_| old.group == self.events_group)
+                    {
                         record_removed(events, old.hash);
                     }
                 }
@@ -249,51 +452,60 @@ impl BlockManager {
         }
     }
 
-    /// Records that a held block is full with `tokens` after the block keyed `parent`, so
-    /// later prompts with the same prefix can share it. Returns the block's key.
+    /// Records that a held page of `group` is full with `tokens` after the block keyed
+    /// `parent`, so later prompts with the same prefix can share it. Returns the block's key.
     pub fn register_full(
         &mut self,
+        group: KvGroup,
         id: BlockId,
         parent: Option<BlockHash>,
         tokens: &[u32],
     ) -> BlockHash {
         let hash = BlockHash::chain(parent, tokens);
-        self.register_keyed(id, hash, parent, tokens);
+        self.register_keyed(group, id, hash, parent, tokens);
         hash
     }
 
-    /// `register_full` with the key given, so tests can forge a key collision.
+    /// `register_full` with the key given (the scheduler hashes a block once for all its
+    /// groups; tests forge a key collision).
     #[doc(hidden)]
     pub fn register_keyed(
         &mut self,
+        group: KvGroup,
         id: BlockId,
         hash: BlockHash,
         parent: Option<BlockHash>,
         tokens: &[u32],
     ) {
-        if !self.prefix_caching || self.by_hash.contains_key(&hash) {
+        if !self.prefix_caching || self.by_hash.contains_key(&(group, hash)) {
             return;
         }
-        if let Some(events) = &mut self.events {
+        if let Some(events) = self.events.as_mut().filter(|_| group == self.events_group) {
             record_stored(events, hash, parent, tokens, self.block_size);
         }
         self.blocks[id.index()].cached = Some(CachedContent {
+            group,
             hash,
             parent,
             tokens: tokens.to_vec(),
         });
-        self.by_hash.insert(hash, id);
+        self.by_hash.insert((group, hash), id);
     }
 
-    /// How many blocks the prefix cache can hand out by content.
+    /// How many pages the prefix cache can hand out by content, over every group.
     pub fn num_cached(&self) -> usize {
         self.by_hash.len()
     }
 
-    /// The external hashes ([`BlockHash::external`]) of every block the prefix cache can
-    /// hand out by content, in no particular order: what applying every event rebuilds.
+    /// The external hashes ([`BlockHash::external`]) of every block of the full-attention
+    /// group the prefix cache can hand out by content, in no particular order: what
+    /// applying every event rebuilds.
     pub fn cached_hashes(&self) -> Vec<u64> {
-        self.by_hash.keys().map(BlockHash::external).collect()
+        self.by_hash
+            .keys()
+            .filter(|(g, _)| *g == self.events_group)
+            .map(|(_, h)| h.external())
+            .collect()
     }
 
     /// Starts recording changes to the set of cached blocks. The first events say what is
@@ -304,11 +516,14 @@ impl BlockManager {
         let mut events = vec![KvEvent::AllBlocksCleared];
         // A block's depth is how many of its ancestors are still cached: sorted by it, every
         // cached parent comes before its children.
+        let group = self.events_group;
         let depth = |mut hash: BlockHash| {
             let mut n = 0usize;
-            while let Some(parent) = self.by_hash.get(&hash).and_then(|&id| {
+            while let Some(parent) = self.by_hash.get(&(group, hash)).and_then(|&id| {
                 let cached = self.blocks[id.index()].cached.as_ref()?;
-                cached.parent.filter(|p| self.by_hash.contains_key(p))
+                cached
+                    .parent
+                    .filter(|p| self.by_hash.contains_key(&(group, *p)))
             }) {
                 n += 1;
                 hash = parent;
@@ -318,7 +533,8 @@ impl BlockManager {
         let mut cached: Vec<(usize, BlockId)> = self
             .by_hash
             .iter()
-            .map(|(&hash, &id)| (depth(hash), id))
+            .filter(|((g, _), _)| *g == group)
+            .map(|(&(_, hash), &id)| (depth(hash), id))
             .collect();
         cached.sort_unstable();
         for (_, id) in cached {
@@ -366,10 +582,43 @@ impl BlockManager {
                 ));
             }
         }
-        for (hash, id) in &self.by_hash {
-            if self.blocks[id.index()].cached.as_ref().map(|c| c.hash) != Some(*hash) {
+        for ((group, hash), id) in &self.by_hash {
+            let cached = self.blocks[id.index()].cached.as_ref();
+            if cached.map(|c| (c.group, c.hash)) != Some((*group, *hash)) {
                 return Err(format!(
-                    "hash index points at block {id:?} with other content"
+                    "hash index of group {group} points at block {id:?} with other content"
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// [`check_invariants`](Self::check_invariants), and that `tables` (every running
+    /// sequence's, one per group) hold each page exactly as often as its reference count
+    /// says, no table of a group that does not exist. Used by tests.
+    pub fn check_tables<'a>(
+        &self,
+        tables: impl IntoIterator<Item = &'a [BlockTable]>,
+    ) -> Result<(), String> {
+        self.check_invariants()?;
+        let mut refs = vec![0u32; self.blocks.len()];
+        for seq in tables {
+            if seq.len() > self.groups.num_groups() {
+                return Err(format!(
+                    "a sequence has {} tables but there are {} groups",
+                    seq.len(),
+                    self.groups.num_groups()
+                ));
+            }
+            for id in seq.iter().flat_map(|t| t.held()) {
+                refs[id.index()] += 1;
+            }
+        }
+        for (i, (b, r)) in self.blocks.iter().zip(refs).enumerate() {
+            if b.ref_count != r {
+                return Err(format!(
+                    "block {i}: ref_count {} but held by {r} table entries",
+                    b.ref_count
                 ));
             }
         }

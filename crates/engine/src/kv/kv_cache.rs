@@ -1,4 +1,10 @@
-//! `KvCache`: the paged key/value storage, one pair of slabs per layer, in f32, f16 or bf16.
+//! `KvCache`: the paged key/value storage, in f32, f16 or bf16: one pair of slabs per layer
+//! of a KV cache group ([`KvCacheGroups`]), shared by every group.
+//!
+//! A page (block) `b` is row `b` of each of the `group_size` slab pairs: layer `l` (group
+//! `G(l)`, index `j(l)`) keeps its keys and values in slab pair `j(l)`, at the pages its
+//! sequence's table of group `G(l)` names. With one group of every layer (Llama, Qwen)
+//! that is one slab pair per layer, as a cache without groups has it.
 //!
 //! Slot `s` (`block * block_size + offset`) holds one token's key and value for every KV
 //! head. Keys are stored transposed within each block, `[block][num_kv_heads * head_dim]
@@ -17,7 +23,7 @@ use half::{bf16, f16};
 use std::ops::Range;
 
 use crate::config::model_config::KvHeads;
-use crate::config::KvCacheDtype;
+use crate::config::{KvCacheDtype, KvCacheGroups};
 use crate::kernels::compute_pool::ComputePool;
 
 /// One slab of rows. Half types are kept as their bits so a fresh pool is zeroed pages
@@ -97,11 +103,22 @@ pub struct KvCache {
     /// `num_kv_heads * head_dim`
     width: usize,
     dtype: KvCacheDtype,
-    layers: Vec<KvLayer>,
+    /// One pair of slabs per layer of a group.
+    slabs: Vec<KvLayer>,
+    groups: KvCacheGroups,
     /// Where [`fault_in_next`](Self::fault_in_next) goes on: (first block, slab) not yet
-    /// touched; slab `2l` is layer `l`'s keys, `2l + 1` its values.
+    /// touched; slab `2j` is slab pair `j`'s keys, `2j + 1` its values.
     faulted: (usize, usize),
     num_blocks: usize,
+}
+
+/// The pool's size and element layout.
+#[derive(Debug, Clone, Copy)]
+pub struct KvShape {
+    pub num_blocks: usize,
+    pub block_size: usize,
+    pub heads: KvHeads,
+    pub dtype: KvCacheDtype,
 }
 
 pub struct KvLayer {
@@ -151,6 +168,7 @@ impl KvLayer {
 }
 
 impl KvCache {
+    /// A cache of one group of `num_layers` layers: a slab pair per layer.
     pub fn new(
         num_layers: usize,
         num_blocks: usize,
@@ -158,9 +176,26 @@ impl KvCache {
         heads: KvHeads,
         dtype: KvCacheDtype,
     ) -> Self {
+        let shape = KvShape {
+            num_blocks,
+            block_size,
+            heads,
+            dtype,
+        };
+        Self::with_groups(KvCacheGroups::single(num_layers), shape)
+    }
+
+    /// A cache of `shape.num_blocks` pages shared by every group of `groups`.
+    pub fn with_groups(groups: KvCacheGroups, shape: KvShape) -> Self {
+        let KvShape {
+            num_blocks,
+            block_size,
+            heads,
+            dtype,
+        } = shape;
         let (width, head_dim) = (heads.width(), heads.head_dim);
         let slab = num_blocks * block_size * width;
-        let layers = (0..num_layers)
+        let slabs = (0..groups.group_size())
             .map(|_| KvLayer {
                 keys: KvSlab::zeroed(dtype, slab),
                 values: KvSlab::zeroed(dtype, slab),
@@ -173,7 +208,8 @@ impl KvCache {
             block_size,
             width,
             dtype: dtype.resolve(),
-            layers,
+            slabs,
+            groups,
             faulted: (0, 0),
             num_blocks,
         }
@@ -196,14 +232,14 @@ impl KvCache {
             return false;
         }
         let end = (block + per_call).min(self.num_blocks);
-        let layer = &mut self.layers[slab / 2];
+        let layer = &mut self.slabs[slab / 2];
         let target = if slab % 2 == 0 {
             &mut layer.keys
         } else {
             &mut layer.values
         };
         target.touch_pages(block * block_bytes..end * block_bytes);
-        self.faulted = if slab + 1 < 2 * self.layers.len() {
+        self.faulted = if slab + 1 < 2 * self.slabs.len() {
             (block, slab + 1)
         } else {
             (end, 0)
@@ -220,18 +256,23 @@ impl KvCache {
         self.dtype
     }
 
-    pub fn layer(&self, layer: usize) -> &KvLayer {
-        &self.layers[layer]
+    pub fn groups(&self) -> &KvCacheGroups {
+        &self.groups
     }
 
-    /// Stores rows of `keys`/`values` (`[T, width]`, f32) at `slots[T]`, rounding to the
-    /// cache's type. A large write (a prefill chunk) runs on the compute pool, each task
+    /// Layer `layer`'s slabs (read through its group's block tables).
+    pub fn layer(&self, layer: usize) -> &KvLayer {
+        &self.slabs[self.groups.slab_of(layer)]
+    }
+
+    /// Stores layer `layer`'s rows of `keys`/`values` (`[T, width]`, f32) at `slots[T]`
+    /// (slots of its group's tables), rounding to the cache's type. A large write (a prefill chunk) runs on the compute pool, each task
     /// storing a range of elements for every row: rows of one block then fill each key
     /// line's positions in turn while it is in cache, and the tasks' elements are disjoint.
     pub fn write(&mut self, layer: usize, slots: &[usize], keys: &[f32], values: &[f32]) {
         let (w, bs) = (self.width, self.block_size);
         assert!(keys.len() == slots.len() * w && values.len() == slots.len() * w);
-        let layer = &mut self.layers[layer];
+        let layer = &mut self.slabs[self.groups.slab_of(layer)];
         let (key_slab, value_slab) = (layer.keys.raw(), layer.values.raw());
         let (layer, hd) = (&*layer, layer.head_dim);
         let key_at = |slot: usize, col: usize| layer.key_start(slot) + col * bs;

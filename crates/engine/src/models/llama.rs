@@ -399,7 +399,10 @@ impl Llama {
         };
         rope.apply(&mut s.q, &batch.positions, norms.map(|(q, _)| q));
         rope.apply(&mut s.k, &batch.positions, norms.map(|(_, k)| k));
-        kv.write(layer, &batch.slots, &s.k, &s.v);
+        // Each layer reads and writes through its KV cache group's tables.
+        let kv_group = kv.groups().group_of(layer);
+        let slots = batch.slots.get(kv_group).map_or(&[][..], Vec::as_slice);
+        kv.write(layer, slots, &s.k, &s.v);
         // 4. Attend through block tables; x += o_proj(attn): [T, hidden]
         let shape = AttentionShape {
             num_heads: c.num_heads,
@@ -407,6 +410,7 @@ impl Llama {
             head_dim: c.head_dim,
             block_size: kv.block_size(),
             window,
+            kv_group,
         };
         paged_attention_into(&s.q, kv.layer(layer), batch, shape, &mut s.attn);
         Ok(())

@@ -1,6 +1,7 @@
 //! `ForwardBatch`: the plain data one forward pass needs, and nothing about requests.
 
 use crate::kv::block_manager::BlockId;
+use crate::kv::block_table::BlockTable;
 use std::ops::Range;
 
 /// One flattened, mixed batch: prefill chunks and decode tokens of many sequences, laid
@@ -11,8 +12,9 @@ pub struct ForwardBatch {
     pub token_ids: Vec<u32>,
     /// `[T]` position of each token within its sequence.
     pub positions: Vec<usize>,
-    /// `[T]` KV-cache slot (`block * block_size + offset`) each token's key/value goes to.
-    pub slots: Vec<usize>,
+    /// `[groups][T]` KV-cache slot (`block * block_size + offset`) each token's key/value
+    /// goes to in each KV cache group: a token has a page in every group.
+    pub slots: Vec<Vec<usize>>,
     /// `[T]` index into `seqs` of each token's sequence.
     pub seq_index: Vec<usize>,
     pub seqs: Vec<BatchSeq>,
@@ -22,8 +24,9 @@ pub struct ForwardBatch {
 pub struct BatchSeq {
     /// Rows of this sequence's tokens in the flattened batch.
     pub rows: Range<usize>,
-    /// Blocks holding positions `0..` of this sequence, in order.
-    pub block_table: Vec<BlockId>,
+    /// Per KV cache group, the blocks holding this sequence's positions, in order; a
+    /// sliding group's blocks before its window are gone.
+    pub block_tables: Vec<BlockTable>,
     /// Whether the last row's logits are wanted (the chunk reaches the sequence's end).
     pub sample: bool,
     /// Rows before the last that sample too: each verifies the draft token in the row after
@@ -75,7 +78,8 @@ impl ForwardBatch {
         }
     }
 
-    /// Appends one sequence's chunk `tokens` starting at position `start`.
+    /// Appends one sequence's chunk `tokens` starting at position `start`, with one block
+    /// table for every layer (a cache of one group).
     pub fn push_seq(
         &mut self,
         tokens: &[u32],
@@ -84,19 +88,40 @@ impl ForwardBatch {
         block_size: usize,
         sample: bool,
     ) {
+        let tables = [BlockTable::new(block_table.to_vec())];
+        self.push_chunk(tokens, start, &tables, block_size, sample);
+    }
+
+    /// Appends one sequence's chunk `tokens` starting at position `start`, with its table
+    /// in each KV cache group; every table must hold the chunk's positions.
+    pub fn push_chunk(
+        &mut self,
+        tokens: &[u32],
+        start: usize,
+        tables: &[BlockTable],
+        block_size: usize,
+        sample: bool,
+    ) {
         let first = self.token_ids.len();
         let index = self.seqs.len();
+        if self.slots.len() < tables.len() {
+            self.slots.resize(tables.len(), Vec::new());
+        }
         for (i, &tok) in tokens.iter().enumerate() {
             let pos = start + i;
             self.token_ids.push(tok);
             self.positions.push(pos);
-            self.slots
-                .push(block_table[pos / block_size].index() * block_size + pos % block_size);
+            for (slots, table) in self.slots.iter_mut().zip(tables) {
+                let block = table
+                    .get(pos / block_size)
+                    .expect("a chunk's positions have blocks in every group");
+                slots.push(block.index() * block_size + pos % block_size);
+            }
             self.seq_index.push(index);
         }
         self.seqs.push(BatchSeq {
             rows: first..self.token_ids.len(),
-            block_table: block_table.to_vec(),
+            block_tables: tables.to_vec(),
             sample,
             draft_rows: 0,
             prompt_logit_rows: first..first,

@@ -249,6 +249,12 @@ impl Scheduler {
         let prefill = self.prefill_allowance(tokens);
         out.prefill_allowance = self.config.target_itl.map(|_| prefill);
         let mut budget = StepBudget { tokens, prefill };
+        // Pages no window sees any more go back first, so this step's chunks (a long
+        // prefill's next one included) can reuse them.
+        for seq in &mut self.running {
+            self.blocks
+                .release_outside_window(&mut seq.block_tables, seq.num_computed);
+        }
         self.trim_drafts();
         let long = self.schedule_running(&mut budget, &mut out);
         // A step that had to preempt is short of blocks: admitting newcomers would only
@@ -359,7 +365,6 @@ impl Scheduler {
         budget: &mut StepBudget,
         out: &mut SchedulerOutput,
     ) -> Vec<SeqId> {
-        let bs = self.blocks.block_size();
         let mut long = Vec::new();
         let mut i = 0;
         while i < self.running.len() && budget.tokens > 0 {
@@ -380,10 +385,11 @@ impl Scheduler {
                 i += 1;
                 continue;
             }
-            let new_blocks = loop {
-                let need = self.running[i].blocks_needed(self.running[i].num_computed + n, bs);
-                if let Some(blocks) = self.blocks.allocate(need) {
-                    break Some(blocks);
+            let placed = loop {
+                let seq = &mut self.running[i];
+                let (start, end) = (seq.num_computed, seq.num_computed + n);
+                if self.blocks.allocate_to(&mut seq.block_tables, start, end) {
+                    break true;
                 }
                 // Drafts go before anyone is preempted: they only save time.
                 if decode && n > 1 {
@@ -393,12 +399,13 @@ impl Scheduler {
                 let victim = self.pick_victim(i);
                 self.preempt(victim, out);
                 if victim == i {
-                    break None;
+                    break false;
                 }
             };
-            let Some(new_blocks) = new_blocks else { break };
+            if !placed {
+                break;
+            }
             let seq = &mut self.running[i];
-            seq.block_table.extend(new_blocks);
             let drafts = if decode { n - 1 } else { 0 };
             seq.drafts.truncate(drafts);
             out.chunks.push(ScheduledChunk {
@@ -436,7 +443,9 @@ impl Scheduler {
             let room = budget.tokens.min(budget.prefill) - reserve.tokens;
             let n = bs.min(room).min(seq.gap());
             reserve.tokens += n;
-            reserve.blocks += seq.blocks_needed(seq.num_computed + n, bs);
+            reserve.blocks +=
+                self.blocks
+                    .pages_needed(&seq.block_tables, seq.num_computed, seq.num_computed + n);
         }
         reserve
     }
@@ -452,7 +461,6 @@ impl Scheduler {
         budget: &mut StepBudget,
         out: &mut SchedulerOutput,
     ) {
-        let bs = self.blocks.block_size();
         for (k, &id) in long.iter().enumerate() {
             let Some(i) = self.running_index(id) else {
                 continue;
@@ -466,27 +474,32 @@ impl Scheduler {
             if most == 0 {
                 continue;
             }
-            let held = seq.block_table.len() * bs - start;
-            let fit = |free: usize| held + free.saturating_sub(later.blocks) * bs;
+            // Tokens the pages it holds and the free ones (less the later prefills' reserve)
+            // take it to, counted over every group.
+            let fit = |s: &Self, i: usize| {
+                let free = s.blocks.num_free().saturating_sub(later.blocks);
+                let tables = &s.running[i].block_tables;
+                s.blocks.tokens_that_fit(tables, start, most, free)
+            };
             // Out of blocks: preempt someone this step has not scheduled, so prefills that
             // hold blocks cannot wait on each other forever.
-            if fit(self.blocks.num_free()) == 0 && self.preempt_unscheduled(out) == Some(id) {
+            if fit(self, i) == 0 && self.preempt_unscheduled(out) == Some(id) {
                 continue;
             }
-            let fit = fit(self.blocks.num_free());
+            let Some(i) = self.running_index(id) else {
+                continue;
+            };
             let n = self
                 .time_bounded(start, most, StepShape::of(&out.chunks))
-                .min(fit);
+                .min(fit(self, i));
             if n == 0 {
                 continue;
             }
-            let need = self.running[i].blocks_needed(start + n, bs);
-            let fresh = self
-                .blocks
-                .allocate(need)
-                .expect("sized to the free blocks");
             let seq = &mut self.running[i];
-            seq.block_table.extend(fresh);
+            let placed = self
+                .blocks
+                .allocate_to(&mut seq.block_tables, start, start + n);
+            assert!(placed, "sized to the free blocks");
             out.chunks.push(ScheduledChunk {
                 seq_id: seq.id,
                 start,
@@ -570,11 +583,7 @@ impl Scheduler {
     }
 
     fn free_blocks(&mut self, seq: &mut Sequence) {
-        // Tail blocks first, so the LRU evicts a prompt's end before its shareable start.
-        for &id in seq.block_table.iter().rev() {
-            self.blocks.release(id);
-        }
-        seq.block_table.clear();
+        self.blocks.release_all(&mut seq.block_tables);
         seq.block_hashes.clear();
     }
 
@@ -639,18 +648,15 @@ impl Scheduler {
             } else {
                 Vec::new()
             };
-            // Cached positions would have no logits to score the prompt with.
-            let mut hits = if seq.pending_prompt_logits().is_empty() {
-                self.blocks.lookup_prefix(&seq.tokens, &hashes)
-            } else {
-                Vec::new()
+            // Cached positions would have no logits to score the prompt with. At least one
+            // token must be computed to produce logits; recomputing a whole block (never
+            // writing into a shared one) keeps cached blocks read-only.
+            let most = match seq.pending_prompt_logits().is_empty() {
+                true => (seq.tokens.len() - 1) / bs,
+                false => 0,
             };
-            // At least one token must be computed to produce logits; recomputing a whole
-            // block (never writing into a shared one) keeps cached blocks read-only.
-            if hits.len() * bs >= seq.tokens.len() {
-                hits.pop();
-            }
-            let cached = hits.len() * bs;
+            let hit = self.blocks.lookup_prefix(&seq.tokens, &hashes, most);
+            let cached = hit.blocks * bs;
             let uncomputed = seq.tokens.len() - cached;
             let is_long = limits.is_long(uncomputed);
             let mut n = self.chunk_len(uncomputed, false, budget);
@@ -661,21 +667,23 @@ impl Scheduler {
             if partial && !slots.admits(&limits, is_long) {
                 continue;
             }
-            let new = (cached + n).div_ceil(bs) - hits.len();
-            if new + self.blocks.count_free(&hits) + reserve.blocks > self.blocks.num_free() {
+            let new = self.blocks.pages_needed(&hit.tables, cached, cached + n);
+            if new + self.blocks.count_free(hit.ids()) + reserve.blocks > self.blocks.num_free() {
                 break; // Wait for blocks; newcomers never preempt.
             }
             if partial {
                 slots.take(is_long);
             }
             let mut seq = self.waiting.remove(index).expect("index from next_waiting");
-            for &id in &hits {
+            for id in hit.ids() {
                 self.blocks.acquire(id);
             }
-            let fresh = self.blocks.allocate(new).expect("checked free count above");
-            seq.block_hashes = hashes[..hits.len()].to_vec();
-            seq.block_table = hits;
-            seq.block_table.extend(fresh);
+            seq.block_hashes = hashes[..hit.blocks].to_vec();
+            seq.block_tables = hit.tables;
+            let placed = self
+                .blocks
+                .allocate_to(&mut seq.block_tables, cached, cached + n);
+            assert!(placed, "checked free count above");
             seq.num_computed = cached;
             if seq.timings.first_scheduled.is_none() {
                 seq.timings.first_scheduled = Some(Instant::now());
@@ -716,13 +724,13 @@ impl Scheduler {
                     .copied()
                     .collect();
                 out.batch
-                    .push_seq(&tokens, chunk.start, &seq.block_table, bs, true);
+                    .push_chunk(&tokens, chunk.start, &seq.block_tables, bs, true);
                 out.batch.verify_drafts(chunk.drafts);
                 continue;
             }
             let tokens = &seq.tokens[chunk.start..end];
             out.batch
-                .push_seq(tokens, chunk.start, &seq.block_table, bs, chunk.sample);
+                .push_chunk(tokens, chunk.start, &seq.block_tables, bs, chunk.sample);
             let wanted = seq.pending_prompt_logits();
             let first = wanted.start.max(chunk.start);
             let last = wanted.end.min(end);
@@ -824,9 +832,13 @@ impl Scheduler {
             let b = seq.block_hashes.len();
             let tokens = &seq.tokens[b * bs..(b + 1) * bs];
             let parent = seq.block_hashes.last().copied();
-            let hash = self
-                .blocks
-                .register_full(seq.block_table[b], parent, tokens);
+            // One key for the block, a page of it in each group that holds one.
+            let hash = BlockHash::chain(parent, tokens);
+            for (group, table) in seq.block_tables.iter().enumerate() {
+                if let Some(id) = table.get(b) {
+                    self.blocks.register_keyed(group, id, hash, parent, tokens);
+                }
+            }
             seq.block_hashes.push(hash);
         }
     }

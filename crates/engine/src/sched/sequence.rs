@@ -1,7 +1,8 @@
 //! `Sequence`: the engine's state for one request — its tokens, how many of them have
 //! their keys/values computed, and the blocks holding them.
 
-use crate::kv::block_manager::{BlockHash, BlockId};
+use crate::kv::block_manager::BlockHash;
+use crate::kv::block_table::BlockTable;
 use crate::sample::sampling_params::SamplingParams;
 use crate::sample::token_constraint::ConstraintCell;
 use crate::sched::draft_acceptance::DraftAcceptance;
@@ -16,7 +17,9 @@ pub struct Sequence {
     /// Leading tokens whose keys/values are in the cache. The gap to `tokens.len()` is
     /// what the scheduler closes: a whole prompt, a chunk of it, or one decode token.
     pub num_computed: usize,
-    pub block_table: Vec<BlockId>,
+    /// Per KV cache group, the blocks holding its computed (and this step's) positions;
+    /// empty while it holds none.
+    pub block_tables: Vec<BlockTable>,
     /// Hashes of the full blocks already offered to the prefix cache.
     pub block_hashes: Vec<BlockHash>,
     pub params: SamplingParams,
@@ -51,7 +54,7 @@ impl Sequence {
             prompt_len: req.prompt.len(),
             tokens: req.prompt,
             num_computed: 0,
-            block_table: Vec::new(),
+            block_tables: Vec::new(),
             block_hashes: Vec::new(),
             params: req.params,
             seed,
@@ -97,9 +100,8 @@ impl Sequence {
         self.gap() == 1 && self.num_computed >= self.prompt_len
     }
 
-    pub fn blocks_needed(&self, num_tokens: usize, block_size: usize) -> usize {
-        num_tokens
-            .div_ceil(block_size)
-            .saturating_sub(self.block_table.len())
+    /// Pages it holds, over every group.
+    pub fn pages_held(&self) -> usize {
+        self.block_tables.iter().map(|t| t.held().len()).sum()
     }
 }

@@ -3,7 +3,7 @@
 
 use crate::config::KvCacheDtype;
 use crate::error::Result;
-use crate::kv::kv_cache::KvCache;
+use crate::kv::kv_cache::{KvCache, KvShape};
 use crate::models::Llama;
 use crate::sched::forward_batch::ForwardBatch;
 
@@ -27,9 +27,16 @@ impl Logits {
 }
 
 impl ModelRunner {
+    /// A runner whose KV cache has `num_blocks` pages shared by the model's KV cache groups.
     pub fn new(model: Llama, num_blocks: usize, block_size: usize, kv_dtype: KvCacheDtype) -> Self {
         let c = model.config();
-        let kv_cache = KvCache::new(c.num_layers, num_blocks, block_size, c.kv_heads(), kv_dtype);
+        let shape = KvShape {
+            num_blocks,
+            block_size,
+            heads: c.kv_heads(),
+            dtype: kv_dtype,
+        };
+        let kv_cache = KvCache::with_groups(c.kv_cache_groups(), shape);
         let logits = Logits {
             data: Vec::new(),
             vocab: model.config().vocab_size,
