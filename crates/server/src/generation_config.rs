@@ -342,6 +342,11 @@ mod tests {
             max_model_len: 64,
             num_kv_blocks: 64,
             block_size: 16,
+            kv_capacity: tokenmill_engine::config::KvCapacity {
+                num_pages: 64,
+                short_context: 1024,
+                one_sequence: 1024,
+            },
             max_waiting: 8,
             eos_token_ids: vec![0],
         };

@@ -273,6 +273,32 @@ impl Metrics {
             stats.kv_cache_usage,
         );
         self.render_cache_config(out, prefix);
+        if let Some(c) = self.config.as_ref().filter(|_| native) {
+            gauge(
+                out,
+                "kv_cache_blocks",
+                "Pages in the KV pool, each a block of tokens of one KV cache group's layers.",
+                c.num_kv_blocks as f64,
+            );
+            let capacity = c.kv_capacity;
+            sample_family(
+                out,
+                "kv_cache_capacity_tokens",
+                "gauge",
+                "Tokens the KV pool holds: at short context (a page per block in every KV cache \
+                 group), and for one sequence alone (sliding-window groups holding only their window).",
+                &[
+                    (
+                        format!("{label},context=\"short\""),
+                        capacity.short_context as f64,
+                    ),
+                    (
+                        format!("{label},context=\"one_sequence\""),
+                        capacity.one_sequence as f64,
+                    ),
+                ],
+            );
+        }
         let counter = |out: &mut String, name: &str, help: &str, value: f64| {
             sample_family(
                 out,
@@ -688,6 +714,11 @@ mod tests {
             model_path: None,
             block_size: 16,
             num_kv_blocks: 512,
+            kv_capacity: tokenmill_engine::config::KvCapacity {
+                num_pages: 512,
+                short_context: 512 * 16,
+                one_sequence: 512 * 16,
+            },
             max_model_len: 2048,
             max_num_seqs: 256,
             max_num_batched_tokens: 2048,
@@ -749,6 +780,39 @@ mod tests {
         // tokenmill's own series have no vLLM name.
         assert!(!text.contains("vllm:step_time_seconds"), "{text}");
         assert!(!text.contains("vllm:requests_refused_total"), "{text}");
+    }
+
+    #[test]
+    fn the_kv_pool_reports_its_pages_and_its_capacity_at_short_context_and_for_one_sequence() {
+        let mut config = config();
+        config.kv_capacity = tokenmill_engine::config::KvCapacity {
+            num_pages: 512,
+            short_context: 1360,
+            one_sequence: 5000,
+        };
+        let text = Metrics::new("m")
+            .with_compat(Some(MetricsCompat::Vllm), &config)
+            .render(&SchedulerStats::default());
+        assert!(
+            text.contains("tokenmill:kv_cache_blocks{model_name=\"m\"} 512\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "tokenmill:kv_cache_capacity_tokens{model_name=\"m\",context=\"short\"} 1360\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "tokenmill:kv_cache_capacity_tokens{model_name=\"m\",context=\"one_sequence\"} 5000\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            !text.contains("vllm:kv_cache_capacity_tokens"),
+            "vLLM has no such series"
+        );
     }
 
     #[test]

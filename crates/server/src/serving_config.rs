@@ -2,6 +2,7 @@
 //! (`/server_info`, `/model_info`) and vLLM's `cache_config_info` metric report them.
 
 use tokenmill_engine::config::kv_cache_dtype::KvCacheDtype;
+use tokenmill_engine::config::KvCapacity;
 use tokenmill_engine::{EngineArgs, EngineLimits};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -9,7 +10,11 @@ pub struct ServingConfig {
     /// What the weights were read from; `None` for dummy weights.
     pub model_path: Option<String>,
     pub block_size: usize,
+    /// Pages of the KV pool (a block of tokens of one KV cache group's layers each).
     pub num_kv_blocks: usize,
+    /// Tokens the pool holds at short context (every group takes a page per block), and
+    /// for one sequence alone (sliding groups holding only their window's pages).
+    pub kv_capacity: KvCapacity,
     pub max_model_len: usize,
     pub max_num_seqs: usize,
     pub max_num_batched_tokens: usize,
@@ -30,6 +35,7 @@ impl ServingConfig {
             model_path,
             block_size: limits.block_size,
             num_kv_blocks: limits.num_kv_blocks,
+            kv_capacity: limits.kv_capacity,
             max_model_len: limits.max_model_len,
             max_num_seqs: config.max_num_seqs,
             max_num_batched_tokens: config.max_num_batched_tokens,
@@ -42,8 +48,10 @@ impl ServingConfig {
         })
     }
 
-    /// Tokens the KV pool holds.
+    /// Tokens the KV pool holds whatever the sequences' lengths: at short context, where a
+    /// token takes a page in every KV cache group (a model with sliding layers holds more
+    /// once its sequences outgrow the window; see `kv_capacity`).
     pub fn kv_tokens(&self) -> usize {
-        self.num_kv_blocks * self.block_size
+        self.kv_capacity.short_context
     }
 }

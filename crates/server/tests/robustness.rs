@@ -97,6 +97,11 @@ fn limits() -> EngineLimits {
         max_model_len: 64,
         num_kv_blocks: 16,
         block_size: 16,
+        kv_capacity: tokenmill_engine::config::KvCapacity {
+            num_pages: 16,
+            short_context: 256,
+            one_sequence: 256,
+        },
         max_waiting: 8,
         eos_token_ids: vec![2],
     }
