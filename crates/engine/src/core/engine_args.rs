@@ -52,7 +52,8 @@ pub struct EngineArgs {
     /// in the same --kv-cache-memory-gib.
     #[arg(long, default_value = "auto")]
     pub kv_cache_dtype: KvCacheDtype,
-    /// Exact number of KV blocks (overrides --kv-cache-memory-gib).
+    /// Exact number of KV blocks, pages of one KV cache group's layers each (overrides
+    /// --kv-cache-memory-gib).
     #[arg(long)]
     pub num_kv_blocks: Option<usize>,
     /// The token budget of one step, shared by decodes and prefill chunks.

@@ -24,24 +24,11 @@
 //! (a sliding group's page is only useful beside them), and it holds one per block.
 
 use crate::config::{KvCacheGroups, KvGroup};
+pub use crate::kv::block_id::BlockId;
 use crate::kv::block_table::BlockTable;
 use crate::kv::kv_event::KvEvent;
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, HashMap};
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct BlockId(u32);
-
-impl BlockId {
-    pub fn index(self) -> usize {
-        self.0 as usize
-    }
-
-    #[cfg(test)]
-    pub(crate) fn from_index(i: u32) -> Self {
-        Self(i)
-    }
-}
 
 /// Content hash of a full block, chained with its predecessor's so equal hashes mean
 /// equal prefixes, not just equal blocks.
@@ -192,7 +179,7 @@ impl BlockManager {
         };
         // Last pushed is handed out first: a fresh pool hands out blocks 0, 1, 2, …
         for i in (0..num_blocks).rev() {
-            manager.push_free(BlockId(i as u32));
+            manager.push_free(BlockId::from_index(i as u32));
         }
         manager
     }
@@ -574,7 +561,7 @@ impl BlockManager {
         for (i, b) in self.blocks.iter().enumerate() {
             let in_free = b
                 .free_since
-                .is_some_and(|t| self.free.get(&t) == Some(&BlockId(i as u32)));
+                .is_some_and(|t| self.free.get(&t) == Some(&BlockId::from_index(i as u32)));
             if (b.ref_count == 0) != in_free {
                 return Err(format!(
                     "block {i}: ref_count {} but in free list: {in_free}",

@@ -1,7 +1,7 @@
 //! `BlockTable`: the blocks one sequence holds in one KV cache group, in position order,
 //! with the leading blocks a sliding window no longer sees released.
 
-use crate::kv::block_manager::BlockId;
+use crate::kv::block_id::BlockId;
 
 /// Blocks `0..dropped` are gone (released, or never taken, because no later query sees
 /// them); `ids[i]` holds positions of block `dropped + i`. A released block cannot be read

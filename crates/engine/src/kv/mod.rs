@@ -3,6 +3,7 @@
 //! (`BlockTable`), the storage the attention kernels read (`KvCache`), and the events that
 //! report the prefix cache's changes (`KvEvent`).
 
+pub mod block_id;
 pub mod block_manager;
 pub mod block_table;
 pub mod kv_cache;
