@@ -7,8 +7,10 @@ mod common;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use tokenmill_engine::config::WeightMode;
 use tokenmill_engine::kv::block_manager::{BlockHash, BlockManager};
-use tokenmill_engine::{EngineConfig, KvEvent, Request, SamplingParams};
+use tokenmill_engine::models::checkpoint;
+use tokenmill_engine::{Engine, EngineConfig, KvEvent, Request, SamplingParams};
 
 /// What a subscriber rebuilds: each cached block's parent and tokens, by external hash.
 #[derive(Default)]
@@ -68,15 +70,44 @@ fn sorted(mut hashes: Vec<u64>) -> Vec<u64> {
 
 #[test]
 fn the_event_stream_rebuilds_the_cached_block_set_through_reuse_and_eviction() {
-    const BLOCK: usize = 8;
     // 40 blocks of 8 tokens; the workload's distinct blocks (about 70) do not fit, so cached
     // blocks are evicted while shared prefixes are reused.
-    let mut engine = common::load_engine(EngineConfig {
-        block_size: BLOCK,
+    let engine = common::load_engine(EngineConfig {
+        block_size: 8,
         num_kv_blocks: Some(40),
         max_num_seqs: 4,
         ..EngineConfig::default()
     });
+    replay_workload(engine, |t| t);
+}
+
+/// tiny-gemma3 (1 full and 6 sliding KV cache groups): the events describe the full group's
+/// cached blocks alone, exactly, while sliding pages are released, cached and evicted beside
+/// them in the same pool.
+#[test]
+fn the_event_stream_of_a_sliding_window_model_rebuilds_its_full_groups_cached_blocks() {
+    let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../../shared/golden/zoo/tiny-gemma3/model-f32.gguf");
+    let mut ckpt = checkpoint::open(&path).expect("the zoo's tiny-gemma3 opens");
+    // 280 pages: 40 blocks at short context, far fewer than the workload's pages in 7 groups.
+    let config = EngineConfig {
+        block_size: 8,
+        num_kv_blocks: Some(280),
+        max_num_seqs: 4,
+        max_num_batched_tokens: 16,
+        weight_mode: WeightMode::F32,
+        ..EngineConfig::default()
+    };
+    let engine = Engine::load(&mut *ckpt, config).expect("tiny-gemma3 loads");
+    assert_eq!(engine.model_config().kv_cache_groups().num_groups(), 7);
+    // Its vocabulary has 512 tokens.
+    replay_workload(engine, |t| 1 + t % 511);
+}
+
+/// Runs prompts with shared prefixes and long one-off ones, two queued at a time, and after
+/// every step holds a mirror built from the events to the cache's block set. `token` maps
+/// the workload's ids into the model's vocabulary.
+fn replay_workload(mut engine: Engine, token: impl Fn(u32) -> u32) {
     let batches: Arc<Mutex<Vec<Vec<KvEvent>>>> = Arc::default();
     let sink = batches.clone();
     engine.set_kv_event_sink(Box::new(move |events| sink.lock().unwrap().push(events)));
@@ -96,9 +127,9 @@ fn the_event_stream_rebuilds_the_cached_block_set_through_reuse_and_eviction() {
     for round in 0..3u32 {
         for p in 0..2u32 {
             let question = (0..13).map(|i| 5000 + round * 50 + p * 13 + i);
-            prompts.push(prefix(p).chain(question).collect());
+            prompts.push(prefix(p).chain(question).map(&token).collect());
         }
-        prompts.push((0..120).map(|i| 9000 + round * 120 + i).collect());
+        prompts.push((0..120).map(|i| token(9000 + round * 120 + i)).collect());
     }
     let mut receivers = Vec::new();
     for (i, prompt) in prompts.into_iter().enumerate() {
