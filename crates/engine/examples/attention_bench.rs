@@ -99,6 +99,7 @@ fn main() {
             head_dim: d,
             block_size: BLOCK,
             window: None,
+            kv_group: 0,
         };
         for case in cases
             .iter()
