@@ -82,6 +82,10 @@ pub struct ServeArgs {
     /// "replay_endpoint": "tcp://*:5558", "topic": "kv-events"}` (docs/scale-out.md).
     #[arg(long, value_name = "JSON", value_parser = KvEventsConfig::parse)]
     pub kv_events_config: Option<KvEventsConfig>,
+    /// Report in each reply's `usage` how many prompt tokens came from the prefix cache
+    /// (`prompt_tokens_details.cached_tokens`), as vLLM's flag of the same name does.
+    #[arg(long)]
+    pub enable_prompt_tokens_details: bool,
 }
 
 /// Server settings that are not about the engine.
@@ -97,6 +101,8 @@ pub struct ServerOptions {
     /// `--kv-events-config`: publish the prefix cache's changes.
     pub kv_events: Option<KvEventsConfig>,
     pub metrics_compat: Option<MetricsCompat>,
+    /// `--enable-prompt-tokens-details`: `usage.prompt_tokens_details.cached_tokens`.
+    pub prompt_tokens_details: bool,
 }
 
 impl Default for ServerOptions {
@@ -111,6 +117,7 @@ impl Default for ServerOptions {
             tool_call_parser: ToolCallParserKind::Auto,
             kv_events: None,
             metrics_compat: None,
+            prompt_tokens_details: false,
         }
     }
 }
@@ -127,6 +134,7 @@ impl ServeArgs {
             tool_call_parser: self.tool_call_parser,
             kv_events: self.kv_events_config.clone(),
             metrics_compat: self.metrics_compat,
+            prompt_tokens_details: self.enable_prompt_tokens_details,
         }
     }
 }
@@ -177,6 +185,7 @@ pub fn app_state(
         api_key: options.api_key.clone(),
         reasoning_parser: options.reasoning_parser,
         tool_call_parser: options.tool_call_parser,
+        prompt_tokens_details: options.prompt_tokens_details,
         limits: options.request_limits.clone(),
         created: SystemTime::now()
             .duration_since(UNIX_EPOCH)

@@ -36,6 +36,8 @@ pub struct AppState {
     pub reasoning_parser: Option<ReasoningParserKind>,
     /// `--tool-call-parser`: how calls are read from replies to requests with tools.
     pub tool_call_parser: ToolCallParserKind,
+    /// `--enable-prompt-tokens-details`: `usage` says how many prompt tokens were cached.
+    pub prompt_tokens_details: bool,
     /// How much work one request may ask for.
     pub limits: RequestLimits,
     pub metrics: Arc<Metrics>,

@@ -36,6 +36,9 @@ pub struct ChoiceDelta {
     pub prompt_logprobs: Vec<SampledToken>,
     /// `stop`, `tool_calls`, `length` or `abort`, on the last delta only.
     pub finish_reason: Option<&'static str>,
+    /// Prompt tokens the engine took from its prefix cache, on the last delta only (when the
+    /// engine reported its end).
+    pub cached_prompt_tokens: Option<usize>,
 }
 
 /// Turns token ids into text. Models without a tokenizer (dummy weights) show each id as text,
@@ -213,7 +216,7 @@ impl ChoiceRun {
                     delta.text.push_str(&text);
                     delta.tokens.push(token);
                     if hit_stop {
-                        self.end_at_stop_string().await;
+                        delta.cached_prompt_tokens = self.end_at_stop_string().await;
                         delta.finish_reason = Some("stop");
                         return Some(delta);
                     }
@@ -222,8 +225,12 @@ impl ChoiceRun {
                     }
                 }
                 Some(RequestEvent::Finished {
-                    reason, timings, ..
+                    reason,
+                    timings,
+                    cached_prompt_tokens,
+                    ..
                 }) => {
+                    delta.cached_prompt_tokens = Some(cached_prompt_tokens);
                     delta.text.push_str(&self.flush());
                     let reason = reason.as_str();
                     self.finish(reason, Some(&timings));
@@ -263,17 +270,24 @@ impl ChoiceRun {
     }
 
     /// The engine does not know about stop strings: cancel it, then wait (at most a step) for
-    /// its end report so the request's timings still reach the metrics.
-    async fn end_at_stop_string(&mut self) {
+    /// its end report so the request's timings still reach the metrics. Gives the prompt
+    /// tokens it found cached, from that report.
+    async fn end_at_stop_string(&mut self) -> Option<usize> {
         self.handle.abort(self.id);
-        let mut timings = None;
+        let mut end = None;
         while let Some(event) = self.events.recv().await {
-            if let RequestEvent::Finished { timings: t, .. } = event {
-                timings = Some(t);
+            if let RequestEvent::Finished {
+                timings,
+                cached_prompt_tokens,
+                ..
+            } = event
+            {
+                end = Some((timings, cached_prompt_tokens));
                 break;
             }
         }
-        self.finish("stop", timings.as_deref());
+        self.finish("stop", end.as_ref().map(|(t, _)| &**t));
+        end.map(|(_, cached)| cached)
     }
 
     fn finish(

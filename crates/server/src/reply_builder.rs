@@ -25,6 +25,7 @@ pub struct ChoiceTotal {
     pub tokens: Vec<SampledToken>,
     pub prompt_logprobs: Vec<SampledToken>,
     pub finish_reason: Option<&'static str>,
+    pub cached_prompt_tokens: Option<usize>,
 }
 
 impl ChoiceTotal {
@@ -35,6 +36,7 @@ impl ChoiceTotal {
         self.prompt_logprobs.extend(delta.prompt_logprobs);
         self.tokens.extend(delta.tokens);
         self.finish_reason = delta.finish_reason.or(self.finish_reason);
+        self.cached_prompt_tokens = delta.cached_prompt_tokens.or(self.cached_prompt_tokens);
     }
 }
 
@@ -42,15 +44,23 @@ impl ChoiceTotal {
 pub struct Usage {
     pub prompt_tokens: usize,
     pub completion_tokens: usize,
+    /// Prompt tokens served from the prefix cache, reported as
+    /// `prompt_tokens_details.cached_tokens` where the server was asked to
+    /// (`--enable-prompt-tokens-details`).
+    pub cached_tokens: Option<usize>,
 }
 
 impl Usage {
     pub fn json(&self) -> Value {
-        json!({
+        let mut usage = json!({
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
             "total_tokens": self.prompt_tokens + self.completion_tokens,
-        })
+        });
+        if let Some(cached) = self.cached_tokens {
+            usage["prompt_tokens_details"] = json!({ "cached_tokens": cached });
+        }
+        usage
     }
 }
 
@@ -572,6 +582,7 @@ mod tests {
             Usage {
                 prompt_tokens: 3,
                 completion_tokens: 2,
+                cached_tokens: None,
             },
         );
         assert_eq!(body["usage"]["total_tokens"], 5);

@@ -404,3 +404,81 @@ async fn a_server_with_an_itl_target_reports_its_steps_in_metrics() {
     let error = metric(&text, "tokenmill:step_time_prediction_error_ratio");
     assert!(error.is_finite() && error >= 0.0, "{error}");
 }
+
+#[tokio::test]
+async fn prompt_tokens_details_report_the_prompt_tokens_the_prefix_cache_served() {
+    use tokenmill_server::api_server::ServerOptions;
+    let server = tokio::task::spawn_blocking(|| {
+        start_server(
+            &[],
+            ServerOptions {
+                prompt_tokens_details: true,
+                ..ServerOptions::default()
+            },
+        )
+    })
+    .await
+    .unwrap();
+    let base = server.base_url();
+    let post = |body: Value| {
+        let url = format!("{base}/v1/completions");
+        async move {
+            let reply: Value = client()
+                .post(url)
+                .json(&body)
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            reply
+        }
+    };
+    // Long enough for several full 16-token blocks; a first prompt no one has sent before.
+    let prompt = "Prompt tokens details: ".to_owned() + &"a cached block of words, ".repeat(12);
+    let first = post(json!({"prompt": prompt, "max_tokens": 4, "temperature": 0})).await;
+    assert_eq!(
+        first["usage"]["prompt_tokens_details"]["cached_tokens"], 0,
+        "{first}"
+    );
+    let prompt_tokens = first["usage"]["prompt_tokens"].as_u64().unwrap();
+    // The same prompt again: every full block but the one holding the last token is cached.
+    let cached = (prompt_tokens - 1) / 16 * 16;
+    assert!(cached >= 64, "{prompt_tokens} prompt tokens");
+    let again = post(json!({"prompt": prompt, "max_tokens": 4, "temperature": 0})).await;
+    assert_eq!(
+        again["usage"]["prompt_tokens_details"]["cached_tokens"], cached,
+        "{again}"
+    );
+    // Two choices of one prompt count its cached tokens once, as `prompt_tokens` counts it.
+    let two = post(json!({"prompt": prompt, "max_tokens": 4, "n": 2, "temperature": 0})).await;
+    assert_eq!(two["usage"]["prompt_tokens"], prompt_tokens);
+    assert_eq!(
+        two["usage"]["prompt_tokens_details"]["cached_tokens"], cached,
+        "{two}"
+    );
+    // A stream that a stop string ends still reports it in its usage chunk.
+    let chunks = post_stream_to(
+        &server,
+        "/v1/completions",
+        json!({"prompt": prompt, "max_tokens": 8, "temperature": 0, "stop": [" "],
+               "stream": true, "stream_options": {"include_usage": true}}),
+    )
+    .await;
+    let usage = &chunks.last().unwrap()["usage"];
+    assert_eq!(
+        usage["prompt_tokens_details"]["cached_tokens"], cached,
+        "{usage}"
+    );
+    // Without the flag there are no details, as vLLM leaves them out.
+    let (_, plain) = post_json(
+        "/v1/completions",
+        json!({"prompt": prompt, "max_tokens": 4, "temperature": 0}),
+    )
+    .await;
+    assert!(
+        plain["usage"].get("prompt_tokens_details").is_none(),
+        "{plain}"
+    );
+}

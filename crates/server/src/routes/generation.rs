@@ -44,13 +44,44 @@ pub async fn generate(
     .with_reasoning(
         reasoning(&state, &plan, endpoint).is_some_and(|(_, d)| d != ReasoningDelivery::Dropped),
     );
-    let prompt_tokens = plan.prompt_lens.iter().sum();
+    let usage = UsagePlan {
+        prompt_tokens: plan.prompt_lens.iter().sum(),
+        cached_details: state.prompt_tokens_details,
+        choices_per_prompt: plan.n.max(1),
+    };
     if plan.stream {
-        Ok(stream_reply(runs, reply, prompt_tokens, plan.include_usage).into_response())
+        Ok(stream_reply(runs, reply, usage, plan.include_usage).into_response())
     } else {
-        Ok(collect_reply(runs, reply, prompt_tokens)
-            .await?
-            .into_response())
+        Ok(collect_reply(runs, reply, usage).await?.into_response())
+    }
+}
+
+/// What a reply's `usage` is made of besides the tokens generated.
+#[derive(Debug, Clone, Copy)]
+struct UsagePlan {
+    prompt_tokens: usize,
+    /// `--enable-prompt-tokens-details`: say how many prompt tokens were cached.
+    cached_details: bool,
+    choices_per_prompt: usize,
+}
+
+impl UsagePlan {
+    /// The usage of a reply whose choices (prompt by prompt, `choices_per_prompt` each)
+    /// found `cached` prompt tokens each. A prompt counts once, as in `prompt_tokens`: its
+    /// first choice's cached tokens stand for it.
+    fn usage(&self, completion_tokens: usize, cached: &[Option<usize>]) -> Usage {
+        let cached_tokens = self.cached_details.then(|| {
+            cached
+                .iter()
+                .step_by(self.choices_per_prompt)
+                .map(|c| c.unwrap_or(0))
+                .sum()
+        });
+        Usage {
+            prompt_tokens: self.prompt_tokens,
+            completion_tokens,
+            cached_tokens,
+        }
     }
 }
 
@@ -120,7 +151,7 @@ fn reasoning(
 async fn collect_reply(
     runs: Vec<ChoiceRun>,
     reply: ReplyBuilder,
-    prompt_tokens: usize,
+    usage: UsagePlan,
 ) -> Result<Json<serde_json::Value>, ApiError> {
     let totals = join_all(runs.into_iter().map(collect_choice)).await;
     if totals
@@ -129,10 +160,8 @@ async fn collect_reply(
     {
         return Err(ApiError::engine_failed());
     }
-    let usage = Usage {
-        prompt_tokens,
-        completion_tokens: totals.iter().map(|t| t.tokens.len()).sum(),
-    };
+    let cached: Vec<Option<usize>> = totals.iter().map(|t| t.cached_prompt_tokens).collect();
+    let usage = usage.usage(totals.iter().map(|t| t.tokens.len()).sum(), &cached);
     Ok(Json(reply.full(&totals, usage)))
 }
 
@@ -155,7 +184,10 @@ struct StreamState {
     reply: ReplyBuilder,
     /// Per choice: bytes of text streamed so far (`None` until its first chunk).
     streamed: Vec<Option<usize>>,
-    usage: Usage,
+    usage: UsagePlan,
+    completion_tokens: usize,
+    /// Per choice: prompt tokens found cached, once it has ended.
+    cached: Vec<Option<usize>>,
     include_usage: bool,
     phase: Phase,
 }
@@ -165,7 +197,7 @@ struct StreamState {
 fn stream_reply(
     runs: Vec<ChoiceRun>,
     reply: ReplyBuilder,
-    prompt_tokens: usize,
+    usage: UsagePlan,
     include_usage: bool,
 ) -> Sse<impl futures_util::Stream<Item = Result<Event, Infallible>>> {
     let choices = runs.len();
@@ -180,10 +212,9 @@ fn stream_reply(
         merged,
         reply,
         streamed: vec![None; choices],
-        usage: Usage {
-            prompt_tokens,
-            completion_tokens: 0,
-        },
+        usage,
+        completion_tokens: 0,
+        cached: vec![None; choices],
         include_usage,
         phase: Phase::Choices,
     };
@@ -205,7 +236,8 @@ async fn next_events(mut s: StreamState) -> Option<(Vec<Event>, StreamState)> {
                 vec![ApiError::engine_failed().body().to_string()]
             }
             Some((index, delta)) => {
-                s.usage.completion_tokens += delta.tokens.len();
+                s.completion_tokens += delta.tokens.len();
+                s.cached[index] = delta.cached_prompt_tokens.or(s.cached[index]);
                 let offset = s.streamed[index];
                 let chunks = s
                     .reply
@@ -221,7 +253,8 @@ async fn next_events(mut s: StreamState) -> Option<(Vec<Event>, StreamState)> {
             }
             None if s.include_usage => {
                 s.phase = Phase::UsageSent;
-                vec![s.reply.usage_chunk(s.usage).to_string()]
+                let usage = s.usage.usage(s.completion_tokens, &s.cached);
+                vec![s.reply.usage_chunk(usage).to_string()]
             }
             None => {
                 s.phase = Phase::Closed;
