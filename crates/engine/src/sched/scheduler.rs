@@ -690,6 +690,14 @@ impl Scheduler {
                 seq.cached_prompt_tokens = cached;
                 self.stats.prefix_cache_queries += seq.prompt_len as u64;
                 self.stats.prefix_cache_hits += cached as u64;
+                // Which prompt hit how much, for following a router's placement from the logs.
+                tracing::debug!(
+                    "admitted {:?}: {} prompt tokens, {cached} from the prefix cache, first block {:?}, {} running",
+                    seq.id,
+                    seq.prompt_len,
+                    hashes.first(),
+                    self.running.len()
+                );
             }
             out.chunks.push(ScheduledChunk {
                 seq_id: seq.id,
