@@ -13,7 +13,8 @@
 # Environment: TOKENMILL_BIN (default target/release/tokenmill), TOKENMILL_VENV (the venv
 # scripts/test.sh makes; sglang-router is installed into it when missing), TOKENMILL_CLUSTER_DIR
 # (where the logs go; default a fresh temporary directory), TOKENMILL_ROUTER_FLAGS (more
-# sglang-router flags, e.g. "--health-check-interval-secs 1").
+# sglang-router flags, e.g. "--health-check-interval-secs 1"), CLUSTER_ROUTER_LOG_LEVEL (the
+# router's --log-level; warnings only by default, `debug` to see each routing decision).
 #
 # With fewer cores than replicas, replicas share cores round the machine (said on start).
 # Sourced (by scripts/scale-out-bench.sh), it defines the functions and runs nothing.
@@ -125,6 +126,7 @@ cluster_up() {
   local extra=() launcher=sglang_router.launch_router ready=/readiness quiet=warn
   read -ra extra <<<"${TOKENMILL_ROUTER_FLAGS:-}"
   if [ "$CLUSTER_ROUTER" = vllm ]; then launcher=vllm_router.launch_router ready=/health quiet=warning; fi
+  quiet=${CLUSTER_ROUTER_LOG_LEVEL:-$quiet}
   if [ "$CLUSTER_KV_EVENTS" = 1 ] && [ "$policy" = kv_aware ]; then
     local model
     model=$(curl -sf "${urls[0]}/v1/models" | python3 -c 'import json, sys; print(json.load(sys.stdin)["data"][0]["id"])')

@@ -22,6 +22,8 @@
 #   cargo build --release -p tokenmill && scripts/scale-out-bench.sh [OUTPUT_DIR]
 #
 # OUTPUT_DIR (default docs/scale-out) receives each run's `--save-result` JSON and summary.txt.
+# SEEDS (default "0 1 2") and CONCURRENCY (requests in flight in 1 and 5, default 3) vary the
+# workload; scripts/kv-aware-placement.py follows phase 5's routing decisions request by request.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/cluster.sh
