@@ -361,15 +361,7 @@ async fn a_server_with_an_itl_target_reports_its_steps_in_metrics() {
     .unwrap();
     let base = server.base_url();
     let body = json!({"prompt": "Counting: 1, 2, 3,", "max_tokens": 24, "ignore_eos": true, "temperature": 0});
-    let reply: Value = client()
-        .post(format!("{base}/v1/completions"))
-        .json(&body)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let (_, reply) = post_json_to(&base, "/v1/completions", body).await;
     assert_eq!(reply["usage"]["completion_tokens"], 24);
     let prompt_tokens = reply["usage"]["prompt_tokens"].as_f64().unwrap();
     // The engine publishes its stats after the step that sent the last token returns, so
@@ -421,19 +413,8 @@ async fn prompt_tokens_details_report_the_prompt_tokens_the_prefix_cache_served(
     .unwrap();
     let base = server.base_url();
     let post = |body: Value| {
-        let url = format!("{base}/v1/completions");
-        async move {
-            let reply: Value = client()
-                .post(url)
-                .json(&body)
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
-            reply
-        }
+        let base = base.clone();
+        async move { post_json_to(&base, "/v1/completions", body).await.1 }
     };
     // Long enough for several full 16-token blocks; a first prompt no one has sent before.
     let prompt = "Prompt tokens details: ".to_owned() + &"a cached block of words, ".repeat(12);

@@ -188,15 +188,7 @@ async fn assert_drains(base: &str, after_what: &str) {
 async fn greedy_text(base: &str) -> String {
     let body =
         json!({"prompt": "The three primary colors are", "max_tokens": 24, "temperature": 0});
-    let reply: Value = reqwest::Client::new()
-        .post(format!("{base}/v1/completions"))
-        .json(&body)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let (_, reply) = post_json_to(base, "/v1/completions", body).await;
     reply["choices"][0]["text"].as_str().unwrap().to_owned()
 }
 

@@ -151,7 +151,17 @@ pub fn client() -> reqwest::Client {
 }
 
 pub async fn post_json(path: &str, body: Value) -> (StatusCode, Value) {
-    let response = client().post(url(path)).json(&body).send().await.unwrap();
+    post_json_to(&server().base_url(), path, body).await
+}
+
+/// [`post_json`] to the server at `base` (its URL, no trailing slash).
+pub async fn post_json_to(base: &str, path: &str, body: Value) -> (StatusCode, Value) {
+    let response = client()
+        .post(format!("{base}{path}"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
     let status = response.status();
     let text = response.text().await.unwrap();
     let value = serde_json::from_str(&text)
