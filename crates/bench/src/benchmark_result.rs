@@ -1,6 +1,6 @@
 //! The result of one run, computed from its request records with vllm bench serve's definitions.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::class_latencies::ClassLatencies;
 use crate::client::{Reply, RequestRecord};
@@ -45,6 +45,11 @@ pub struct BenchmarkResult {
     pub output_lens: Vec<usize>,
     pub ttfts_s: Vec<f64>,
     pub itls_s: Vec<Vec<f64>>,
+    /// When each request was sent and when its reply ended (failures included), in seconds
+    /// from the run's first send: with the TTFTs they place every request on the run's clock,
+    /// which is what a router's load counts see.
+    pub sent_s: Vec<f64>,
+    pub finished_s: Vec<f64>,
     pub errors: Vec<String>,
     /// Per request, in dataset order, the generated text; empty for failed requests.
     pub generated_texts: Vec<String>,
@@ -115,6 +120,8 @@ impl BenchmarkResult {
             output_lens: columns.output_lens,
             ttfts_s: columns.ttfts_s,
             itls_s: columns.itls_s,
+            sent_s: columns.sent_s,
+            finished_s: columns.finished_s,
             errors: columns.errors,
             generated_texts: columns.generated_texts,
             ttft,
@@ -158,6 +165,8 @@ struct PerRequest {
     output_lens: Vec<usize>,
     ttfts_s: Vec<f64>,
     itls_s: Vec<Vec<f64>>,
+    sent_s: Vec<f64>,
+    finished_s: Vec<f64>,
     errors: Vec<String>,
     generated_texts: Vec<String>,
 }
@@ -169,10 +178,17 @@ impl PerRequest {
             output_lens: Vec::with_capacity(records.len()),
             ttfts_s: Vec::with_capacity(records.len()),
             itls_s: Vec::with_capacity(records.len()),
+            sent_s: Vec::with_capacity(records.len()),
+            finished_s: Vec::with_capacity(records.len()),
             errors: Vec::with_capacity(records.len()),
             generated_texts: Vec::with_capacity(records.len()),
         };
+        let first_send = records.iter().map(|r| r.sent_at).min();
         for record in records {
+            let since_first =
+                |at: Instant| first_send.map_or(0.0, |first| (at - first).as_secs_f64());
+            columns.sent_s.push(since_first(record.sent_at));
+            columns.finished_s.push(since_first(record.finished_at));
             match &record.outcome {
                 Ok(reply) => {
                     columns.input_lens.push(record.prompt_len);
@@ -289,6 +305,12 @@ pub(crate) mod tests {
         assert_eq!(result.errors, vec!["", "", "timed out"]);
         assert_eq!(result.output_lens, vec![3, 1, 0]);
         assert_eq!(result.generated_texts, vec!["xxx", "x", ""]);
+        assert_eq!(
+            result.sent_s,
+            vec![0.0, 0.1, 0.05],
+            "failures keep their times"
+        );
+        assert_eq!(result.finished_s, vec![0.21, 0.4, 1.0]);
         assert_eq!(result.spec_decode, None, "no reply reported drafts");
         assert!(result.by_class.is_empty(), "all prompts are short");
     }

@@ -218,6 +218,8 @@ pub fn to_json(result: &BenchmarkResult) -> Value {
         "output_lens": result.output_lens,
         "ttfts": result.ttfts_s,
         "itls": result.itls_s,
+        "sent_s": result.sent_s,
+        "finished_s": result.finished_s,
         "errors": result.errors,
         "client_cpu_time_s": result.client_cpu_s,
     });
@@ -391,6 +393,8 @@ mod table_tests {
             "output_lens",
             "ttfts",
             "itls",
+            "sent_s",
+            "finished_s",
             "errors",
             "mean_ttft_ms",
             "median_ttft_ms",
