@@ -9,7 +9,7 @@ prompt that worker admits (one request at a time reaches the engine in arrival o
 
 Prints every request whose credit and hit differ, then the summary: how often the router's credit
 equals what the replica reused, and, of the prompts that reused nothing, how many went to a
-replica other than one the router had already sent their prefix to (and how long before).
+replica other than one that had already admitted their prefix (and how long after it had).
 
 Given the run's saved bench JSON as well, it replays the router's cost for every decision. As
 vllm-router 0.1.17's `kv_aware` is written (src/policies/kv_aware.rs of its source package), a
