@@ -184,9 +184,8 @@ impl PerRequest {
             generated_texts: Vec::with_capacity(records.len()),
         };
         let first_send = records.iter().map(|r| r.sent_at).min();
+        let since_first = |at: Instant| first_send.map_or(0.0, |first| (at - first).as_secs_f64());
         for record in records {
-            let since_first =
-                |at: Instant| first_send.map_or(0.0, |first| (at - first).as_secs_f64());
             columns.sent_s.push(since_first(record.sent_at));
             columns.finished_s.push(since_first(record.finished_at));
             match &record.outcome {
