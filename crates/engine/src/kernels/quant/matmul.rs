@@ -13,7 +13,7 @@ use super::tile::{Rows, Tile, TileKernel};
 use super::tile_sink::{OutputWriter, PairWriter, TileSink};
 use super::weight_format::WeightFormat;
 #[cfg(target_arch = "x86_64")]
-use super::x86::{Avx2, Avx512Vnni, AvxVnni};
+use super::x86::{Amx, AmxEmulated, Avx2, Avx512Vnni, AvxVnni};
 use super::{BLOCK, MR};
 use crate::kernels::compute_pool::ComputePool;
 use crate::kernels::cpu_kernel::CpuKernel;
@@ -208,7 +208,7 @@ impl QuantMatrix {
         out: &impl TileSink,
         kernel: CpuKernel,
     ) {
-        let rows = tile_rows(self.format, kernel);
+        let rows = tile_rows(self.format, kernel, act.m);
         for i0 in (0..act.m).step_by(rows) {
             let mr = (act.m - i0).min(rows);
             // Rows past `mr` repeat the last one; the kernels ignore them.
@@ -229,9 +229,18 @@ impl QuantMatrix {
     }
 }
 
-/// Activation rows per tile of `format` on `kernel`.
-fn tile_rows(format: WeightFormat, kernel: CpuKernel) -> usize {
+/// Activation rows per tile of `format` on `kernel`, for a matmul of `m` rows: AMX tiles
+/// only where there are more rows than the AVX-512 tiles take.
+fn tile_rows(format: WeightFormat, kernel: CpuKernel, m: usize) -> usize {
     match kernel {
+        #[cfg(target_arch = "x86_64")]
+        CpuKernel::Amx | CpuKernel::AmxEmulated if m <= Avx512Vnni::tile_rows(format) => {
+            Avx512Vnni::tile_rows(format)
+        }
+        #[cfg(target_arch = "x86_64")]
+        CpuKernel::Amx => Amx::tile_rows(format),
+        #[cfg(target_arch = "x86_64")]
+        CpuKernel::AmxEmulated => AmxEmulated::tile_rows(format),
         #[cfg(target_arch = "x86_64")]
         CpuKernel::Avx2 => Avx2::tile_rows(format),
         #[cfg(target_arch = "x86_64")]
@@ -262,6 +271,12 @@ fn tiles(
         // SAFETY: as above.
         #[cfg(target_arch = "x86_64")]
         CpuKernel::Avx512Vnni => unsafe { Avx512Vnni::tiles(m, groups, rows, emit) },
+        // SAFETY: as above (AMX includes `amx_status`).
+        #[cfg(target_arch = "x86_64")]
+        CpuKernel::Amx => unsafe { Amx::tiles(m, groups, rows, emit) },
+        // SAFETY: as above.
+        #[cfg(target_arch = "x86_64")]
+        CpuKernel::AmxEmulated => unsafe { AmxEmulated::tiles(m, groups, rows, emit) },
         // SAFETY: as above. K-quants have no NEON tile yet and take the portable rows.
         #[cfg(target_arch = "aarch64")]
         CpuKernel::NeonDotprod if !m.format.is_k_quant() => unsafe {

@@ -75,7 +75,10 @@ const SUB: usize = SUPER / BLOCK;
 pub const NR: usize = 8;
 /// Weight rows per K-quant group and tile (their lanes hold half blocks: two per row).
 pub const K_NR: usize = 4;
-/// Activation rows per tile at most (the AVX-512 tiles'; the 256-bit ones take [`MR_256`]).
-pub const MR: usize = 8;
+/// Activation rows per tile at most (the AMX tiles'; AVX-512 takes [`MR_512`], the 256-bit
+/// tiles [`MR_256`]).
+pub const MR: usize = 16;
+/// Activation rows per tile of the AVX-512 pair tiles: sixteen accumulators of two groups.
+const MR_512: usize = 8;
 /// Activation rows per tile of the portable and 256-bit kernels: their registers hold no more.
 const MR_256: usize = 4;

@@ -14,7 +14,7 @@ use crate::kernels::quant::group::{check_group, Group};
 use crate::kernels::quant::quant_matrix::QuantMatrix;
 use crate::kernels::quant::tile::{Rows, Tile, TileKernel};
 use crate::kernels::quant::weight_format::WeightFormat;
-use crate::kernels::quant::{BLOCK, K_NR, MR, MR_256, NR, SUB};
+use crate::kernels::quant::{BLOCK, K_NR, MR, MR_256, MR_512, NR, SUB};
 use std::arch::x86_64::*;
 use std::ops::Range;
 
@@ -45,10 +45,10 @@ simd_path!(
 pub(in crate::kernels::quant) struct Avx512Vnni;
 
 impl TileKernel for Avx512Vnni {
-    /// [`MR`] rows where `format` has 512-bit tiles.
+    /// [`MR_512`] rows where `format` has 512-bit tiles.
     fn tile_rows(format: WeightFormat) -> usize {
         if has_zmm_tile(format) {
-            MR
+            MR_512
         } else {
             MR_256
         }
