@@ -9,7 +9,7 @@ use super::activations::{Input, QuantizedActivations, XRow};
 use super::neon::Neon;
 use super::portable::Portable;
 use super::quant_matrix::QuantMatrix;
-use super::tile::{Rows, Tile, TileKernel};
+use super::tile::{Rows, TileKernel, TileOut};
 use super::tile_sink::{OutputWriter, PairWriter, TileSink};
 use super::weight_format::WeightFormat;
 #[cfg(target_arch = "x86_64")]
@@ -178,11 +178,9 @@ impl QuantMatrix {
         let group_bytes = (self.cols * gr * self.format.quant_bytes() / BLOCK).max(1);
         let per_cache = (TASK_WEIGHT_BYTES / group_bytes).max(1);
         // One activation row streams its weights once, with nothing to reuse: one task a
-        // thread (as far as the cache allows) ran SmolLM2's one-row step in 2.25–2.26 ms
-        // where four took 2.53–2.58 (measured; git history of docs/performance.md): fewer tasks
-        // start fewer weight streams and take fewer claims. Larger batches want several tasks
-        // a thread for balance, each at least two groups wide to amortize re-reading the
-        // activations.
+        // thread (as far as the cache allows) starts the fewest weight streams and takes
+        // the fewest claims. Larger batches want several tasks a thread for balance, each
+        // at least two groups wide to amortize re-reading the activations.
         let want = if m == 1 {
             groups.div_ceil(threads)
         } else {
@@ -232,6 +230,8 @@ impl QuantMatrix {
 /// Activation rows per tile of `format` on `kernel`, for a matmul of `m` rows: AMX tiles
 /// only where there are more rows than the AVX-512 tiles take.
 fn tile_rows(format: WeightFormat, kernel: CpuKernel, m: usize) -> usize {
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = m;
     match kernel {
         #[cfg(target_arch = "x86_64")]
         CpuKernel::Amx | CpuKernel::AmxEmulated if m <= Avx512Vnni::tile_rows(format) => {
@@ -259,7 +259,7 @@ fn tiles(
     kernel: CpuKernel,
     groups: Range<usize>,
     rows: Rows,
-    emit: &mut impl FnMut(usize, &Tile),
+    emit: &mut impl FnMut(usize, &TileOut),
 ) {
     match kernel {
         // SAFETY: `matmul_with` checked the CPU supports `kernel`.

@@ -10,8 +10,7 @@
 //! fifth bit per quant (q ∈ 0..32, Q5_0's offset 16), in the same sequence. The
 //! conversion, product and fma per block and element are what bounds the tiles (they share
 //! the vector pipes with the integer dots), so a block is never split into float partial
-//! sums: it once was, in halves, and the tiles ran at 0.65–0.8× (measured; git history of
-//! docs/performance.md).
+//! sums: halves would double that work per block.
 //! Tiles only change which elements are computed together, never that sequence, and `k` is
 //! never split across threads, so a row's result is independent of the batch, and the SIMD
 //! paths equal the portable one.

@@ -25,7 +25,7 @@ use crate::kernels::quant::activations::XRow;
 use crate::kernels::quant::group::{q4_get, q5_get, q8_at, Group};
 use crate::kernels::quant::k_quants;
 use crate::kernels::quant::quant_matrix::QuantMatrix;
-use crate::kernels::quant::tile::{Rows, Tile, TileKernel};
+use crate::kernels::quant::tile::{Rows, TileKernel, TileOut};
 use crate::kernels::quant::weight_format::WeightFormat;
 use crate::kernels::quant::{BLOCK, K_NR, MR, NR, SUB};
 use half::f16;
@@ -66,7 +66,7 @@ impl TileKernel for Amx {
         m: &QuantMatrix,
         groups: Range<usize>,
         rows: Rows,
-        emit: &mut impl FnMut(usize, &Tile),
+        emit: &mut impl FnMut(usize, &TileOut),
     ) {
         // SAFETY: the caller's contract.
         unsafe {
@@ -89,7 +89,7 @@ impl TileKernel for AmxEmulated {
         m: &QuantMatrix,
         groups: Range<usize>,
         rows: Rows,
-        emit: &mut impl FnMut(usize, &Tile),
+        emit: &mut impl FnMut(usize, &TileOut),
     ) {
         if rows.mr <= Avx512Vnni::tile_rows(m.format) {
             // SAFETY: the caller's contract.
@@ -108,7 +108,7 @@ unsafe fn tiles_hw(
     m: &QuantMatrix,
     groups: Range<usize>,
     rows: Rows,
-    emit: &mut impl FnMut(usize, &Tile),
+    emit: &mut impl FnMut(usize, &TileOut),
 ) {
     // SAFETY: the caller's contract.
     unsafe { run(&mut HwTiles, m, groups, rows, emit) }
@@ -168,7 +168,7 @@ unsafe fn run<U: TileUnit>(
     m: &QuantMatrix,
     groups: Range<usize>,
     rows: Rows,
-    emit: &mut impl FnMut(usize, &Tile),
+    emit: &mut impl FnMut(usize, &TileOut),
 ) {
     let (format, blocks) = (m.format, m.cols / BLOCK);
     let (x, mr) = (rows.x, rows.mr);
@@ -309,7 +309,7 @@ fn finish(
     mr: usize,
     acc: &[[f32; COLS]; MR],
     mn: &[[f32; COLS]; MR],
-) -> Tile {
+) -> [[f32; NR]; MR] {
     let gr = format.group_rows();
     let mut out = [[0f32; NR]; MR];
     for r in 0..mr {
