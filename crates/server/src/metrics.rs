@@ -274,6 +274,13 @@ impl Metrics {
         );
         self.render_cache_config(out, prefix);
         if let Some(c) = self.config.as_ref().filter(|_| native) {
+            sample_family(
+                out,
+                "cpu_kernel_info",
+                "gauge",
+                "The matmul path this process runs, in the `kernel` label.",
+                &[(format!("kernel=\"{}\"", c.cpu_kernel), 1.0)],
+            );
             gauge(
                 out,
                 "kv_cache_blocks",
@@ -724,6 +731,7 @@ mod tests {
             max_num_batched_tokens: 2048,
             enable_prefix_caching: true,
             kv_cache_dtype: "float16",
+            cpu_kernel: "avx512_vnni",
         }
     }
 
@@ -742,6 +750,7 @@ mod tests {
             .render(&stats);
         assert!(!native.contains("vllm:"), "{native}");
         assert!(native.contains("tokenmill:cache_config_info{block_size=\"16\","));
+        assert!(native.contains("tokenmill:cpu_kernel_info{kernel=\"avx512_vnni\"} 1\n"));
         let metrics = Metrics::new("m").with_compat(Some(MetricsCompat::Vllm), &config());
         let t = timings(&[50, 70, 90]);
         metrics.record(FinishedRequest {
