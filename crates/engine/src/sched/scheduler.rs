@@ -851,19 +851,6 @@ impl Scheduler {
         }
     }
 
-    /// Tokens the sequence may not produce as its output token number `n` (0-based): EOS
-    /// and stop ids before `min_tokens`. A verify asks for positions ahead of the output.
-    pub fn banned_tokens_at(&self, seq: &Sequence, n: usize) -> Vec<u32> {
-        if n >= seq.params.min_tokens {
-            return Vec::new();
-        }
-        let mut banned: Vec<u32> = seq.params.stop_token_ids.iter().copied().collect();
-        if !seq.params.ignore_eos {
-            banned.extend(&self.config.eos_token_ids);
-        }
-        banned
-    }
-
     /// Removes a request wherever it is, freeing its blocks at once.
     pub fn abort(&mut self, id: SeqId) -> Option<Sequence> {
         let mut seq = if let Some(i) = self.running_index(id) {
