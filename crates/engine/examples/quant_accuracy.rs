@@ -5,11 +5,11 @@
 //! (`scripts/fetch-model.sh` prints the model path; the golden file is
 //! `../shared/golden/smollm2-golden.json`).
 use tokenmill_engine::config::{KvCacheDtype, WeightMode};
+use tokenmill_engine::forward_batch::ForwardBatch;
 use tokenmill_engine::kv::block_manager::BlockManager;
 use tokenmill_engine::kv::kv_cache::KvCache;
 use tokenmill_engine::models::checkpoint;
 use tokenmill_engine::models::Llama;
-use tokenmill_engine::sched::forward_batch::ForwardBatch;
 
 const BLOCK_SIZE: usize = 16;
 

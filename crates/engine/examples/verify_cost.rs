@@ -7,11 +7,11 @@
 //! 200 passes and its ratio to k = 0.
 use std::time::Instant;
 use tokenmill_engine::config::{KvCacheDtype, WeightMode};
+use tokenmill_engine::forward_batch::ForwardBatch;
 use tokenmill_engine::kv::block_manager::BlockManager;
 use tokenmill_engine::kv::kv_cache::KvCache;
 use tokenmill_engine::models::checkpoint::{self, default_model_path};
 use tokenmill_engine::models::Llama;
-use tokenmill_engine::sched::forward_batch::ForwardBatch;
 
 const BLOCK_SIZE: usize = 16;
 const PASSES: usize = 200;

@@ -8,10 +8,10 @@ use common::tiny_llama::{self, GgufSpec};
 use std::path::Path;
 use tokenmill_engine::config::KvCacheDtype;
 use tokenmill_engine::config::WeightMode;
+use tokenmill_engine::forward_batch::ForwardBatch;
 use tokenmill_engine::kv::kv_cache::KvCache;
 use tokenmill_engine::models::checkpoint::{self, Checkpoint};
 use tokenmill_engine::models::Llama;
-use tokenmill_engine::sched::forward_batch::ForwardBatch;
 use tokenmill_engine::{Engine, EngineConfig};
 
 fn logits_of(path: &Path, prompt: &[u32]) -> Vec<f32> {

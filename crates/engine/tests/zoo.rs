@@ -16,11 +16,11 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use tokenmill_engine::config::KvCacheDtype;
 use tokenmill_engine::config::WeightMode;
+use tokenmill_engine::forward_batch::ForwardBatch;
 use tokenmill_engine::kv::block_manager::{BlockId, BlockManager};
 use tokenmill_engine::kv::kv_cache::KvCache;
 use tokenmill_engine::models::checkpoint;
 use tokenmill_engine::models::Llama;
-use tokenmill_engine::sched::forward_batch::ForwardBatch;
 use tokenmill_engine::{Engine, EngineConfig, Request, SamplingParams};
 
 const LOGIT_TOL: f64 = 1e-4;

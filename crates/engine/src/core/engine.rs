@@ -36,7 +36,7 @@ use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 /// panic from it is handled exactly like one from the model, so tests can exercise the
 /// failure path of a real engine.
 pub type StepFault =
-    Box<dyn FnMut(&crate::sched::forward_batch::ForwardBatch) -> Result<()> + Send + Sync>;
+    Box<dyn FnMut(&crate::forward_batch::ForwardBatch) -> Result<()> + Send + Sync>;
 
 pub struct Engine {
     runner: ModelRunner,

@@ -16,10 +16,10 @@ use crate::attention::{paged_attention_into, AttentionShape};
 use crate::config::model_config::{Architecture, ModelConfig};
 use crate::config::WeightMode;
 use crate::error::{EngineError, Result};
+use crate::forward_batch::ForwardBatch;
 use crate::kernels::cpu_kernel::CpuKernel;
 use crate::kv::kv_cache::KvCache;
 use crate::models::checkpoint::Checkpoint;
-use crate::sched::forward_batch::ForwardBatch;
 use candle_core::Device;
 use std::sync::Mutex;
 

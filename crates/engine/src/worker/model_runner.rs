@@ -3,9 +3,9 @@
 
 use crate::config::KvCacheDtype;
 use crate::error::Result;
+use crate::forward_batch::ForwardBatch;
 use crate::kv::kv_cache::{KvCache, KvShape};
 use crate::models::Llama;
-use crate::sched::forward_batch::ForwardBatch;
 
 pub struct ModelRunner {
     model: Llama,

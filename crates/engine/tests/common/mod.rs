@@ -10,11 +10,11 @@ pub use reference::{golden, golden_case, model_path, Golden, GoldenCase};
 
 use tokenmill_engine::config::KvCacheDtype;
 use tokenmill_engine::config::WeightMode;
+use tokenmill_engine::forward_batch::ForwardBatch;
 use tokenmill_engine::kv::block_manager::BlockManager;
 use tokenmill_engine::kv::kv_cache::KvCache;
 use tokenmill_engine::models::checkpoint::GgufCheckpoint;
 use tokenmill_engine::models::Llama;
-use tokenmill_engine::sched::forward_batch::ForwardBatch;
 use tokenmill_engine::{Engine, EngineConfig};
 
 pub fn load_engine(config: EngineConfig) -> Engine {

@@ -1,4 +1,5 @@
-//! `ForwardBatch`: the plain data one forward pass needs, and nothing about requests.
+//! `ForwardBatch`: the plain data one forward pass needs, and nothing about requests. The
+//! scheduler lays it out and the models and attention read it, so it sits below all three.
 
 use crate::kv::block_manager::BlockId;
 use crate::kv::block_table::BlockTable;
