@@ -13,7 +13,7 @@ use crate::kernels::huge_buf;
 use crate::kv::block_manager::BlockManager;
 use crate::kv::kv_event::KvEventSink;
 use crate::models::checkpoint::Checkpoint;
-use crate::models::Llama;
+use crate::models::DecoderModel;
 use crate::sample::rejection_sampler::{RejectionSampler, SamplingRows, ScoringRows};
 use crate::sample::sampled_token::SampledToken;
 use crate::sample::sampling_params::SamplingParams;
@@ -62,7 +62,7 @@ impl Engine {
     /// Validates `config` against the checkpoint's model (see `EngineConfig::plan`), then loads.
     pub fn load(ckpt: &mut dyn Checkpoint, config: EngineConfig) -> Result<Self> {
         let plan = config.plan(ckpt.config())?;
-        let model = Llama::load(ckpt, config.weight_mode, plan.max_model_len)?;
+        let model = DecoderModel::load(ckpt, config.weight_mode, plan.max_model_len)?;
         // Fixes the CPU kernel path now, so its log line comes with the other startup lines.
         CpuKernel::active();
         tracing::info!(
@@ -140,7 +140,7 @@ impl Engine {
     }
 
     fn new(
-        model: Llama,
+        model: DecoderModel,
         plan: crate::config::KvPlan,
         config: &EngineConfig,
         speculation: Option<Speculation>,

@@ -1,4 +1,6 @@
-//! The Llama family's decoder (Llama 2/3, SmolLM2, Mistral-shaped), Qwen2, which is the
+//! `DecoderModel`: the one decoder-only transformer every supported family runs as, its
+//! differences read from `ModelConfig`: the Llama family (Llama 2/3, SmolLM2, Mistral-shaped),
+//! Qwen2, which is the
 //! same network plus biases on the query/key/value projections, and Qwen3 dense, which adds
 //! an RMSNorm on each query and key head instead, and Qwen3-MoE, whose sparse layers route
 //! each token through a few experts ([`SparseMoeBlock`]) in place of the MLP, and Gemma 3,
@@ -23,7 +25,7 @@ use crate::models::checkpoint::Checkpoint;
 use candle_core::Device;
 use std::sync::Mutex;
 
-pub struct Llama {
+pub struct DecoderModel {
     config: ModelConfig,
     token_embd: Embedding,
     blocks: Vec<Block>,
@@ -66,7 +68,7 @@ enum FeedForward {
     Sparse(SparseMoeBlock),
 }
 
-impl Llama {
+impl DecoderModel {
     pub fn load(ckpt: &mut dyn Checkpoint, mode: WeightMode, max_positions: usize) -> Result<Self> {
         // Refuse a bad TOKENMILL_CPU_KERNEL before any work; the path is fixed (and logged)
         // on first use.
