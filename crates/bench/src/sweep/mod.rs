@@ -1,13 +1,21 @@
-//! `bench sweep`: serve runs repeated at every load level, summarised into JSON, a table and charts.
+//! `bench sweep`: serve runs repeated at every load level, summarised into JSON, a table and
+//! charts; `bench compare`: the same sweep against several servers, started one after the
+//! other on one address, written as one table and one chart.
 
+pub mod chart;
+pub mod comparison;
+pub mod summary;
+
+use std::collections::HashSet;
 use std::path::Path;
 
-use crate::args::SweepArgs;
+use crate::args::{CompareArgs, SweepArgs};
+use crate::load::request_rate::RequestRate;
 use crate::prepared_benchmark::{Load, PreparedBenchmark};
-use crate::report;
-use crate::request_rate::RequestRate;
+use crate::report::serve_report;
 use crate::spawn;
-use crate::sweep_summary::{LevelSummary, SweepAxis, SweepSummary};
+use crate::sweep::comparison::{Comparison, ServerSweep};
+use crate::sweep::summary::{LevelSummary, SweepAxis, SweepSummary};
 
 /// One load level and how it sets the run's load.
 #[derive(Clone, Copy, Debug)]
@@ -124,8 +132,8 @@ async fn run_level(
             args.runs
         );
         let result = prepared.run(level.load(args, run)?, &label).await?;
-        let json = report::to_json(&result);
-        report::save_json(
+        let json = serve_report::to_json(&result);
+        serve_report::save_json(
             &json,
             &runs_dir.join(format!("{}.json", level.run_name(run))),
         )?;
@@ -143,7 +151,7 @@ async fn run_level(
 }
 
 /// `" (short 120.0, long 3000.0)"`: each class's median TTFT, when the run had two.
-fn class_ttfts(result: &crate::benchmark_result::BenchmarkResult) -> String {
+fn class_ttfts(result: &crate::report::benchmark_result::BenchmarkResult) -> String {
     if result.by_class.is_empty() {
         return String::new();
     }
@@ -156,14 +164,14 @@ fn class_ttfts(result: &crate::benchmark_result::BenchmarkResult) -> String {
 }
 
 fn write_outputs(summary: &SweepSummary, dir: &Path) -> anyhow::Result<()> {
-    report::save_json(&serde_json::to_value(summary)?, &dir.join("summary.json"))?;
+    serve_report::save_json(&serde_json::to_value(summary)?, &dir.join("summary.json"))?;
     let table = summary.markdown_table();
     std::fs::write(dir.join("table.md"), &table)?;
     println!("\n{table}");
-    crate::chart::draw(summary, &dir.join("sweep.svg"), &dir.join("sweep.png"))?;
+    crate::sweep::chart::draw(summary, &dir.join("sweep.svg"), &dir.join("sweep.png"))?;
     let mut written = "summary.json,table.md,sweep.svg,sweep.png,runs/".to_owned();
     if summary.has_classes() {
-        crate::chart::draw_by_class(
+        crate::sweep::chart::draw_by_class(
             summary,
             &dir.join("ttft_by_class.svg"),
             &dir.join("ttft_by_class.png"),
@@ -171,5 +179,64 @@ fn write_outputs(summary: &SweepSummary, dir: &Path) -> anyhow::Result<()> {
         written.push_str(",ttft_by_class.svg,ttft_by_class.png");
     }
     eprintln!("wrote {}/{{{written}}}", dir.display());
+    Ok(())
+}
+
+/// Sweeps every `--server` in the order given, then writes comparison.json, table.md,
+/// comparison.svg and comparison.png (and ttft_by_class.svg and .png when the runs mixed short
+/// and long prompts); each server's own sweep outputs go to its folder.
+pub async fn compare(args: &CompareArgs) -> anyhow::Result<Comparison> {
+    check_names(args)?;
+    let mut sweeps = Vec::with_capacity(args.servers.len());
+    for server in &args.servers {
+        eprintln!("== {}: {}", server.name, server.command);
+        // Each sweep stops its server (and waits for it to exit) before the next one starts,
+        // so the servers never share the port or the CPU.
+        let summary = sweep(&args.sweep_for(server)).await?;
+        sweeps.push(ServerSweep {
+            name: server.name.clone(),
+            summary,
+        });
+    }
+    let comparison = Comparison::new(sweeps)?;
+    write_comparison(&comparison, &args.output_dir)?;
+    Ok(comparison)
+}
+
+/// Names become folders and table columns, so two servers may not share one.
+fn check_names(args: &CompareArgs) -> anyhow::Result<()> {
+    let mut seen = HashSet::new();
+    if let Some(twice) = args.servers.iter().find(|s| !seen.insert(&s.name)) {
+        anyhow::bail!("two servers are named {:?}", twice.name);
+    }
+    Ok(())
+}
+
+fn write_comparison(comparison: &Comparison, dir: &Path) -> anyhow::Result<()> {
+    serve_report::save_json(
+        &serde_json::to_value(comparison)?,
+        &dir.join("comparison.json"),
+    )?;
+    let table = comparison.markdown_table();
+    std::fs::write(dir.join("table.md"), &table)?;
+    println!("\n{table}");
+    chart::draw_comparison(
+        comparison,
+        &dir.join("comparison.svg"),
+        &dir.join("comparison.png"),
+    )?;
+    let mut written = "comparison.json,table.md,comparison.svg,comparison.png".to_owned();
+    if comparison.servers.iter().any(|s| s.summary.has_classes()) {
+        chart::draw_comparison_by_class(
+            comparison,
+            &dir.join("ttft_by_class.svg"),
+            &dir.join("ttft_by_class.png"),
+        )?;
+        written.push_str(",ttft_by_class.svg,ttft_by_class.png");
+    }
+    eprintln!(
+        "wrote {}/{{{written}}} and one folder per server",
+        dir.display()
+    );
     Ok(())
 }

@@ -7,8 +7,8 @@ use std::path::Path;
 use anyhow::Context;
 use serde_json::json;
 
-use crate::bench_request::{BenchRequest, Prompt};
-use crate::benchmark_result::BenchmarkResult;
+use crate::load::bench_request::{BenchRequest, Prompt};
+use crate::report::benchmark_result::BenchmarkResult;
 
 /// One line per request, in dataset order: `index`, `prompt` (text, or the token ids),
 /// `text`, `output_tokens` and `error` (null on success).
@@ -48,7 +48,7 @@ pub fn save(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::benchmark_result::tests::sample;
+    use crate::report::benchmark_result::tests::sample;
 
     #[test]
     fn each_request_gets_a_line_with_its_prompt_text_and_error() {

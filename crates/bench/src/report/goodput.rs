@@ -4,7 +4,7 @@ use std::str::FromStr;
 
 /// Which latency an objective bounds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SloMetric {
+pub enum GoodputMetric {
     Ttft,
     Tpot,
     E2el,
@@ -13,7 +13,7 @@ pub enum SloMetric {
 /// One objective: the metric must not exceed `limit_ms`.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Slo {
-    pub metric: SloMetric,
+    pub metric: GoodputMetric,
     pub limit_ms: f64,
 }
 
@@ -30,9 +30,9 @@ impl Slo {
     /// Whether a request meets this objective; a missing TPOT cannot violate one.
     pub fn is_met_by(&self, latencies: &RequestLatencies) -> bool {
         let value = match self.metric {
-            SloMetric::Ttft => Some(latencies.ttft_ms),
-            SloMetric::Tpot => latencies.tpot_ms,
-            SloMetric::E2el => Some(latencies.e2el_ms),
+            GoodputMetric::Ttft => Some(latencies.ttft_ms),
+            GoodputMetric::Tpot => latencies.tpot_ms,
+            GoodputMetric::E2el => Some(latencies.e2el_ms),
         };
         value.is_none_or(|v| v <= self.limit_ms)
     }
@@ -51,9 +51,9 @@ impl FromStr for Slo {
             anyhow::anyhow!("goodput objective must look like ttft:500, got {text:?}")
         })?;
         let metric = match name.trim().to_ascii_lowercase().as_str() {
-            "ttft" => SloMetric::Ttft,
-            "tpot" => SloMetric::Tpot,
-            "e2el" => SloMetric::E2el,
+            "ttft" => GoodputMetric::Ttft,
+            "tpot" => GoodputMetric::Tpot,
+            "e2el" => GoodputMetric::E2el,
             other => anyhow::bail!("unknown goodput metric {other:?}; use ttft, tpot or e2el"),
         };
         let limit_ms: f64 = value
@@ -85,7 +85,7 @@ mod tests {
         assert_eq!(
             slo,
             Slo {
-                metric: SloMetric::Tpot,
+                metric: GoodputMetric::Tpot,
                 limit_ms: 50.0
             }
         );

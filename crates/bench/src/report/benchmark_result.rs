@@ -2,13 +2,13 @@
 
 use std::time::{Duration, Instant};
 
-use crate::class_latencies::ClassLatencies;
-use crate::client::{Reply, RequestRecord};
-use crate::distribution::Distribution;
-use crate::goodput::{self, RequestLatencies, Slo};
-use crate::load_plan::span_s;
-use crate::request_rate::RequestRate;
-use crate::spec_decode_stats::SpecDecodeStats;
+use crate::load::client::{Reply, RequestRecord};
+use crate::load::load_plan::span_s;
+use crate::load::request_rate::RequestRate;
+use crate::report::class_latencies::ClassLatencies;
+use crate::report::distribution::Distribution;
+use crate::report::goodput::{self, RequestLatencies, Slo};
+use crate::report::spec_decode_report::SpecDecodeReport;
 
 /// Describes the run, for the report; not measured.
 #[derive(Clone, Debug)]
@@ -65,7 +65,7 @@ pub struct BenchmarkResult {
     pub client_cpu_s: Option<f64>,
     /// Drafted and accepted tokens, when the server speculates and says so (its `/metrics`
     /// counters, else its replies' `timings`).
-    pub spec_decode: Option<SpecDecodeStats>,
+    pub spec_decode: Option<SpecDecodeReport>,
 }
 
 fn ms(duration: Duration) -> f64 {
@@ -134,7 +134,7 @@ impl BenchmarkResult {
                 .filter(|(_, reply)| counts_disagree(reply))
                 .count(),
             client_cpu_s: None,
-            spec_decode: SpecDecodeStats::from_replies(
+            spec_decode: SpecDecodeReport::from_replies(
                 replies
                     .iter()
                     .filter_map(|(_, reply)| reply.drafts.as_ref()),

@@ -4,16 +4,16 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::args::Endpoint;
-use crate::bench_request::{BenchRequest, Prompt};
-use crate::server::Server;
-use crate::spec_decode_stats::ReplyDrafts;
-use crate::sse::SseParser;
+use crate::load::bench_request::{BenchRequest, Prompt};
+use crate::load::endpoint::Endpoint;
+use crate::load::reply_drafts::ReplyDrafts;
+use crate::load::sse::SseParser;
+use crate::load::target_server::TargetServer;
 
 /// What the load generator needs to send requests to one server.
 #[derive(Clone, Debug)]
 pub struct RequestTarget {
-    pub server: Server,
+    pub server: TargetServer,
     pub endpoint: Endpoint,
     pub model: String,
     pub ignore_eos: bool,

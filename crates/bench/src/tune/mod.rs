@@ -1,17 +1,25 @@
 //! `tune`: starts the server once per configuration, runs `bench serve` against it, and
 //! reports the configuration with the highest goodput under the objectives.
 
+pub mod chart;
+pub mod pareto_frontier;
+pub mod report;
+pub mod search;
+pub mod slos;
+pub mod space;
+pub mod trial;
+
 use std::collections::BTreeMap;
 use std::path::Path;
 
 use crate::args::{CommonArgs, TuneArgs};
 use crate::prepared_benchmark::{Load, PreparedBenchmark};
-use crate::report;
+use crate::report::serve_report;
 use crate::spawn::{self, Interrupted, StopSignals};
-use crate::tune_report::TuneReport;
-use crate::tune_slos::TuneSlos;
-use crate::tune_space::{server_command, Point, TuneSpace};
-use crate::tune_trial::{Measurement, TuneTrial};
+use crate::tune::report::TuneReport;
+use crate::tune::slos::TuneSlos;
+use crate::tune::space::{server_command, Point, TuneSpace};
+use crate::tune::trial::{Measurement, TuneTrial};
 
 /// Everything fixed before the first server starts.
 struct TunePlan<'a> {
@@ -113,7 +121,7 @@ pub async fn tune(args: &TuneArgs) -> anyhow::Result<TuneReport> {
             trials.push((point, trial));
             // A long tune stopped midway keeps what it measured.
             let so_far = TuneReport::new(plan.slos.clone(), args.search, grid_size, trials.clone());
-            report::save_json(
+            serve_report::save_json(
                 &serde_json::to_value(&so_far)?,
                 &args.output_dir.join("tune.json"),
             )?;
@@ -145,8 +153,8 @@ async fn run_trial(
     .await;
     match outcome {
         Ok(result) => {
-            let json = report::to_json(&result);
-            report::save_json(&json, &plan.runs_dir().join(format!("{}.json", trial.name)))?;
+            let json = serve_report::to_json(&result);
+            serve_report::save_json(&json, &plan.runs_dir().join(format!("{}.json", trial.name)))?;
             let measurement = Measurement::of(&result, &plan.slos);
             eprintln!(
                 "{}: goodput {:.2} req/s, {:.1} output tok/s, P99 TTFT {:.1} ms, P99 TPOT {:.1} ms, P99 ITL {:.1} ms{}",
@@ -170,12 +178,12 @@ async fn run_trial(
 }
 
 fn write_outputs(report: &TuneReport, dir: &Path) -> anyhow::Result<()> {
-    report::save_json(&serde_json::to_value(report)?, &dir.join("tune.json"))?;
+    serve_report::save_json(&serde_json::to_value(report)?, &dir.join("tune.json"))?;
     let table = report.markdown_table();
     std::fs::write(dir.join("tune.md"), &table)
         .map_err(|e| anyhow::anyhow!("cannot write {}: {e}", dir.join("tune.md").display()))?;
     println!("\n{table}");
-    crate::tune_chart::draw(report, &dir.join("tune.svg"), &dir.join("tune.png"))?;
+    crate::tune::chart::draw(report, &dir.join("tune.svg"), &dir.join("tune.png"))?;
     eprintln!(
         "wrote {}/{{tune.json,tune.md,tune.svg,tune.png,runs/,logs/}}",
         dir.display()

@@ -5,18 +5,18 @@ use std::time::Duration;
 use anyhow::Context;
 use serde_json::json;
 
-use crate::server::Server;
+use crate::load::target_server::TargetServer;
 
 /// Counts and builds token sequences with the server's own tokenizer.
 #[derive(Clone, Debug)]
 pub struct ServerTokenizer {
-    server: Server,
+    server: TargetServer,
     model: String,
 }
 
 impl ServerTokenizer {
     /// The tokenizer when the server offers `/tokenize`, `None` when it does not.
-    pub async fn probe(server: &Server, model: &str) -> Option<Self> {
+    pub async fn probe(server: &TargetServer, model: &str) -> Option<Self> {
         let tokenizer = ServerTokenizer {
             server: server.clone(),
             model: model.to_owned(),

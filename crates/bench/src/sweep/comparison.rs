@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use crate::sweep_summary::{LevelSummary, SweepAxis, SweepSummary, CLASS_COLUMNS, TABLE_COLUMNS};
+use crate::sweep::summary::{LevelSummary, SweepAxis, SweepSummary, CLASS_COLUMNS, TABLE_COLUMNS};
 
 /// One server's sweep under the name it was given on the command line.
 #[derive(Clone, Debug, Serialize)]

@@ -7,11 +7,11 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use crate::args::TuneSearch;
-use crate::pareto_frontier::pareto_frontier;
-use crate::tune_search::{self, Score};
-use crate::tune_slos::{SloMetric, TuneSlos};
-use crate::tune_space::Point;
-use crate::tune_trial::TuneTrial;
+use crate::tune::pareto_frontier::pareto_frontier;
+use crate::tune::search::{self, Score};
+use crate::tune::slos::{TuneMetric, TuneSlos};
+use crate::tune::space::Point;
+use crate::tune::trial::TuneTrial;
 
 /// tune.json.
 #[derive(Clone, Debug, Serialize)]
@@ -27,7 +27,7 @@ pub struct TuneReport {
     pub best: Option<String>,
     /// Per objective's metric: names of the configurations on the frontier of output
     /// throughput against that metric's P99, by rising latency.
-    pub pareto: BTreeMap<SloMetric, Vec<String>>,
+    pub pareto: BTreeMap<TuneMetric, Vec<String>>,
     /// In the order run.
     pub configurations: Vec<TuneTrial>,
 }
@@ -44,7 +44,7 @@ impl TuneReport {
             .iter()
             .map(|(point, trial)| (point.clone(), trial.score()))
             .collect();
-        let best = tune_search::best(&scores).and_then(|point| {
+        let best = search::best(&scores).and_then(|point| {
             let (_, trial) = trials.iter().find(|(p, _)| p == point)?;
             trial
                 .measurement
@@ -166,7 +166,7 @@ impl TuneReport {
     }
 }
 
-fn frontier_names(trials: &[TuneTrial], metric: SloMetric) -> Vec<String> {
+fn frontier_names(trials: &[TuneTrial], metric: TuneMetric) -> Vec<String> {
     let measured: Vec<(&str, (f64, f64))> = trials
         .iter()
         .filter_map(|t| {
@@ -184,8 +184,8 @@ fn frontier_names(trials: &[TuneTrial], metric: SloMetric) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tune_slos::TuneSlo;
-    use crate::tune_trial::Measurement;
+    use crate::tune::slos::TuneSlo;
+    use crate::tune::trial::Measurement;
 
     fn trial(name: &str, itl: f64, throughput: f64, goodput: f64, meets: bool) -> TuneTrial {
         TuneTrial {
@@ -202,7 +202,7 @@ mod tests {
                 goodput,
                 completed: 10,
                 failed: 0,
-                met: [(SloMetric::Itl, meets)].into(),
+                met: [(TuneMetric::Itl, meets)].into(),
                 meets_every_slo: meets,
             }),
             error: None,
@@ -211,7 +211,7 @@ mod tests {
 
     fn report(trials: Vec<TuneTrial>) -> TuneReport {
         let slos = TuneSlos(vec![TuneSlo {
-            metric: SloMetric::Itl,
+            metric: TuneMetric::Itl,
             limit_ms: 30.0,
         }]);
         let trials = trials
@@ -234,7 +234,7 @@ mod tests {
             failed,
         ]);
         assert_eq!(report.best.as_deref(), Some("steady"));
-        assert_eq!(report.pareto[&SloMetric::Itl], ["slow", "steady", "fast"]);
+        assert_eq!(report.pareto[&TuneMetric::Itl], ["slow", "steady", "fast"]);
         assert!(
             report
                 .best_line()

@@ -1,10 +1,11 @@
-//! Speculative-decoding statistics of a run: the server's `spec_decode` counters read from
-//! `/metrics` before and after (vLLM's names under `vllm:`, `tokenmill:` or llama-server's
-//! `llamacpp:`), or
-//! the draft counts llama-server puts in each reply's `timings`; and the acceptance figures
-//! vLLM derives from them.
+//! `SpecDecodeReport`: a run's speculative decoding, from the server's `spec_decode` counters
+//! read from `/metrics` before and after (vLLM's names under `vllm:`, `tokenmill:` or
+//! llama-server's `llamacpp:`) or from the draft counts llama-server puts in each reply's
+//! `timings`; and the acceptance figures vLLM derives from them.
 
 use serde_json::{json, Value};
+
+use crate::load::reply_drafts::ReplyDrafts;
 
 /// The metric prefixes whose `spec_decode_*` counters are read, in order of preference: a
 /// server exporting several (tokenmill with `--metrics-compat vllm`) is read once, under the
@@ -175,28 +176,6 @@ impl SpecDecodeCounters {
     }
 }
 
-/// Draft counts one reply reported itself (llama-server's `timings.draft_n` and
-/// `timings.draft_n_accepted`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ReplyDrafts {
-    pub draft_tokens: u64,
-    pub accepted_tokens: u64,
-}
-
-impl ReplyDrafts {
-    /// The counts of a stream chunk's `timings`, when it has them (llama-server leaves them out
-    /// of replies that drafted nothing).
-    pub fn from_timings(timings: &Value) -> Option<Self> {
-        Some(ReplyDrafts {
-            draft_tokens: timings.get("draft_n")?.as_u64()?,
-            accepted_tokens: timings
-                .get("draft_n_accepted")
-                .and_then(Value::as_u64)
-                .unwrap_or(0),
-        })
-    }
-}
-
 /// Where a run's statistics came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SpecDecodeSource {
@@ -217,7 +196,7 @@ impl SpecDecodeSource {
 
 /// A run's speculative decoding: what was drafted and accepted while it ran.
 #[derive(Clone, Debug, PartialEq)]
-pub struct SpecDecodeStats {
+pub struct SpecDecodeReport {
     pub source: SpecDecodeSource,
     /// Verify steps with drafts; unknown when only replies' timings were available.
     pub num_drafts: Option<u64>,
@@ -226,11 +205,11 @@ pub struct SpecDecodeStats {
     pub accepted_per_pos: Vec<u64>,
 }
 
-impl SpecDecodeStats {
+impl SpecDecodeReport {
     /// The run's statistics from counters scraped before and after it.
     pub fn from_counters(before: &SpecDecodeCounters, after: &SpecDecodeCounters) -> Self {
         let grown = after.since(before);
-        SpecDecodeStats {
+        SpecDecodeReport {
             source: SpecDecodeSource::Metrics,
             num_drafts: Some(grown.num_drafts),
             num_draft_tokens: grown.num_draft_tokens,
@@ -248,7 +227,7 @@ impl SpecDecodeStats {
             *accepted += reply.accepted_tokens;
         }
         let (num_draft_tokens, num_accepted_tokens) = total?;
-        Some(SpecDecodeStats {
+        Some(SpecDecodeReport {
             source: SpecDecodeSource::ReplyTimings,
             num_drafts: None,
             num_draft_tokens,
@@ -393,7 +372,7 @@ vllm:prompt_tokens_total{model_name="m"} 999.0
             accepted_per_pos: vec![9, 7],
         };
         let after = SpecDecodeCounters::parse(VLLM).unwrap();
-        let stats = SpecDecodeStats::from_counters(&before, &after);
+        let stats = SpecDecodeReport::from_counters(&before, &after);
         assert_eq!(stats.num_drafts, Some(30));
         assert_eq!(stats.num_draft_tokens, 120);
         assert_eq!(stats.num_accepted_tokens, 75);
@@ -420,7 +399,7 @@ vllm:prompt_tokens_total{model_name="m"} 999.0
     #[test]
     fn no_drafts_give_no_rate_and_no_length() {
         let zero = SpecDecodeCounters::default();
-        let stats = SpecDecodeStats::from_counters(&zero, &zero);
+        let stats = SpecDecodeReport::from_counters(&zero, &zero);
         assert_eq!(stats.acceptance_rate(), None);
         assert_eq!(stats.mean_acceptance_length(), None);
         let json = stats.to_json();
@@ -437,7 +416,7 @@ vllm:prompt_tokens_total{model_name="m"} 999.0
         .iter()
         .filter_map(ReplyDrafts::from_timings)
         .collect();
-        let stats = SpecDecodeStats::from_replies(&timings).unwrap();
+        let stats = SpecDecodeReport::from_replies(&timings).unwrap();
         assert_eq!(stats.source, SpecDecodeSource::ReplyTimings);
         assert_eq!(
             (stats.num_draft_tokens, stats.num_accepted_tokens),
@@ -447,6 +426,6 @@ vllm:prompt_tokens_total{model_name="m"} 999.0
         assert_eq!(stats.mean_acceptance_length(), None);
         assert_eq!(stats.to_json()["source"], "reply_timings");
         assert_eq!(ReplyDrafts::from_timings(&json!({"predicted_n": 3})), None);
-        assert_eq!(SpecDecodeStats::from_replies(&[]), None);
+        assert_eq!(SpecDecodeReport::from_replies(&[]), None);
     }
 }

@@ -6,7 +6,7 @@ use std::cmp::Ordering;
 use std::collections::BTreeMap;
 
 use crate::args::TuneSearch;
-use crate::tune_space::{Point, TuneSpace};
+use crate::tune::space::{Point, TuneSpace};
 
 /// How good a configuration turned out: meeting every objective comes first, then goodput,
 /// then output throughput (which breaks ties between configurations with equal goodput).
@@ -124,7 +124,7 @@ fn neighbours(space: &TuneSpace, point: &[usize]) -> Vec<Point> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tune_space::Knob;
+    use crate::tune::space::Knob;
 
     /// Runs `search` to the end against a scoring function, as `tune` does against servers;
     /// returns every point scored, in the order run.

@@ -1,7 +1,7 @@
 //! Counts prompt tokens: exactly with the server's tokenizer, or roughly by words without one.
 
-use crate::server::Server;
-use crate::tokenizer::ServerTokenizer;
+use crate::datasets::tokenizer::ServerTokenizer;
+use crate::load::target_server::TargetServer;
 
 /// How prompt lengths are measured.
 #[derive(Clone, Debug)]
@@ -13,7 +13,7 @@ pub enum TokenCounter {
 
 impl TokenCounter {
     /// The server's tokenizer when it exposes `/tokenize`, otherwise word counting (with a warning).
-    pub async fn for_server(server: &Server, model: &str) -> Self {
+    pub async fn for_server(server: &TargetServer, model: &str) -> Self {
         match ServerTokenizer::probe(server, model).await {
             Some(tokenizer) => TokenCounter::Exact(tokenizer),
             None => {

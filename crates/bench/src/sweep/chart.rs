@@ -9,8 +9,8 @@ use plotters::coord::ranged1d::{AsRangedCoord, ValueFormatter};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-use crate::comparison::Comparison;
-use crate::sweep_summary::{Spread, SweepAxis, SweepSummary};
+use crate::sweep::comparison::Comparison;
+use crate::sweep::summary::{Spread, SweepAxis, SweepSummary};
 
 const SIZE: (u32, u32) = (1600, 720);
 pub(crate) const FONT: &str = "sans-serif";
@@ -300,7 +300,7 @@ pub(crate) fn register_font() -> anyhow::Result<()> {
     static REGISTER: Once = Once::new();
     let mut result = Ok(());
     REGISTER.call_once(|| {
-        let bytes = include_bytes!("../assets/DejaVuSans.ttf");
+        let bytes = include_bytes!("../../assets/DejaVuSans.ttf");
         result = plotters::style::register_font(FONT, FontStyle::Normal, bytes)
             .map_err(|_| anyhow::anyhow!("the embedded chart font is unreadable"));
     });

@@ -7,7 +7,7 @@ use rand::rngs::StdRng;
 use rand::SeedableRng;
 use rand_distr::{Distribution, Gamma};
 
-use crate::request_rate::RequestRate;
+use crate::load::request_rate::RequestRate;
 
 /// Send offsets from the benchmark start, one per request.
 #[derive(Clone, Debug)]

@@ -1,20 +1,20 @@
-//! The server under test: its URLs, the shared HTTP client and model discovery.
+//! `TargetServer`: the server under test — its URLs, the shared HTTP client and model discovery.
 
 use std::time::Duration;
 
 use anyhow::Context;
 use reqwest::header::{HeaderMap, HeaderValue, AUTHORIZATION};
 
-use crate::args::Endpoint;
+use crate::load::endpoint::Endpoint;
 
 /// An OpenAI-compatible server reached over plain HTTP.
 #[derive(Clone, Debug)]
-pub struct Server {
+pub struct TargetServer {
     base_url: String,
     http: reqwest::Client,
 }
 
-impl Server {
+impl TargetServer {
     /// `api_key`, when given, goes with every request (model discovery and `/tokenize` too).
     pub fn new(base_url: &str, api_key: Option<&str>) -> anyhow::Result<Self> {
         let base_url = normalize_base_url(base_url)?;
@@ -35,7 +35,7 @@ impl Server {
             .connect_timeout(Duration::from_secs(10))
             .build()
             .context("cannot build the HTTP client")?;
-        Ok(Server { base_url, http })
+        Ok(TargetServer { base_url, http })
     }
 
     pub fn base_url(&self) -> &str {

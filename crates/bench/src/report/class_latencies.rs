@@ -1,9 +1,9 @@
 //! `ClassLatencies`: TTFT and end-to-end latency of one prompt-length class of a run, so a
 //! short request's wait behind a long prompt shows apart from the long prompt's own time.
 
-use crate::client::RequestRecord;
-use crate::distribution::Distribution;
-use crate::prompt_class::PromptClass;
+use crate::load::client::RequestRecord;
+use crate::report::distribution::Distribution;
+use crate::report::prompt_class::PromptClass;
 
 /// The latencies of the requests of one class, in milliseconds.
 #[derive(Clone, Debug, PartialEq)]
@@ -63,7 +63,7 @@ fn ms(duration: std::time::Duration) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::client::Reply;
+    use crate::load::client::Reply;
     use std::time::{Duration, Instant};
 
     fn record(prompt_len: usize, ttft_ms: u64, end_ms: u64) -> RequestRecord {

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 
 use serde::Serialize;
 
-use crate::distribution::percentile;
+use crate::report::distribution::percentile;
 
 /// Result fields that restate the settings rather than measure anything.
 const SETTINGS_FIELDS: [&str; 5] = [

@@ -5,9 +5,9 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::benchmark_result::BenchmarkResult;
-use crate::tune_search::Score;
-use crate::tune_slos::{p99, SloMetric, TuneSlos};
+use crate::report::benchmark_result::BenchmarkResult;
+use crate::tune::search::Score;
+use crate::tune::slos::{p99, TuneMetric, TuneSlos};
 
 /// The numbers `tune` compares configurations by.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -22,14 +22,14 @@ pub struct Measurement {
     pub completed: usize,
     pub failed: usize,
     /// Per objective, whether the run's P99 stayed within it.
-    pub met: BTreeMap<SloMetric, bool>,
+    pub met: BTreeMap<TuneMetric, bool>,
     /// Every objective met, by a run in which some request succeeded.
     pub meets_every_slo: bool,
 }
 
 impl Measurement {
     pub fn of(result: &BenchmarkResult, slos: &TuneSlos) -> Self {
-        let met: BTreeMap<SloMetric, bool> = slos
+        let met: BTreeMap<TuneMetric, bool> = slos
             .0
             .iter()
             .map(|slo| (slo.metric, slo.metric.p99_ms(result) <= slo.limit_ms))
@@ -49,11 +49,11 @@ impl Measurement {
         }
     }
 
-    pub fn p99_ms(&self, metric: SloMetric) -> f64 {
+    pub fn p99_ms(&self, metric: TuneMetric) -> f64 {
         match metric {
-            SloMetric::Ttft => self.ttft_p99_ms,
-            SloMetric::Tpot => self.tpot_p99_ms,
-            SloMetric::Itl => self.itl_p99_ms,
+            TuneMetric::Ttft => self.ttft_p99_ms,
+            TuneMetric::Tpot => self.tpot_p99_ms,
+            TuneMetric::Itl => self.itl_p99_ms,
         }
     }
 }

@@ -4,33 +4,33 @@
 use serde::Serialize;
 
 use crate::args::TuneArgs;
-use crate::benchmark_result::BenchmarkResult;
-use crate::distribution::{percentile, Distribution};
+use crate::report::benchmark_result::BenchmarkResult;
+use crate::report::distribution::{percentile, Distribution};
 
 /// The latency an objective bounds at its 99th percentile.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum SloMetric {
+pub enum TuneMetric {
     Ttft,
     Tpot,
     Itl,
 }
 
-impl SloMetric {
+impl TuneMetric {
     pub fn name(self) -> &'static str {
         match self {
-            SloMetric::Ttft => "TTFT",
-            SloMetric::Tpot => "TPOT",
-            SloMetric::Itl => "ITL",
+            TuneMetric::Ttft => "TTFT",
+            TuneMetric::Tpot => "TPOT",
+            TuneMetric::Itl => "ITL",
         }
     }
 
     /// The run's P99 of this metric, in ms.
     pub fn p99_ms(self, result: &BenchmarkResult) -> f64 {
         let distribution = match self {
-            SloMetric::Ttft => &result.ttft,
-            SloMetric::Tpot => &result.tpot,
-            SloMetric::Itl => &result.itl,
+            TuneMetric::Ttft => &result.ttft,
+            TuneMetric::Tpot => &result.tpot,
+            TuneMetric::Itl => &result.itl,
         };
         p99(distribution)
     }
@@ -48,7 +48,7 @@ pub fn p99(distribution: &Distribution) -> f64 {
 /// One objective: the metric's P99 must not exceed `limit_ms`.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct TuneSlo {
-    pub metric: SloMetric,
+    pub metric: TuneMetric,
     pub limit_ms: f64,
 }
 
@@ -59,9 +59,9 @@ pub struct TuneSlos(pub Vec<TuneSlo>);
 impl TuneSlos {
     pub fn from_args(args: &TuneArgs) -> anyhow::Result<Self> {
         let given = [
-            (SloMetric::Ttft, args.ttft_p99_ms, "--ttft-p99-ms"),
-            (SloMetric::Tpot, args.tpot_p99_ms, "--tpot-p99-ms"),
-            (SloMetric::Itl, args.itl_p99_ms, "--itl-p99-ms"),
+            (TuneMetric::Ttft, args.ttft_p99_ms, "--ttft-p99-ms"),
+            (TuneMetric::Tpot, args.tpot_p99_ms, "--tpot-p99-ms"),
+            (TuneMetric::Itl, args.itl_p99_ms, "--itl-p99-ms"),
         ];
         let mut slos = Vec::new();
         for (metric, limit, flag) in given {
@@ -94,9 +94,9 @@ impl TuneSlos {
     fn request_meets_all(&self, request: &RequestTimes) -> bool {
         self.0.iter().all(|slo| {
             let value = match slo.metric {
-                SloMetric::Ttft => Some(request.ttft_ms),
-                SloMetric::Tpot => request.tpot_ms,
-                SloMetric::Itl => request.itl_p99_ms,
+                TuneMetric::Ttft => Some(request.ttft_ms),
+                TuneMetric::Tpot => request.tpot_ms,
+                TuneMetric::Itl => request.itl_p99_ms,
             };
             // A one-token reply has no TPOT and no gaps, so it cannot miss those objectives.
             value.is_none_or(|v| v <= slo.limit_ms)
@@ -129,9 +129,9 @@ impl RequestTimes {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::benchmark_result::tests::sample;
+    use crate::report::benchmark_result::tests::sample;
 
-    fn slos(list: &[(SloMetric, f64)]) -> TuneSlos {
+    fn slos(list: &[(TuneMetric, f64)]) -> TuneSlos {
         TuneSlos(
             list.iter()
                 .map(|&(metric, limit_ms)| TuneSlo { metric, limit_ms })
@@ -146,23 +146,23 @@ mod tests {
     fn goodput_counts_requests_meeting_every_objective_per_second() {
         let run = sample(&[]);
         // 300.5: the 300 ms TTFT went through seconds and back, and may not be exactly 300.
-        assert_eq!(slos(&[(SloMetric::Ttft, 300.5)]).goodput(&run), 2.0);
-        assert_eq!(slos(&[(SloMetric::Ttft, 150.0)]).goodput(&run), 1.0);
+        assert_eq!(slos(&[(TuneMetric::Ttft, 300.5)]).goodput(&run), 2.0);
+        assert_eq!(slos(&[(TuneMetric::Ttft, 150.0)]).goodput(&run), 1.0);
         assert_eq!(
-            slos(&[(SloMetric::Ttft, 300.5), (SloMetric::Itl, 49.0)]).goodput(&run),
+            slos(&[(TuneMetric::Ttft, 300.5), (TuneMetric::Itl, 49.0)]).goodput(&run),
             1.0,
             "the three-token reply misses the ITL objective, the one-token reply has no gaps"
         );
-        assert_eq!(slos(&[(SloMetric::Tpot, 50.0)]).goodput(&run), 2.0);
-        assert_eq!(slos(&[(SloMetric::Tpot, 49.9)]).goodput(&run), 1.0);
+        assert_eq!(slos(&[(TuneMetric::Tpot, 50.0)]).goodput(&run), 2.0);
+        assert_eq!(slos(&[(TuneMetric::Tpot, 49.9)]).goodput(&run), 1.0);
     }
 
     #[test]
     fn the_run_p99_of_each_metric_comes_from_its_distribution() {
         let run = sample(&[]);
-        assert_eq!(SloMetric::Itl.p99_ms(&run), 50.0);
-        assert_eq!(SloMetric::Tpot.p99_ms(&run), 50.0);
-        let ttft = SloMetric::Ttft.p99_ms(&run);
+        assert_eq!(TuneMetric::Itl.p99_ms(&run), 50.0);
+        assert_eq!(TuneMetric::Tpot.p99_ms(&run), 50.0);
+        let ttft = TuneMetric::Ttft.p99_ms(&run);
         assert!((ttft - (100.0 + 200.0 * 0.99)).abs() < 1e-9, "{ttft}");
     }
 }

@@ -9,9 +9,9 @@ use rand::{Rng, SeedableRng};
 use tokio::task::JoinSet;
 
 use crate::args::{CommonArgs, DatasetKind};
-use crate::bench_request::{BenchRequest, Prompt};
-use crate::token_counter::TokenCounter;
-use crate::tokenizer::ServerTokenizer;
+use crate::datasets::token_counter::TokenCounter;
+use crate::datasets::tokenizer::ServerTokenizer;
+use crate::load::bench_request::{BenchRequest, Prompt};
 
 /// Reply length when `--output-len` is not given.
 const DEFAULT_OUTPUT_LEN: usize = 128;

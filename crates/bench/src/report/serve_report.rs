@@ -6,9 +6,9 @@ use std::path::Path;
 use anyhow::Context;
 use serde_json::{json, Map, Value};
 
-use crate::benchmark_result::BenchmarkResult;
-use crate::class_latencies::ClassLatencies;
-use crate::distribution::{percentile_label, Distribution};
+use crate::report::benchmark_result::BenchmarkResult;
+use crate::report::class_latencies::ClassLatencies;
+use crate::report::distribution::{percentile_label, Distribution};
 
 const WIDTH: usize = 50;
 /// Draft positions whose acceptance the table shows.
@@ -342,7 +342,7 @@ mod tests {
 #[cfg(test)]
 mod table_tests {
     use super::*;
-    use crate::benchmark_result::tests::sample;
+    use crate::report::benchmark_result::tests::sample;
 
     #[test]
     fn table_has_vllm_layout_with_aligned_values() {
@@ -420,7 +420,7 @@ mod table_tests {
     /// The sample with its first request (TTFT 100) short and its second (TTFT and E2EL
     /// 300) long.
     fn two_class_sample() -> BenchmarkResult {
-        use crate::prompt_class::PromptClass;
+        use crate::report::prompt_class::PromptClass;
         let mut result = sample(&[]);
         result.settings.long_prompt_threshold = 8000;
         let class = |class, ttft: f64, e2el: f64| ClassLatencies {
@@ -478,7 +478,7 @@ mod table_tests {
 
     #[test]
     fn spec_decode_figures_appear_in_table_and_json_only_when_reported() {
-        use crate::spec_decode_stats::{SpecDecodeCounters, SpecDecodeStats};
+        use crate::report::spec_decode_report::{SpecDecodeCounters, SpecDecodeReport};
         let plain = sample(&[]);
         assert!(to_json(&plain).get("spec_decode").is_none());
         assert!(!table(&plain).contains("Speculative"));
@@ -490,7 +490,7 @@ mod table_tests {
             num_accepted_tokens: 50,
             accepted_per_pos: vec![18, 14, 10, 8],
         };
-        result.spec_decode = Some(SpecDecodeStats::from_counters(
+        result.spec_decode = Some(SpecDecodeReport::from_counters(
             &SpecDecodeCounters::default(),
             &after,
         ));
@@ -519,11 +519,11 @@ mod table_tests {
             num_accepted_tokens: 64,
             accepted_per_pos: vec![1; 64],
         };
-        result.spec_decode = Some(SpecDecodeStats::from_counters(
+        result.spec_decode = Some(SpecDecodeReport::from_counters(
             &SpecDecodeCounters::default(),
             &long,
         ));
-        assert!(crate::report::table(&result).contains(
+        assert!(crate::report::serve_report::table(&result).contains(
             "Acceptance rate per position:           \
              0.50 0.50 0.50 0.50 0.50 0.50 0.50 0.50 … (64 positions)\n"
         ));

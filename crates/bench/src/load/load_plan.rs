@@ -6,10 +6,10 @@ use std::time::Instant;
 
 use tokio::sync::Semaphore;
 
-use crate::arrivals::ArrivalSchedule;
-use crate::bench_request::BenchRequest;
-use crate::client::{self, RequestRecord, RequestTarget};
-use crate::progress::Progress;
+use crate::load::arrivals::ArrivalSchedule;
+use crate::load::bench_request::BenchRequest;
+use crate::load::client::{self, RequestRecord, RequestTarget};
+use crate::load::progress::Progress;
 
 /// How requests are released: when each may leave, and how many may be in flight.
 #[derive(Clone, Debug)]
@@ -115,7 +115,12 @@ pub async fn warm_up(
         return Ok(());
     }
     let warmups: Vec<BenchRequest> = requests.iter().cycle().take(count).cloned().collect();
-    let schedule = ArrivalSchedule::new(count, crate::request_rate::RequestRate::Infinite, 1.0, 0)?;
+    let schedule = ArrivalSchedule::new(
+        count,
+        crate::load::request_rate::RequestRate::Infinite,
+        1.0,
+        0,
+    )?;
     let progress = Arc::new(Progress::new("warm-up", count, false));
     let outcome = LoadPlan::new(schedule, max_concurrency)?
         .execute(target, &warmups, &progress)

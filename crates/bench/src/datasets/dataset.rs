@@ -7,12 +7,13 @@ use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::SeedableRng;
 
-use crate::args::{CommonArgs, DatasetKind, Endpoint};
-use crate::bench_request::{BenchRequest, Prompt};
-use crate::grounded_prompts::GroundedPrompts;
-use crate::open_chat_prompts::OpenChatPrompts;
-use crate::random_prompts::{self, RandomShape};
-use crate::token_counter::TokenCounter;
+use crate::args::{CommonArgs, DatasetKind};
+use crate::datasets::grounded_prompts::GroundedPrompts;
+use crate::datasets::open_chat_prompts::OpenChatPrompts;
+use crate::datasets::random_prompts::{self, RandomShape};
+use crate::datasets::token_counter::TokenCounter;
+use crate::load::bench_request::{BenchRequest, Prompt};
+use crate::load::endpoint::Endpoint;
 
 /// Default reply length when the dataset does not give one.
 const DEFAULT_OUTPUT_LEN: usize = 128;

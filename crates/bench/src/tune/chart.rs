@@ -6,10 +6,10 @@ use std::path::Path;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-use crate::chart::{plot_error, register_font, FONT};
-use crate::tune_report::TuneReport;
-use crate::tune_slos::TuneSlo;
-use crate::tune_trial::Measurement;
+use crate::sweep::chart::{plot_error, register_font, FONT};
+use crate::tune::report::TuneReport;
+use crate::tune::slos::TuneSlo;
+use crate::tune::trial::Measurement;
 
 const PANEL_SIZE: (u32, u32) = (900, 720);
 const MEETS_COLOR: RGBColor = RGBColor(44, 160, 44);
