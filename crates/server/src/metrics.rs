@@ -274,6 +274,13 @@ impl Metrics {
         );
         self.render_cache_config(out, prefix);
         if let Some(c) = self.config.as_ref().filter(|_| native) {
+            sample_family(
+                out,
+                "cpu_kernel_info",
+                "gauge",
+                "The matmul path this process runs, in the `kernel` label.",
+                &[(format!("kernel=\"{}\"", c.cpu_kernel), 1.0)],
+            );
             gauge(
                 out,
                 "kv_cache_blocks",

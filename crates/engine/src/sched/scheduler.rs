@@ -405,10 +405,10 @@ impl Scheduler {
     /// The most tokens (at most `most`, at least a block's worth where `most` allows) of a
     /// chunk from `start` that keep a step of `rest` plus it under the predicted time of
     /// `rest` plus a whole budget of fresh prompt tokens: the costliest step the budget allows
-    /// at any prompt's start, so no step deep in a long context is worse. (Bounding by a
-    /// threshold-sized chunk instead made an 8,000-token prompt alone 1.2x slower: its
-    /// chunks deep in the context fell to ~100 tokens.) Until the cost model has seen
-    /// enough steps, `most`.
+    /// at any prompt's start, so no step deep in a long context is worse. (Not a
+    /// threshold-sized chunk's time: that bound shrinks chunks deep in a long context to
+    /// ~100 tokens, each step rereading the whole context's KV for few queries.) Until
+    /// the cost model has seen enough steps, `most`.
     fn time_bounded(&self, start: usize, most: usize, rest: StepShape) -> usize {
         let cost = |s, n| self.cost.predict(rest.plus(StepShape::chunk(s, n)));
         let Some(bound) = cost(0, self.config.max_num_batched_tokens) else {

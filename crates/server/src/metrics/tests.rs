@@ -86,6 +86,7 @@ fn config() -> ServingConfig {
         max_num_batched_tokens: 2048,
         enable_prefix_caching: true,
         kv_cache_dtype: "float16",
+        cpu_kernel: "avx512_vnni",
     }
 }
 
@@ -104,6 +105,7 @@ fn vllm_compat_adds_vllm_names_with_the_same_values_and_the_info_gauges() {
         .render(&stats);
     assert!(!native.contains("vllm:"), "{native}");
     assert!(native.contains("tokenmill:cache_config_info{block_size=\"16\","));
+    assert!(native.contains("tokenmill:cpu_kernel_info{kernel=\"avx512_vnni\"} 1\n"));
     let metrics = Metrics::new("m").with_compat(Some(MetricsCompat::Vllm), &config());
     let t = timings(&[50, 70, 90]);
     metrics.record(FinishedRequest {

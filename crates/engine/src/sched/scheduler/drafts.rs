@@ -112,8 +112,8 @@ impl Scheduler {
         tracing::trace!(
             "drafts kept {keep:?} of {available:?}; predicted {seconds:.4}s, {expected:.2} tokens"
         );
-        // A forecast gain within the model's error is no gain: 16 users kept drafts for a
-        // predicted 1-2% and lost throughput (docs/speculative-decoding.md).
+        // A forecast gain within the model's error is no gain: a predicted gain of a few
+        // percent is as likely a loss (docs/speculative-decoding.md).
         if expected / seconds < MIN_DRAFT_GAIN * base_rate {
             keep.fill(0);
         }
