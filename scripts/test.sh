@@ -28,6 +28,9 @@ if ! "$VENV/bin/python" -c 'import sglang_router, vllm_router' 2>/dev/null; then
     echo "note: the routers could not be installed; tests/routers.rs will say SKIPPED"
 fi
 export TOKENMILL_PYTHON="$VENV/bin/python"
+# The full tier: a test that needs the default model fails where it is missing, rather than
+# saying SKIPPED as the offline tier (plain `cargo test`) lets it (docs/testing.md).
+export TOKENMILL_REQUIRE_MODEL=1
 LOG=$(mktemp); trap 'rm -f "$LOG"' EXIT
 status=0
 cargo test --profile ci --workspace "$@" 2>&1 | tee "$LOG" || status=$?

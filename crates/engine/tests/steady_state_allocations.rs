@@ -3,6 +3,9 @@
 //! activations in a per-thread buffer. Counted by a global allocator over all threads, so
 //! this file holds this one test only.
 
+// Its own binary, not a module of `tests/it`: the counting global allocator counts every
+// thread of the process, so any test running beside it would be counted too.
+#[path = "it/common/mod.rs"]
 mod common;
 
 use std::alloc::{GlobalAlloc, Layout, System};

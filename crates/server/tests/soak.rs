@@ -7,6 +7,9 @@
 //! and the server recovers fully. Bounded to a few minutes in release on 2 cores;
 //! `scripts/soak.sh` runs the same soak longer (`TOKENMILL_SOAK_REQUESTS`).
 
+// Its own binary, not a module of `tests/it`: it measures this process's resident memory,
+// which the servers and models of tests running beside it would grow.
+#[path = "it/common/mod.rs"]
 mod common;
 
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -1,0 +1,72 @@
+//! Whether a test that needs the default model runs, skips or fails, decided in one place for
+//! the engine's, the server's and the `tokenmill` binary's tests (the latter two include this
+//! file with `#[path]`).
+//!
+//! The offline tier (plain `cargo test`) may lack the model: such a test says SKIPPED and
+//! passes. The full tier (`scripts/test.sh`, which CI runs) fetches the model and sets
+//! `TOKENMILL_REQUIRE_MODEL=1`, so there a missing model fails the test: a skipped model test
+//! would let a wrong engine pass CI.
+#![allow(dead_code)] // Each crate's tests use their own part.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+/// Set (to anything) where a missing default model must fail the tests that need it.
+pub const REQUIRE_ENV: &str = "TOKENMILL_REQUIRE_MODEL";
+
+/// The default model (`default_model_path`: `TOKENMILL_MODEL`, else the cache that
+/// `scripts/fetch-model.sh` fills), which must exist: call [`present`] first.
+pub fn path() -> PathBuf {
+    let path = tokenmill_engine::models::checkpoint::default_model_path();
+    assert!(
+        path.exists(),
+        "default model not found at {}: run scripts/fetch-model.sh first (or set TOKENMILL_MODEL)",
+        path.display()
+    );
+    path
+}
+
+/// Whether the default model is there; where it is not, fails the calling test if
+/// `TOKENMILL_REQUIRE_MODEL` is set and otherwise says SKIPPED (see [`skip_without_model`]).
+pub fn present() -> bool {
+    let path = tokenmill_engine::models::checkpoint::default_model_path();
+    if path.exists() {
+        return true;
+    }
+    assert!(
+        std::env::var_os(REQUIRE_ENV).is_none(),
+        "default model not found at {}: run scripts/fetch-model.sh first (or set TOKENMILL_MODEL); \
+         {REQUIRE_ENV} is set, so its absence fails the test",
+        path.display()
+    );
+    say_skipped(&format!(
+        "the default model {} is absent (scripts/fetch-model.sh fetches it)",
+        path.display()
+    ));
+    false
+}
+
+/// A `SKIPPED <test>: <why>` line written straight to the terminal or log, past the test
+/// harness's capture, so that a skip is seen without `--nocapture`.
+pub fn say_skipped(why: &str) {
+    let thread = std::thread::current();
+    let test = thread.name().unwrap_or("a test");
+    let line = format!("SKIPPED {test}: {why}");
+    match std::fs::OpenOptions::new().write(true).open("/dev/stderr") {
+        Ok(mut stderr) => {
+            let _ = writeln!(stderr, "{line}");
+        }
+        Err(_) => eprintln!("{line}"),
+    }
+}
+
+/// Returns from the calling test where the default model is absent and may be (see
+/// [`present`]): the first line of every test that needs it.
+macro_rules! skip_without_model {
+    () => {
+        if !$crate::common::model::present() {
+            return;
+        }
+    };
+}
+pub(crate) use skip_without_model;
