@@ -49,6 +49,7 @@ const MEASURED_PASSES: usize = 3;
 
 #[test]
 fn a_steady_state_forward_pass_allocates_nothing() {
+    crate::common::skip_without_model!();
     let mut ckpt = GgufCheckpoint::open(&common::model_path()).expect("default model opens");
     let model = Llama::load(&mut ckpt, WeightMode::Quantized, 512).expect("model loads");
     let c = model.config().clone();

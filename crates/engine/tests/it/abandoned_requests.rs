@@ -7,6 +7,7 @@ use tokenmill_engine::{EngineConfig, Request, SamplingParams};
 
 #[test]
 fn queued_requests_whose_receivers_are_dropped_are_never_computed() {
+    crate::common::skip_without_model!();
     let mut engine = common::load_engine(EngineConfig {
         num_kv_blocks: Some(64),
         ..EngineConfig::default()

@@ -155,16 +155,19 @@ fn greedy_alone_and_batched(kv: KvCacheDtype) {
 
 #[test]
 fn greedy_outputs_are_identical_alone_and_batched_with_chunking_and_preemption() {
+    crate::common::skip_without_model!();
     greedy_alone_and_batched(KvCacheDtype::Auto);
 }
 
 #[test]
 fn greedy_outputs_with_the_f32_kv_cache_are_identical_alone_and_batched() {
+    crate::common::skip_without_model!();
     greedy_alone_and_batched(KvCacheDtype::F32);
 }
 
 #[test]
 fn seeded_sampling_is_reproducible_alone_and_batched() {
+    crate::common::skip_without_model!();
     let prompts = prompts();
     let params = |i: usize| SamplingParams {
         temperature: 0.9,
@@ -191,6 +194,7 @@ fn seeded_sampling_is_reproducible_alone_and_batched() {
 
 #[test]
 fn a_shared_200_token_prefix_is_computed_once_and_changes_nothing() {
+    crate::common::skip_without_model!();
     let mut rng = StdRng::seed_from_u64(7);
     let prefix: Vec<u32> = (0..200).map(|_| rng.random_range(200..20_000)).collect();
     let with_suffix = |s: &[u32]| prefix.iter().chain(s).copied().collect::<Vec<u32>>();
@@ -242,6 +246,7 @@ fn a_shared_200_token_prefix_is_computed_once_and_changes_nothing() {
 
 #[test]
 fn step_times_count_every_step_and_put_the_forward_pass_in_its_own_phase() {
+    crate::common::skip_without_model!();
     let mut engine = common::load_engine(EngineConfig {
         max_num_batched_tokens: 24,
         max_num_seqs: 24,
@@ -275,6 +280,7 @@ fn step_times_count_every_step_and_put_the_forward_pass_in_its_own_phase() {
 /// yet every request finishes with exactly the tokens and logprobs it gets alone.
 #[test]
 fn an_itl_target_moves_prefill_between_steps_but_changes_no_token_or_logprob() {
+    crate::common::skip_without_model!();
     let prompts: Vec<Vec<u32>> = prompts().into_iter().take(12).collect();
     let params = |_| greedy_with_logprobs(8);
     let run = |target_itl| {
@@ -320,6 +326,7 @@ fn with_prompt_logprobs(max_tokens: usize) -> SamplingParams {
 
 #[test]
 fn prompt_logprobs_score_every_prompt_token_once_alone_and_batched_with_preemption() {
+    crate::common::skip_without_model!();
     let prompts = prompts();
     let params = |i: usize| with_prompt_logprobs(1 + i % 8);
     let (batched, preemptions) = together(&prompts, KvCacheDtype::Auto, params);
@@ -337,6 +344,7 @@ fn prompt_logprobs_score_every_prompt_token_once_alone_and_batched_with_preempti
 
 #[test]
 fn prompt_logprobs_score_a_generated_continuation_as_generating_it_did() {
+    crate::common::skip_without_model!();
     teacher_forced_scores_equal_generated_ones(WeightMode::Quantized, KvCacheDtype::Auto);
 }
 
@@ -344,6 +352,7 @@ fn prompt_logprobs_score_a_generated_continuation_as_generating_it_did() {
 /// so a prompt token scored inside a prefill gets a decoded token's very bits.
 #[test]
 fn on_the_f32_path_prompt_logprobs_score_a_continuation_as_generating_it_did() {
+    crate::common::skip_without_model!();
     teacher_forced_scores_equal_generated_ones(WeightMode::F32, KvCacheDtype::F32);
 }
 

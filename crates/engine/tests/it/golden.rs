@@ -130,16 +130,19 @@ fn logsumexp(v: &[f64]) -> f64 {
 
 #[test]
 fn dequantized_f32_path_matches_reference_logits_and_greedy_tokens() {
+    crate::common::skip_without_model!();
     check(WeightMode::F32, KvCacheDtype::F32, F32_LOGIT_TOL);
 }
 
 #[test]
 fn dequantized_f32_path_with_the_f16_kv_cache_stays_within_its_measured_error() {
+    crate::common::skip_without_model!();
     check(WeightMode::F32, KvCacheDtype::F16, F16_KV_LOGIT_TOL);
 }
 
 #[test]
 fn quantized_path_stays_within_measured_error_of_reference() {
+    crate::common::skip_without_model!();
     check(
         WeightMode::Quantized,
         KvCacheDtype::Auto,
@@ -155,6 +158,7 @@ fn quantized_path_stays_within_measured_error_of_reference() {
 /// tied to the reference at every position, so the second figure is anchored too.
 #[test]
 fn quantized_path_agrees_with_the_reference_at_every_prompt_position() {
+    crate::common::skip_without_model!();
     let golden = common::golden();
     let defaults = EngineConfig::default();
     let exact = common::load_model(WeightMode::F32);
@@ -243,6 +247,7 @@ fn quantized_path_agrees_with_the_reference_at_every_prompt_position() {
 /// same reference within its measured error.
 #[test]
 fn reported_logprobs_equal_the_f32_reference_log_softmax() {
+    crate::common::skip_without_model!();
     let golden = common::golden();
     let exact = common::load_model(WeightMode::F32);
     let vocab = exact.config().vocab_size;

@@ -8,6 +8,7 @@ use tokenmill_engine::EngineConfig;
 
 #[test]
 fn the_f16_cache_holds_twice_the_tokens_of_an_f32_cache_in_the_same_memory() {
+    crate::common::skip_without_model!();
     let memory = 64 << 20;
     let blocks = |kv| {
         let engine = common::load_engine(EngineConfig {

@@ -70,6 +70,7 @@ fn sorted(mut hashes: Vec<u64>) -> Vec<u64> {
 
 #[test]
 fn the_event_stream_rebuilds_the_cached_block_set_through_reuse_and_eviction() {
+    crate::common::skip_without_model!();
     // 40 blocks of 8 tokens; the workload's distinct blocks (about 70) do not fit, so cached
     // blocks are evicted while shared prefixes are reused.
     let engine = common::load_engine(EngineConfig {

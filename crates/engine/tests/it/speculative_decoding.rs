@@ -160,6 +160,7 @@ fn check(params: impl Fn(usize) -> SamplingParams + Copy, what: &str) {
 
 #[test]
 fn greedy_ids_and_logprobs_are_identical_with_and_without_speculation() {
+    crate::common::skip_without_model!();
     check(
         |i| SamplingParams {
             logprobs: Some(TOP_LOGPROBS),
@@ -171,6 +172,7 @@ fn greedy_ids_and_logprobs_are_identical_with_and_without_speculation() {
 
 #[test]
 fn seeded_sampling_with_penalties_is_identical_with_and_without_speculation() {
+    crate::common::skip_without_model!();
     check(
         |i| SamplingParams {
             temperature: 0.7,
@@ -188,6 +190,7 @@ fn seeded_sampling_with_penalties_is_identical_with_and_without_speculation() {
 
 #[test]
 fn a_draft_model_equal_to_the_target_has_every_greedy_draft_accepted() {
+    crate::common::skip_without_model!();
     // Batch-invariant kernels: the draft computes the target's own logits, so its greedy
     // drafts are the target's tokens, all of them accepted.
     let json = format!(
@@ -216,6 +219,7 @@ fn a_draft_model_equal_to_the_target_has_every_greedy_draft_accepted() {
 
 #[test]
 fn a_request_that_opts_out_verifies_no_drafts() {
+    crate::common::skip_without_model!();
     let mut spec = engine(Some(NGRAM), true);
     let reqs = requests(|_| SamplingParams {
         speculative: false,

@@ -53,6 +53,7 @@ fn engine_with_fault(
 
 #[test]
 fn a_panicking_step_fails_its_request_and_the_next_request_is_served() {
+    crate::common::skip_without_model!();
     let handle = engine_with_fault(|call| {
         if call == 0 {
             panic!("injected fault in the first step");
@@ -67,6 +68,7 @@ fn a_panicking_step_fails_its_request_and_the_next_request_is_served() {
 
 #[test]
 fn steps_failing_in_a_row_make_the_engine_unhealthy_and_a_success_heals_it() {
+    crate::common::skip_without_model!();
     let healthy_from = MAX_CONSECUTIVE_STEP_FAILURES;
     let handle = engine_with_fault(move |call| {
         if call < healthy_from {
@@ -95,6 +97,7 @@ fn steps_failing_in_a_row_make_the_engine_unhealthy_and_a_success_heals_it() {
 
 #[test]
 fn a_stopped_engine_reports_itself_stopped_and_refuses_requests() {
+    crate::common::skip_without_model!();
     let handle = engine_with_fault(|_| Ok(()));
     assert_eq!(handle.health(), EngineHealth::Healthy);
     handle.shutdown();

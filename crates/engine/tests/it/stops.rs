@@ -38,6 +38,7 @@ fn config() -> EngineConfig {
 
 #[test]
 fn eos_stops_generation_and_is_the_last_token() {
+    crate::common::skip_without_model!();
     let (_, golden) = capital();
     let done = run(SamplingParams::greedy(40), config());
     assert_eq!(done.token_ids(), golden);
@@ -49,6 +50,7 @@ fn eos_stops_generation_and_is_the_last_token() {
 
 #[test]
 fn ignore_eos_runs_to_max_tokens() {
+    crate::common::skip_without_model!();
     let done = run(
         SamplingParams {
             ignore_eos: true,
@@ -69,6 +71,7 @@ fn ignore_eos_runs_to_max_tokens() {
 
 #[test]
 fn min_tokens_forbids_eos_until_reached() {
+    crate::common::skip_without_model!();
     let done = run(
         SamplingParams {
             min_tokens: 10,
@@ -82,6 +85,7 @@ fn min_tokens_forbids_eos_until_reached() {
 
 #[test]
 fn a_stop_token_id_ends_the_request_with_stop() {
+    crate::common::skip_without_model!();
     let (_, golden) = capital();
     let done = run(
         SamplingParams {
@@ -98,6 +102,7 @@ fn a_stop_token_id_ends_the_request_with_stop() {
 
 #[test]
 fn max_model_len_caps_prompt_plus_output() {
+    crate::common::skip_without_model!();
     let prompt_len = capital().0.len();
     let done = run(
         SamplingParams::greedy(40),
@@ -114,6 +119,7 @@ fn max_model_len_caps_prompt_plus_output() {
 
 #[test]
 fn aborting_a_running_request_frees_its_blocks_at_once() {
+    crate::common::skip_without_model!();
     let mut engine = common::load_engine(config());
     let (id, mut events) = engine
         .add_request(Request {
@@ -143,6 +149,7 @@ fn aborting_a_running_request_frees_its_blocks_at_once() {
 
 #[test]
 fn requests_that_cannot_fit_are_refused_with_a_reason() {
+    crate::common::skip_without_model!();
     let mut engine = common::load_engine(EngineConfig {
         num_kv_blocks: Some(4),
         max_model_len: Some(128),

@@ -93,6 +93,7 @@ fn follows(window: &Window, tokens: &[u32]) -> bool {
 
 #[test]
 fn a_constrained_reply_draws_only_allowed_tokens_and_stops_when_the_constraint_finishes() {
+    crate::common::skip_without_model!();
     let mut engine = common::load_engine(EngineConfig {
         num_kv_blocks: Some(64),
         ..EngineConfig::default()
@@ -125,6 +126,7 @@ fn a_constrained_reply_draws_only_allowed_tokens_and_stops_when_the_constraint_f
 
 #[test]
 fn a_failing_constraint_ends_its_own_request_with_an_error_and_no_other() {
+    crate::common::skip_without_model!();
     let mut engine = common::load_engine(EngineConfig {
         num_kv_blocks: Some(64),
         ..EngineConfig::default()
@@ -145,6 +147,7 @@ fn a_failing_constraint_ends_its_own_request_with_an_error_and_no_other() {
 
 #[test]
 fn constrained_replies_are_the_same_alone_and_batched_with_preemption() {
+    crate::common::skip_without_model!();
     let requests = |n: usize| -> Vec<Request> {
         (0..n)
             .map(|i| {

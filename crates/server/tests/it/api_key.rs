@@ -65,6 +65,7 @@ async fn post(path: &str, body: &Value, authorization: Option<&str>) -> (u16, Va
 
 #[tokio::test]
 async fn a_missing_or_wrong_key_gets_a_401_error_body_on_every_guarded_route() {
+    crate::common::skip_without_model!();
     let wrong = [
         None,
         Some("Bearer wrong"),
@@ -90,6 +91,7 @@ async fn a_missing_or_wrong_key_gets_a_401_error_body_on_every_guarded_route() {
 
 #[tokio::test]
 async fn the_right_key_is_served_on_every_guarded_route() {
+    crate::common::skip_without_model!();
     for (path, body) in guarded_routes() {
         let (status, reply) = post(path, &body, Some(&format!("Bearer {KEY}"))).await;
         assert_eq!(status, 200, "{path}: {reply}");
@@ -101,6 +103,7 @@ async fn the_right_key_is_served_on_every_guarded_route() {
 
 #[tokio::test]
 async fn health_version_and_metrics_answer_without_the_key() {
+    crate::common::skip_without_model!();
     for path in ["/health", "/version", "/metrics"] {
         let response = get(path, None).await;
         assert_eq!(response.status(), 200, "{path}");

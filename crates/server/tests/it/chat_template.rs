@@ -28,6 +28,7 @@ fn user(content: &str) -> ChatMessage {
 
 #[test]
 fn smollm2_template_prepends_its_default_system_turn_to_the_golden_prompt() {
+    crate::common::skip_without_model!();
     let (_, template) = real_template();
     let (golden_prompt, _) = golden_chat_capital();
     let rendered = template
@@ -38,6 +39,7 @@ fn smollm2_template_prepends_its_default_system_turn_to_the_golden_prompt() {
 
 #[test]
 fn golden_prompt_ids_are_the_tail_of_the_rendered_prompt_ids() {
+    crate::common::skip_without_model!();
     let (tokenizer, template) = real_template();
     let (_, golden_ids) = golden_chat_capital();
     let rendered = template
@@ -51,6 +53,7 @@ fn golden_prompt_ids_are_the_tail_of_the_rendered_prompt_ids() {
 
 #[test]
 fn explicit_system_message_replaces_the_default_one() {
+    crate::common::skip_without_model!();
     let (_, template) = real_template();
     let (golden_prompt, _) = golden_chat_capital();
     let messages = [
@@ -66,6 +69,7 @@ fn explicit_system_message_replaces_the_default_one() {
 
 #[test]
 fn without_generation_prompt_no_assistant_turn_is_opened() {
+    crate::common::skip_without_model!();
     let (_, template) = real_template();
     let messages = [ChatMessage::new("system", "S"), user("Hi")];
     let rendered = template.render(&messages, false).unwrap();
@@ -198,6 +202,7 @@ fn a_template_that_reads_tools_gets_them_and_the_tool_turns_as_they_are() {
 
 #[test]
 fn smollm2_template_does_not_read_tools() {
+    crate::common::skip_without_model!();
     let (_, template) = real_template();
     assert!(!template.renders_tools());
 }

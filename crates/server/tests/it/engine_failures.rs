@@ -60,6 +60,7 @@ async fn stream_payloads(base: &str) -> Vec<String> {
 
 #[tokio::test]
 async fn an_engine_whose_steps_keep_failing_answers_errors_and_reports_503_health() {
+    crate::common::skip_without_model!();
     let server = server_with_fault(|step| {
         Err(EngineError::InvalidRequest(format!(
             "injected failure of step {step}"
@@ -95,6 +96,7 @@ async fn an_engine_whose_steps_keep_failing_answers_errors_and_reports_503_healt
 
 #[tokio::test]
 async fn a_panic_in_one_step_fails_only_that_request_and_the_server_stays_healthy() {
+    crate::common::skip_without_model!();
     let server = server_with_fault(|step| {
         if step == 0 {
             panic!("injected panic in the first step");

@@ -13,6 +13,7 @@ const LONG_PROMPT: usize = 3 * 512;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_short_request_sent_during_a_long_prefill_is_answered_first() {
+    crate::common::skip_without_model!();
     server();
     let long: Vec<u32> = (0..LONG_PROMPT as u32)
         .map(|i| 100 + i * 7 % 20_000)

@@ -20,6 +20,7 @@ fn usage(body: &Value) -> (u64, u64, u64) {
 
 #[tokio::test]
 async fn a_greedy_completion_equals_offline_generation_and_counts_its_tokens() {
+    crate::common::skip_without_model!();
     let prompt = "The capital of France is";
     let expected = reference().completion(prompt, greedy(MAX_TOKENS));
     let (status, body) = post_json(
@@ -38,6 +39,7 @@ async fn a_greedy_completion_equals_offline_generation_and_counts_its_tokens() {
 
 #[tokio::test]
 async fn a_streamed_completion_concatenates_to_the_offline_text_and_ends_with_usage() {
+    crate::common::skip_without_model!();
     let prompt = "Here is a short poem about the sea:";
     let expected = reference().completion(prompt, greedy(MAX_TOKENS));
     let chunks = post_stream(
@@ -68,6 +70,7 @@ async fn a_streamed_completion_concatenates_to_the_offline_text_and_ends_with_us
 
 #[tokio::test]
 async fn a_greedy_chat_reply_equals_offline_generation_over_the_chat_template() {
+    crate::common::skip_without_model!();
     let user = "What is the tallest mountain on Earth?";
     let expected = reference().chat(user, greedy(MAX_TOKENS));
     let (status, body) = post_json(
@@ -87,6 +90,7 @@ async fn a_greedy_chat_reply_equals_offline_generation_over_the_chat_template() 
 
 #[tokio::test]
 async fn a_streamed_chat_sends_the_role_with_its_first_content_and_matches_offline() {
+    crate::common::skip_without_model!();
     let user = "Name three colours.";
     let expected = reference().chat(user, greedy(MAX_TOKENS));
     let chunks = post_stream(
@@ -128,6 +132,7 @@ fn stop_across_tokens(expected: &Expected) -> (String, usize) {
 
 #[tokio::test]
 async fn a_stop_string_spanning_tokens_ends_the_text_before_it_streamed_or_not() {
+    crate::common::skip_without_model!();
     let prompt = "Once upon a time, in a small village,";
     let expected = reference().completion(prompt, greedy(MAX_TOKENS));
     let (stop, at) = stop_across_tokens(&expected);
@@ -159,6 +164,7 @@ fn seeded(seed: u64) -> SamplingParams {
 
 #[tokio::test]
 async fn n_choices_sample_with_consecutive_seeds_and_reproduce_offline() {
+    crate::common::skip_without_model!();
     let prompt = "My favourite food is";
     let (status, body) = post_json(
         "/v1/completions",
@@ -186,6 +192,7 @@ async fn n_choices_sample_with_consecutive_seeds_and_reproduce_offline() {
 
 #[tokio::test]
 async fn the_same_seed_at_temperature_0_8_gives_the_same_text_twice() {
+    crate::common::skip_without_model!();
     let body = json!({"messages": [{"role": "user", "content": "Tell me a fact about cats."}],
                       "seed": 1234, "temperature": 0.8, "max_tokens": 16});
     let (_, first) = post_json("/v1/chat/completions", body.clone()).await;
@@ -197,6 +204,7 @@ async fn the_same_seed_at_temperature_0_8_gives_the_same_text_twice() {
 
 #[tokio::test]
 async fn completion_logprobs_describe_every_generated_token() {
+    crate::common::skip_without_model!();
     let (status, body) = post_json(
         "/v1/completions",
         json!({"prompt": "One, two, three,", "max_tokens": 8, "temperature": 0, "logprobs": 3}),
@@ -230,6 +238,7 @@ async fn completion_logprobs_describe_every_generated_token() {
 
 #[tokio::test]
 async fn chat_logprobs_list_top_alternatives_per_token() {
+    crate::common::skip_without_model!();
     let chunks = post_stream(
         "/v1/chat/completions",
         json!({"messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 6,
@@ -259,6 +268,7 @@ async fn chat_logprobs_list_top_alternatives_per_token() {
 
 #[tokio::test]
 async fn several_prompts_and_token_id_prompts_each_get_their_own_choice() {
+    crate::common::skip_without_model!();
     let expected = reference().completion("Hello", greedy(8));
     let ids = reference().tokenizer.encode("Hello", true).unwrap();
     let (status, body) = post_json(
@@ -279,6 +289,7 @@ async fn several_prompts_and_token_id_prompts_each_get_their_own_choice() {
 
 #[tokio::test]
 async fn tokenize_and_detokenize_use_the_model_tokenizer() {
+    crate::common::skip_without_model!();
     let text = "Hello world, how are you?";
     let ids = reference().tokenizer.encode(text, true).unwrap();
     let (status, body) = post_json("/tokenize", json!({"prompt": text})).await;
@@ -301,6 +312,7 @@ async fn tokenize_and_detokenize_use_the_model_tokenizer() {
 
 #[tokio::test]
 async fn models_health_and_version_describe_the_server() {
+    crate::common::skip_without_model!();
     let (status, models) = get_text("/v1/models").await;
     assert_eq!(status, 200);
     let models: Value = serde_json::from_str(&models).unwrap();
@@ -316,6 +328,7 @@ async fn models_health_and_version_describe_the_server() {
 
 #[tokio::test]
 async fn metrics_count_tokens_and_finished_requests() {
+    crate::common::skip_without_model!();
     let label = "model_name=\"SmolLM2-135M-Instruct.Q4_1\"";
     let before = get_text("/metrics").await.1;
     let (_, body) = post_json(
@@ -353,6 +366,7 @@ async fn metrics_count_tokens_and_finished_requests() {
 
 #[tokio::test]
 async fn a_server_with_an_itl_target_reports_its_steps_in_metrics() {
+    crate::common::skip_without_model!();
     use tokenmill_server::api_server::ServerOptions;
     let server = tokio::task::spawn_blocking(|| {
         start_server(&["--target-itl-ms", "1000"], ServerOptions::default())
@@ -392,6 +406,7 @@ async fn a_server_with_an_itl_target_reports_its_steps_in_metrics() {
 
 #[tokio::test]
 async fn prompt_tokens_details_report_the_prompt_tokens_the_prefix_cache_served() {
+    crate::common::skip_without_model!();
     use tokenmill_server::api_server::ServerOptions;
     let server = tokio::task::spawn_blocking(|| {
         start_server(

@@ -38,6 +38,7 @@ async fn send_raw(path: &str, body: Vec<u8>) -> (StatusCode, Value) {
 
 #[tokio::test]
 async fn each_kind_of_bad_input_gets_its_status_and_an_error_body() {
+    crate::common::skip_without_model!();
     let (_, models) = get_text("/v1/models").await;
     let models: Value = serde_json::from_str(&models).unwrap();
     let max_model_len = models["data"][0]["max_model_len"].as_u64().unwrap() as usize;
@@ -86,6 +87,7 @@ async fn each_kind_of_bad_input_gets_its_status_and_an_error_body() {
 
 #[tokio::test]
 async fn wrong_types_name_the_parameter() {
+    crate::common::skip_without_model!();
     let (status, reply) = post_json(
         "/v1/completions",
         json!({"prompt": "a", "temperature": "hot"}),
@@ -103,6 +105,7 @@ async fn wrong_types_name_the_parameter() {
 
 #[tokio::test]
 async fn unknown_and_unsupported_fields_are_refused_by_name() {
+    crate::common::skip_without_model!();
     let chat = common::chat_body;
     let cases = [
         (
@@ -161,6 +164,7 @@ async fn unknown_and_unsupported_fields_are_refused_by_name() {
 
 #[tokio::test]
 async fn fields_that_cannot_change_the_output_are_accepted() {
+    crate::common::skip_without_model!();
     let body = json!({
         "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2, "user": "u-1",
         "store": false, "metadata": {"team": "a"}, "stream_options": null, "tools": [],
@@ -173,6 +177,7 @@ async fn fields_that_cannot_change_the_output_are_accepted() {
 
 #[tokio::test]
 async fn unknown_routes_and_wrong_methods_answer_in_the_error_shape() {
+    crate::common::skip_without_model!();
     let response = client().get(url("/v1/nothing")).send().await.unwrap();
     assert_eq!(response.status(), 404);
     assert_error_body(&response.json().await.unwrap(), "unknown route");
@@ -196,6 +201,7 @@ fn locked_server() -> &'static ServerHandle {
 
 #[tokio::test]
 async fn a_full_waiting_queue_answers_503_with_retry_after() {
+    crate::common::skip_without_model!();
     let base = locked_server().base_url();
     let response = client()
         .post(format!("{base}/v1/chat/completions"))

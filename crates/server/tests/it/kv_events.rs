@@ -29,6 +29,7 @@ fn parse(flags: &[&str]) -> Result<ServeArgs, String> {
 
 #[test]
 fn a_subscriber_rebuilds_the_servers_block_set_from_the_events_and_the_replay() {
+    crate::common::skip_without_model!();
     // 48 blocks of 16 tokens: the workload's prompts do not all fit, so blocks are evicted.
     let config = r#"{"enable_kv_cache_events": true, "publisher": "zmq",
         "endpoint": "tcp://*:0", "replay_endpoint": "tcp://*:0", "topic": "kv-events"}"#;

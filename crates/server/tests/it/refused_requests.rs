@@ -33,6 +33,7 @@ fn refusals(exposition: &str) -> Vec<(String, f64)> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_refused_request_is_counted_by_reason_and_nothing_else_is() {
+    crate::common::skip_without_model!();
     let options = ServerOptions {
         api_key: Some(KEY.into()),
         request_limits: RequestLimits {

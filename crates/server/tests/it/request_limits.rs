@@ -21,6 +21,7 @@ async fn refused(path: &str, body: Value, param: Option<&str>, flag: &str) {
 
 #[tokio::test]
 async fn each_request_limit_is_a_400_naming_the_limit() {
+    crate::common::skip_without_model!();
     let chat = common::chat_body;
     let prompts: Vec<&str> = vec!["a"; 257];
     refused(
@@ -98,6 +99,7 @@ async fn each_request_limit_is_a_400_naming_the_limit() {
 
 #[tokio::test]
 async fn requests_at_the_limits_are_served() {
+    crate::common::skip_without_model!();
     let (status, reply) = post_json(
         "/v1/completions",
         json!({"prompt": vec!["Hi"; 16], "n": 16, "max_tokens": 1, "stop": vec!["x"; 16], "stop_token_ids": vec![1; 256]}),
@@ -109,6 +111,7 @@ async fn requests_at_the_limits_are_served() {
 
 #[tokio::test]
 async fn logprobs_of_zero_report_the_chosen_token_and_no_alternatives() {
+    crate::common::skip_without_model!();
     let (status, reply) = post_json(
         "/v1/completions",
         json!({"prompt": "Hello", "max_tokens": 3, "logprobs": 0, "ignore_eos": true}),
@@ -141,6 +144,7 @@ async fn logprobs_of_zero_report_the_chosen_token_and_no_alternatives() {
 
 #[tokio::test]
 async fn developer_messages_are_rendered_as_system_messages() {
+    crate::common::skip_without_model!();
     let ask = |role: &str| json!({"messages": [{"role": role, "content": "Answer briefly."}, {"role": "user", "content": "Hi"}], "add_generation_prompt": true});
     let tokenize = |body: Value| async move {
         let response = client()
@@ -166,6 +170,7 @@ async fn developer_messages_are_rendered_as_system_messages() {
 
 #[tokio::test]
 async fn tool_messages_reach_the_chat_template() {
+    crate::common::skip_without_model!();
     let (status, reply) = post_json(
         "/v1/chat/completions",
         json!({"messages": [
@@ -180,6 +185,7 @@ async fn tool_messages_reach_the_chat_template() {
 
 #[tokio::test]
 async fn a_body_that_stops_arriving_gets_408_instead_of_holding_the_connection() {
+    crate::common::skip_without_model!();
     use std::io::{Read, Write};
     use tokenmill_server::api_server::ServerOptions;
     use tokenmill_server::request_limits::RequestLimits;

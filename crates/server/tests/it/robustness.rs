@@ -14,19 +14,18 @@ use tokenmill_server::request_limits::RequestLimits;
 use tokenmill_server::request_plan::{Endpoint, RequestPlan};
 use tokenmill_server::tokenizer::{from_gguf_file, Tokenizer};
 
-fn tokenizer() -> Arc<Tokenizer> {
+/// The default model's tokenizer, or `None` where the model is absent and may be (each case
+/// then passes at once, and the test says SKIPPED: `common/model.rs`).
+fn tokenizer() -> Option<Arc<Tokenizer>> {
     static TOKENIZER: OnceLock<Arc<Tokenizer>> = OnceLock::new();
-    TOKENIZER
-        .get_or_init(|| {
-            let path = tokenmill_server::model_loader::default_model_path();
-            assert!(
-                path.exists(),
-                "model file {} is missing: run scripts/fetch-model.sh",
-                path.display()
-            );
-            Arc::new(from_gguf_file(&path).expect("tokenizer loads").0)
-        })
-        .clone()
+    if !crate::common::model::present() {
+        return None;
+    }
+    let tokenizer = TOKENIZER.get_or_init(|| {
+        let path = crate::common::model::path();
+        Arc::new(from_gguf_file(&path).expect("tokenizer loads").0)
+    });
+    Some(tokenizer.clone())
 }
 
 /// Text mixing ordinary words, multi-byte characters, control characters and the chat
@@ -112,7 +111,7 @@ proptest! {
 
     #[test]
     fn the_tokenizer_round_trips_any_text(s in text()) {
-        let t = tokenizer();
+        let Some(t) = tokenizer() else { return Ok(()) };
         let ids = t.encode(&s, false).unwrap();
         prop_assert_eq!(t.decode(&ids, false).unwrap(), s);
     }
@@ -122,7 +121,7 @@ proptest! {
         ids in prop::collection::vec(0u32..49152, 0..40),
         skip_special in any::<bool>(),
     ) {
-        let t = tokenizer();
+        let Some(t) = tokenizer() else { return Ok(()) };
         let mut detok = IncrementalDetokenizer::new(t.clone(), &[], Vec::new(), skip_special);
         let mut streamed = String::new();
         for &id in &ids {
@@ -139,7 +138,7 @@ proptest! {
         ids in prop::collection::vec(0u32..2000, 1..40),
         stop_len in 1usize..4,
     ) {
-        let t = tokenizer();
+        let Some(t) = tokenizer() else { return Ok(()) };
         let full = t.decode(&ids, true).unwrap();
         // A stop string taken from the text itself, so it really occurs.
         let chars: Vec<char> = full.chars().collect();

@@ -39,6 +39,7 @@ fn with(mut body: Value, extra: Value) -> Value {
 
 #[tokio::test]
 async fn the_fields_routers_add_are_accepted_and_change_nothing() {
+    crate::common::skip_without_model!();
     let prompt = "The capital of France is";
     let expected = reference().completion(prompt, greedy(8)).text;
     let body = with(
@@ -66,6 +67,7 @@ async fn the_fields_routers_add_are_accepted_and_change_nothing() {
 
 #[tokio::test]
 async fn chat_echo_starts_the_reply_with_the_last_message_when_it_has_the_reply_role() {
+    crate::common::skip_without_model!();
     let continued = json!({"messages": [
         {"role": "user", "content": "Name a fruit."},
         {"role": "assistant", "content": "A fruit I like is"}],
@@ -101,6 +103,7 @@ async fn chat_echo_starts_the_reply_with_the_last_message_when_it_has_the_reply_
 
 #[tokio::test]
 async fn values_that_ask_for_what_is_not_done_are_refused_by_name() {
+    crate::common::skip_without_model!();
     for (path, body, param) in [
         (
             "/v1/completions",
@@ -127,6 +130,7 @@ async fn values_that_ask_for_what_is_not_done_are_refused_by_name() {
 
 #[tokio::test]
 async fn no_stop_trim_keeps_the_stop_string_as_include_stop_str_in_output_does() {
+    crate::common::skip_without_model!();
     let prompt = "The capital of France is";
     let expected = reference().completion(prompt, greedy(24)).text;
     let at = expected[expected.len() / 3..]
@@ -146,6 +150,7 @@ async fn no_stop_trim_keeps_the_stop_string_as_include_stop_str_in_output_does()
 
 #[tokio::test]
 async fn continue_final_message_continues_the_assistant_turn_without_a_generation_prompt() {
+    crate::common::skip_without_model!();
     let turns = [
         ChatMessage::new("user", "List three colours."),
         ChatMessage::new("assistant", "1. Red\n2."),
@@ -244,6 +249,7 @@ fn reasoning_chunks(chunks: &[Value]) -> Vec<String> {
 
 #[tokio::test]
 async fn the_reasoning_fields_choose_where_the_reasoning_goes() {
+    crate::common::skip_without_model!();
     let split = post_reasoning(thinking_body(json!({}))).await;
     let message = &split["choices"][0]["message"];
     let reasoning = message["reasoning_content"].as_str().unwrap().to_owned();
@@ -280,6 +286,7 @@ async fn the_reasoning_fields_choose_where_the_reasoning_goes() {
 
 #[tokio::test]
 async fn sglang_info_endpoints_answer_in_both_spellings_with_the_served_name() {
+    crate::common::skip_without_model!();
     for path in ["/server_info", "/get_server_info"] {
         let (status, text) = get_text(path).await;
         assert_eq!(status, 200, "{path}");
@@ -309,6 +316,7 @@ async fn sglang_info_endpoints_answer_in_both_spellings_with_the_served_name() {
 
 #[tokio::test]
 async fn a_drain_fails_health_and_new_requests_at_once_and_lets_streams_finish() {
+    crate::common::skip_without_model!();
     let mut server = start_server(&[], ServerOptions::default());
     let base = server.base_url();
     let body = json!({"prompt": "Once upon a time", "max_tokens": 48, "ignore_eos": true,
@@ -366,6 +374,7 @@ async fn a_drain_fails_health_and_new_requests_at_once_and_lets_streams_finish()
 
 #[tokio::test]
 async fn metrics_compat_vllm_exports_what_endpoint_pickers_read_under_vllm_names() {
+    crate::common::skip_without_model!();
     let (_, native) = get_text("/metrics").await;
     assert!(
         !native.contains("vllm:"),
@@ -439,6 +448,7 @@ async fn metrics_compat_vllm_exports_what_endpoint_pickers_read_under_vllm_names
 
 #[tokio::test]
 async fn a_drain_that_runs_out_ends_the_streams_still_generating_with_abort() {
+    crate::common::skip_without_model!();
     let mut server = start_server(
         &[],
         ServerOptions {

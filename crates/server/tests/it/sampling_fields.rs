@@ -83,6 +83,7 @@ async fn prompt_scores(server: &ServerHandle, prompt: &[u32]) -> Vec<f64> {
 
 #[tokio::test]
 async fn a_logit_bias_of_minus_100_on_the_greedy_token_changes_it() {
+    crate::common::skip_without_model!();
     let body = json!({"prompt": "The capital of France is", "max_tokens": 1});
     let (greedy, _) = greedy_tokens(server(), body.clone()).await;
     let mut banned = body.clone();
@@ -96,6 +97,7 @@ async fn a_logit_bias_of_minus_100_on_the_greedy_token_changes_it() {
 
 #[tokio::test]
 async fn a_logit_bias_outside_the_vocabulary_or_the_range_is_refused() {
+    crate::common::skip_without_model!();
     for bias in [
         json!({"99999999": 1}),
         json!({"12": 101}),
@@ -130,6 +132,7 @@ async fn prompt_logprobs_equal_generation_logprobs(server: &ServerHandle, tolera
 /// so a prompt row scores exactly as the decode step that generated its token.
 #[tokio::test]
 async fn prompt_logprobs_equal_generation_logprobs_exactly_on_the_quantized_path() {
+    crate::common::skip_without_model!();
     prompt_logprobs_equal_generation_logprobs(server(), 0.0).await;
 }
 
@@ -138,11 +141,13 @@ async fn prompt_logprobs_equal_generation_logprobs_exactly_on_the_quantized_path
 /// bits (about 1e-6 here).
 #[tokio::test]
 async fn prompt_logprobs_equal_generation_logprobs_on_the_f32_path_in_chunks() {
+    crate::common::skip_without_model!();
     prompt_logprobs_equal_generation_logprobs(f32_server(), 1e-5).await;
 }
 
 #[tokio::test]
 async fn a_cached_prompt_is_still_scored_whole() {
+    crate::common::skip_without_model!();
     let prompt = prompt_ids(&"The quick brown fox jumps over the lazy dog. ".repeat(6)).await;
     assert!(prompt.len() > 40);
     let warm = json!({"prompt": prompt, "max_tokens": 1});
@@ -155,6 +160,7 @@ async fn a_cached_prompt_is_still_scored_whole() {
 
 #[tokio::test]
 async fn echo_with_logprobs_scores_the_prompt_as_prompt_logprobs_does() {
+    crate::common::skip_without_model!();
     let prompt = "The sky is blue and the grass is";
     let body = json!({"prompt": prompt, "max_tokens": 2, "temperature": 0, "echo": true,
                       "logprobs": 1, "prompt_logprobs": 1});
@@ -182,6 +188,7 @@ async fn echo_with_logprobs_scores_the_prompt_as_prompt_logprobs_does() {
 
 #[tokio::test]
 async fn prompt_logprobs_are_refused_with_stream() {
+    crate::common::skip_without_model!();
     let body = json!({"prompt": "Hi", "max_tokens": 1, "stream": true, "prompt_logprobs": 1});
     let (status, reply) = post_json("/v1/completions", body).await;
     assert_eq!(status, 400, "{reply}");
@@ -190,6 +197,7 @@ async fn prompt_logprobs_are_refused_with_stream() {
 
 #[tokio::test]
 async fn a_streamed_echo_opens_with_the_prompt_and_scores_it_as_the_whole_reply_does() {
+    crate::common::skip_without_model!();
     let prompt = "The sky is blue and the grass is";
     let body = json!({"prompt": prompt, "max_tokens": 4, "temperature": 0, "echo": true,
                       "logprobs": 1, "n": 2});

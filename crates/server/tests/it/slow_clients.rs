@@ -76,6 +76,7 @@ fn assert_closed_after_the_header_timeout(closed_after: Duration) {
 
 #[test]
 fn a_connection_that_sends_nothing_is_closed_after_the_header_read_timeout() {
+    crate::common::skip_without_model!();
     let mut socket = connect();
     let (_, closed_after) = read_until_closed(&mut socket, Instant::now());
     assert_closed_after_the_header_timeout(closed_after);
@@ -83,6 +84,7 @@ fn a_connection_that_sends_nothing_is_closed_after_the_header_read_timeout() {
 
 #[test]
 fn half_sent_headers_are_closed_after_the_header_read_timeout() {
+    crate::common::skip_without_model!();
     let mut socket = connect();
     let start = Instant::now();
     socket
@@ -95,6 +97,7 @@ fn half_sent_headers_are_closed_after_the_header_read_timeout() {
 
 #[test]
 fn headers_trickled_a_byte_at_a_time_are_cut_off_at_the_header_read_timeout() {
+    crate::common::skip_without_model!();
     let mut socket = connect();
     let start = Instant::now();
     let head = b"GET /health HTTP/1.1\r\nhost: x\r\nx-padding: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n\r\n";
@@ -118,6 +121,7 @@ fn headers_trickled_a_byte_at_a_time_are_cut_off_at_the_header_read_timeout() {
 
 #[test]
 fn expect_100_continue_with_a_body_over_the_limit_gets_413_without_100_continue() {
+    crate::common::skip_without_model!();
     let mut socket = connect();
     let start = Instant::now();
     socket
@@ -138,6 +142,7 @@ fn expect_100_continue_with_a_body_over_the_limit_gets_413_without_100_continue(
 
 #[test]
 fn expect_100_continue_with_a_body_within_the_limit_gets_100_continue_then_an_answer() {
+    crate::common::skip_without_model!();
     let mut socket = connect();
     let body = br#"{"prompt": "Hi", "max_tokens": 1}"#;
     write!(
@@ -157,6 +162,7 @@ fn expect_100_continue_with_a_body_within_the_limit_gets_100_continue_then_an_an
 
 #[test]
 fn a_chunked_body_over_the_limit_gets_413() {
+    crate::common::skip_without_model!();
     let mut socket = connect();
     let chunk = "x".repeat(BODY_LIMIT + 1);
     write!(

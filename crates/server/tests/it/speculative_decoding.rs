@@ -97,6 +97,7 @@ fn workload() -> Vec<(&'static str, Value)> {
 
 #[tokio::test]
 async fn replies_are_identical_with_and_without_speculation() {
+    crate::common::skip_without_model!();
     let plain = common::server();
     let spec = speculating();
     for (path, body) in workload() {
@@ -133,6 +134,7 @@ async fn replies_are_identical_with_and_without_speculation() {
 
 #[tokio::test]
 async fn streamed_replies_are_identical_with_and_without_speculation() {
+    crate::common::skip_without_model!();
     for (path, body) in workload().into_iter().take(4) {
         let mut body = body;
         body["stream"] = json!(true);

@@ -25,6 +25,7 @@ fn stop_in(text: &str) -> (String, usize) {
 
 #[tokio::test]
 async fn include_stop_str_in_output_keeps_the_stop_string_at_the_end() {
+    crate::common::skip_without_model!();
     let expected = reference().completion(PROMPT, greedy(MAX_TOKENS)).text;
     let (stop, at) = stop_in(&expected);
     for (include, end) in [(true, at + stop.len()), (false, at)] {
@@ -52,6 +53,7 @@ fn chat_body(extra: Value) -> Value {
 
 #[tokio::test]
 async fn chat_template_kwargs_must_be_an_object_and_reach_the_template() {
+    crate::common::skip_without_model!();
     let expected = reference().chat("Name a fruit.", greedy(12)).text;
     // SmolLM2's template reads no such variable, so the reply is the plain one.
     let body = chat_body(json!({"chat_template_kwargs": {"enable_thinking": false}}));
@@ -86,6 +88,7 @@ async fn post_reasoning(body: Value) -> Value {
 /// splitting itself is held by `reasoning_parser`'s unit tests.
 #[tokio::test]
 async fn with_a_reasoning_parser_an_answer_without_a_think_block_is_all_content() {
+    crate::common::skip_without_model!();
     let expected = reference().chat("Name a fruit.", greedy(12)).text;
     let reply = post_reasoning(chat_body(json!({}))).await;
     let message = &reply["choices"][0]["message"];

@@ -133,6 +133,7 @@ fn assert_valid(schema: &Value, reply: &Value, what: &str) {
 
 #[tokio::test]
 async fn replies_under_twenty_two_json_schemas_parse_and_validate() {
+    crate::common::skip_without_model!();
     let schemas = schemas();
     assert!(schemas.len() >= 20);
     let replies = join_all(
@@ -204,6 +205,7 @@ fn the_schema_checker_refuses_what_breaks_a_schema() {
 
 #[tokio::test]
 async fn every_way_of_asking_for_json_is_honoured_on_both_endpoints() {
+    crate::common::skip_without_model!();
     let schema = json!({"type": "object", "properties": {"answer": {"type": "integer", "minimum": 0, "maximum": 100}}, "required": ["answer"], "additionalProperties": false});
     let chat = |field: &str, value: Value| {
         let mut body = json!({
@@ -245,6 +247,7 @@ async fn every_way_of_asking_for_json_is_honoured_on_both_endpoints() {
 
 #[tokio::test]
 async fn a_streamed_schema_reply_reassembles_into_valid_json() {
+    crate::common::skip_without_model!();
     let (what, schema) = &schemas()[6];
     let mut body = schema_request(what, schema);
     body["stream"] = json!(true);
@@ -285,6 +288,7 @@ async fn sampled_texts(prompt: &str, constraint: Value, count: usize) -> Vec<Str
 
 #[tokio::test]
 async fn fifty_sampled_replies_match_the_regex() {
+    crate::common::skip_without_model!();
     let pattern = "[A-Z][a-z]{2,6}-[0-9]{2,3}";
     let whole = regex::Regex::new(&format!("^(?:{pattern})$")).unwrap();
     let texts = sampled_texts("A product code:", json!({"regex": pattern}), 50).await;
@@ -296,6 +300,7 @@ async fn fifty_sampled_replies_match_the_regex() {
 
 #[tokio::test]
 async fn fifty_sampled_replies_are_one_of_the_choices() {
+    crate::common::skip_without_model!();
     let choices = ["red", "green", "blue", "dark \"purple\""];
     let texts = sampled_texts("My favourite colour is", json!({"choice": choices}), 50).await;
     assert_eq!(texts.len(), 50);
@@ -306,6 +311,7 @@ async fn fifty_sampled_replies_are_one_of_the_choices() {
 
 #[tokio::test]
 async fn a_lark_grammar_shapes_the_reply() {
+    crate::common::skip_without_model!();
     let grammar = r#"
         start: expr
         expr: num | expr " + " num
@@ -351,6 +357,7 @@ async fn greedy_ids(server: &ServerHandle, prompt: &str, constraint: Option<Valu
 
 #[tokio::test]
 async fn a_constrained_and_a_free_request_batched_together_answer_as_alone() {
+    crate::common::skip_without_model!();
     let server = server();
     let schema = json!({"json": schemas()[6].1.clone()});
     let constrained_prompt = "A book as JSON:";
@@ -395,6 +402,7 @@ fn small_pool_server() -> &'static ServerHandle {
 
 #[tokio::test]
 async fn preempted_constrained_requests_end_as_they_would_alone() {
+    crate::common::skip_without_model!();
     let small = small_pool_server();
     let constraint = json!({"json": schemas()[19].1.clone()});
     let prompts: Vec<String> = (0..8)
@@ -423,6 +431,7 @@ async fn preempted_constrained_requests_end_as_they_would_alone() {
 
 #[tokio::test]
 async fn a_constraint_llguidance_cannot_compile_is_a_400_naming_its_field() {
+    crate::common::skip_without_model!();
     let cases = [
         (
             json!({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "integer", "minimum": 5, "maximum": 1}}}}),

@@ -17,6 +17,7 @@ use reference::golden;
 
 #[test]
 fn every_golden_prompt_encodes_to_its_golden_ids() {
+    crate::common::skip_without_model!();
     let tokenizer = real_tokenizer();
     let golden = golden();
     assert!(!golden.cases.is_empty());
@@ -28,6 +29,7 @@ fn every_golden_prompt_encodes_to_its_golden_ids() {
 
 #[test]
 fn every_golden_continuation_decodes_to_its_golden_text() {
+    crate::common::skip_without_model!();
     let tokenizer = real_tokenizer();
     for case in &golden().cases {
         let text = tokenizer.decode(&case.greedy_ids, false).unwrap();
@@ -37,6 +39,7 @@ fn every_golden_continuation_decodes_to_its_golden_text() {
 
 #[test]
 fn smollm2_metadata_gives_bos_eos_and_full_vocabulary() {
+    crate::common::skip_without_model!();
     let tokenizer = real_tokenizer();
     assert_eq!(tokenizer.bos_token_id(), Some(1));
     assert_eq!(tokenizer.eos_token_id(), Some(2));
@@ -47,6 +50,7 @@ fn smollm2_metadata_gives_bos_eos_and_full_vocabulary() {
 
 #[test]
 fn chat_markers_in_raw_text_encode_to_their_single_ids() {
+    crate::common::skip_without_model!();
     let tokenizer = real_tokenizer();
     let ids = tokenizer.encode("<|im_start|><|im_end|>", false).unwrap();
     assert_eq!(ids, vec![1, 2]);
@@ -54,6 +58,7 @@ fn chat_markers_in_raw_text_encode_to_their_single_ids() {
 
 #[test]
 fn skipping_special_tokens_drops_chat_markers_from_decoded_text() {
+    crate::common::skip_without_model!();
     let tokenizer = real_tokenizer();
     let ids = tokenizer.encode("<|im_start|>hi<|im_end|>", false).unwrap();
     assert_eq!(tokenizer.decode(&ids, true).unwrap(), "hi");
@@ -65,6 +70,7 @@ fn skipping_special_tokens_drops_chat_markers_from_decoded_text() {
 
 #[test]
 fn smollm_splits_every_digit_into_its_own_token() {
+    crate::common::skip_without_model!();
     let tokenizer = real_tokenizer();
     // SmolLM2's vocabulary has no multi-digit tokens, so only the pre-tokenizer shows the split rule itself.
     assert_eq!(
@@ -81,6 +87,7 @@ fn smollm_splits_every_digit_into_its_own_token() {
 
 #[test]
 fn unicode_text_round_trips_exactly() {
+    crate::common::skip_without_model!();
     let tokenizer = real_tokenizer();
     let text = "Crème brûlée 🍮🎉 — 東京タワー, 你好世界! Ñandú 👩‍👩‍👧";
     let ids = tokenizer.encode(text, false).unwrap();
@@ -93,6 +100,7 @@ fn unicode_text_round_trips_exactly() {
 /// failing, so the text that comes back lacks it. Every other byte round-trips.
 #[test]
 fn the_bytes_smollm2_has_no_token_for_are_dropped_and_every_other_byte_kept() {
+    crate::common::skip_without_model!();
     let tokenizer = real_tokenizer();
     let mut single = [false; 256];
     for token in tokenizer.token_bytes() {
@@ -120,6 +128,7 @@ const MISSING_BYTES: [usize; 21] = [
 
 #[test]
 fn gguf_metadata_does_not_add_bos_when_the_model_says_not_to() {
+    crate::common::skip_without_model!();
     let tokenizer = real_tokenizer();
     let with = tokenizer.encode("hello", true).unwrap();
     let without = tokenizer.encode("hello", false).unwrap();
@@ -128,6 +137,7 @@ fn gguf_metadata_does_not_add_bos_when_the_model_says_not_to() {
 
 #[test]
 fn token_bytes_spell_out_exactly_what_decoding_writes() {
+    crate::common::skip_without_model!();
     let tokenizer = real_tokenizer();
     let bytes = tokenizer.token_bytes();
     assert_eq!(bytes.len(), tokenizer.vocab_size());
@@ -356,6 +366,7 @@ mod streaming {
 
     #[test]
     fn emoji_split_across_tokens_never_streams_a_replacement_character() {
+        crate::common::skip_without_model!();
         let tokenizer = Arc::new(real_tokenizer());
         let text = "Dessert: 🍮🎉 and 東京!";
         let ids = tokenizer.encode(text, false).unwrap();
@@ -382,6 +393,7 @@ mod streaming {
 
     #[test]
     fn stop_string_spanning_two_tokens_is_withheld_and_text_before_it_is_emitted() {
+        crate::common::skip_without_model!();
         let tokenizer = Arc::new(real_tokenizer());
         let ids = tokenizer
             .encode("The capital of France is Paris.", false)
@@ -404,6 +416,7 @@ mod streaming {
 
     #[test]
     fn text_that_only_looked_like_a_stop_string_is_released_once_ruled_out() {
+        crate::common::skip_without_model!();
         let tokenizer = Arc::new(real_tokenizer());
         let ids = tokenizer.encode("He is Paris. Yes", false).unwrap();
         let mut detok =
@@ -415,6 +428,7 @@ mod streaming {
 
     #[test]
     fn finish_flushes_a_possible_stop_string_prefix_held_at_the_end() {
+        crate::common::skip_without_model!();
         let tokenizer = Arc::new(real_tokenizer());
         let ids = tokenizer.encode("The capital is Par", false).unwrap();
         let mut detok =
@@ -426,6 +440,7 @@ mod streaming {
 
     #[test]
     fn finish_flushes_an_incomplete_character_as_a_full_decode_would() {
+        crate::common::skip_without_model!();
         let tokenizer = Arc::new(real_tokenizer());
         let ids = tokenizer.encode("ok 🍮", false).unwrap();
         let cut = &ids[..ids.len() - 1];
@@ -441,6 +456,7 @@ mod streaming {
 
     #[test]
     fn skipped_special_tokens_do_not_reach_the_stream_and_prompt_context_is_not_repeated() {
+        crate::common::skip_without_model!();
         let tokenizer = Arc::new(real_tokenizer());
         let prompt = tokenizer.encode("<|im_start|>assistant\n", false).unwrap();
         let reply = tokenizer.encode("Paris.<|im_end|>", false).unwrap();

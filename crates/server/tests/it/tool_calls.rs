@@ -90,6 +90,7 @@ fn checked_call(call: &Value) -> (String, Value) {
 
 #[tokio::test]
 async fn required_with_two_tools_gives_calls_whose_arguments_validate() {
+    crate::common::skip_without_model!();
     // With parallel calls allowed this small model repeats its call until `max_tokens`: every
     // call it completed must still validate, and the cut is reported as `length`.
     for (seed, parallel) in [(0, false), (1, false), (2, true), (3, true)] {
@@ -124,6 +125,7 @@ async fn required_with_two_tools_gives_calls_whose_arguments_validate() {
 
 #[tokio::test]
 async fn a_named_function_is_the_only_one_called() {
+    crate::common::skip_without_model!();
     let (status, reply) = post_json(
         "/v1/chat/completions",
         tool_request(json!({
@@ -142,6 +144,7 @@ async fn a_named_function_is_the_only_one_called() {
 
 #[tokio::test]
 async fn without_parallel_calls_a_forced_reply_holds_exactly_one_call() {
+    crate::common::skip_without_model!();
     let (status, reply) = post_json(
         "/v1/chat/completions",
         tool_request(json!({"tool_choice": "required", "parallel_tool_calls": false})),
@@ -201,6 +204,7 @@ fn without_ids(calls: &[Value]) -> Vec<Value> {
 
 #[tokio::test]
 async fn streamed_tool_call_deltas_reassemble_to_the_non_streamed_call() {
+    crate::common::skip_without_model!();
     for parallel in [false, true] {
         let body =
             tool_request(json!({"tool_choice": "required", "parallel_tool_calls": parallel}));
@@ -248,6 +252,7 @@ fn conversation_with_a_tool_result() -> Value {
 
 #[tokio::test]
 async fn a_conversation_with_a_tool_call_and_its_result_continues_in_text() {
+    crate::common::skip_without_model!();
     let (status, reply) = post_json(
         "/v1/chat/completions",
         json!({
@@ -286,6 +291,7 @@ async fn a_conversation_with_a_tool_call_and_its_result_continues_in_text() {
 
 #[tokio::test]
 async fn tool_choice_none_shows_no_tools_and_parses_no_calls() {
+    crate::common::skip_without_model!();
     let ask = |extra: Value| {
         let mut body = json!({
             "messages": [{"role": "user", "content": "Call get_weather for Paris."}],
@@ -320,6 +326,7 @@ async fn tool_choice_none_shows_no_tools_and_parses_no_calls() {
 
 #[tokio::test]
 async fn bad_tools_and_tool_choices_are_400s_naming_the_field() {
+    crate::common::skip_without_model!();
     let chat = common::chat_body;
     let unresolvable = json!([{"type": "function", "function": {
         "name": "f", "parameters": {"type": "object", "properties": {"a": {"$ref": "#/nowhere"}}},
@@ -412,6 +419,7 @@ const BARE_REPLY: &str = r#"\{"name": "get_time", "parameters": \{"timezone": "U
 
 #[tokio::test]
 async fn under_the_default_auto_parser_tagged_and_bare_calls_are_split_from_the_reply() {
+    crate::common::skip_without_model!();
     for (regex, content) in [
         (TAGGED_REPLY, json!("Checking. ")),
         (BARE_REPLY, Value::Null),
@@ -454,6 +462,7 @@ fn llama3_json_server() -> &'static ServerHandle {
 
 #[tokio::test]
 async fn the_llama3_json_parser_reads_bare_calls_and_leaves_tags_as_text() {
+    crate::common::skip_without_model!();
     let base = llama3_json_server().base_url();
     let ask = |regex: &str| {
         client()

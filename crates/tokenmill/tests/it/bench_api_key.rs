@@ -52,6 +52,7 @@ fn completed(result: &std::path::Path) -> (u64, u64) {
 
 #[test]
 fn bench_serve_sends_the_api_key_from_the_flag_or_the_environment() {
+    crate::common::skip_without_model!();
     let server = ServedBinary::start(&["--num-kv-blocks", "256", "--api-key", KEY]);
     let dir = std::env::temp_dir().join(format!("tokenmill-bench-api-key-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();

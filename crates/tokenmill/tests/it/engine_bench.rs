@@ -67,6 +67,7 @@ fn figure_after(line: &str, prefix: &str) -> f64 {
 
 #[test]
 fn bench_latency_reports_decode_against_the_bytes_a_step_reads() {
+    crate::common::skip_without_model!();
     let (model, stdout) = bench_latency("8");
     let line = line_starting(&stdout, "decode roofline: ");
     let reported_mb = figure_after(line, "decode roofline: a step reads ");
@@ -117,6 +118,7 @@ fn prompt_token_ops_in_file(path: &std::path::Path) -> usize {
 
 #[test]
 fn bench_latency_of_a_prompt_alone_has_no_decode_step_and_sets_prefill_against_the_int8_peak() {
+    crate::common::skip_without_model!();
     let (model, stdout) = bench_latency("1");
     let summary = line_starting(&stdout, "model ");
     assert!(

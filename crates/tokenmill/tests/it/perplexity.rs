@@ -35,6 +35,7 @@ fn final_estimate(stdout: &str) -> f64 {
 
 #[test]
 fn the_default_model_finds_english_prose_far_from_random() {
+    crate::common::skip_without_model!();
     let model = tokenmill_server::model_loader::default_model_path();
     assert!(
         model.exists(),
@@ -99,6 +100,7 @@ fn a_random_tiny_model_scores_on_the_f32_path() {
 
 #[test]
 fn a_text_shorter_than_two_chunks_is_refused_with_its_length() {
+    crate::common::skip_without_model!();
     let dir = std::env::temp_dir().join(format!("tokenmill-perplexity-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let short = dir.join("short.txt");

@@ -26,6 +26,7 @@ fn long_request(stream: bool) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_ends_open_streams_with_a_finish_reason_and_done_and_exits_within_the_drain_limit()
 {
+    crate::common::skip_without_model!();
     let mut server = ServedBinary::start(&[
         "--num-kv-blocks",
         "512",

@@ -232,6 +232,7 @@ fn each_bad_model_file_is_one_line_naming_the_file_and_exit_status_1() {
 
 #[test]
 fn a_real_model_cut_off_inside_its_tensor_data_is_refused_in_one_line() {
+    crate::common::skip_without_model!();
     let model = tokenmill_server::model_loader::default_model_path();
     let bytes = std::fs::read(&model)
         .unwrap_or_else(|e| panic!("{}: {e}; run scripts/fetch-model.sh", model.display()));
@@ -274,6 +275,7 @@ fn model_with_value(name: &str, at: impl Fn(GgmlDType) -> usize, bytes: &[u8]) -
 
 #[test]
 fn a_model_with_a_nan_in_a_quantized_block_scale_is_refused_naming_the_tensor() {
+    crate::common::skip_without_model!();
     // Block 5's scale `d` (the first f16 of every Q4_0/Q4_1/Q8_0 block): an f16 NaN.
     let block_start = |dtype: GgmlDType| match dtype {
         GgmlDType::Q4_0 => 5 * 18,
@@ -292,6 +294,7 @@ fn a_model_with_a_nan_in_a_quantized_block_scale_is_refused_naming_the_tensor() 
 
 #[test]
 fn a_model_with_an_infinite_float_weight_is_refused_naming_the_tensor() {
+    crate::common::skip_without_model!();
     let element_7 = |dtype: GgmlDType| {
         assert_eq!(
             dtype,

@@ -39,33 +39,36 @@ pub fn present() -> bool {
          {REQUIRE_ENV} is set, so its absence fails the test",
         path.display()
     );
-    say_skipped(&format!(
-        "the default model {} is absent (scripts/fetch-model.sh fetches it)",
-        path.display()
-    ));
+    // Once per test: a property test asks for every case.
+    thread_local!(static SAID: std::cell::Cell<bool> = const { std::cell::Cell::new(false) });
+    if !SAID.replace(true) {
+        say_skipped(&format!(
+            "the default model {} is absent (scripts/fetch-model.sh fetches it)",
+            path.display()
+        ));
+    }
     false
 }
 
-/// A `SKIPPED <test>: <why>` line written straight to the terminal or log, past the test
-/// harness's capture, so that a skip is seen without `--nocapture`.
+/// A `SKIPPED <test>: <why>` line on this process's stderr, which the test harness does not
+/// capture (it captures `eprintln!`, not writes to the handle), so a skip is seen without
+/// `--nocapture`.
 pub fn say_skipped(why: &str) {
     let thread = std::thread::current();
     let test = thread.name().unwrap_or("a test");
-    let line = format!("SKIPPED {test}: {why}");
-    match std::fs::OpenOptions::new().write(true).open("/dev/stderr") {
-        Ok(mut stderr) => {
-            let _ = writeln!(stderr, "{line}");
-        }
-        Err(_) => eprintln!("{line}"),
-    }
+    let _ = writeln!(std::io::stderr(), "SKIPPED {test}: {why}");
 }
 
 /// Returns from the calling test where the default model is absent and may be (see
-/// [`present`]): the first line of every test that needs it.
+/// [`present`]): the first line of every test that needs it. A property test's body returns
+/// a value: `skip_without_model!(Ok(()))`.
 macro_rules! skip_without_model {
     () => {
+        $crate::common::skip_without_model!(())
+    };
+    ($pass:expr) => {
         if !$crate::common::model::present() {
-            return;
+            return $pass;
         }
     };
 }
