@@ -66,7 +66,8 @@ pub enum GenerationConfigError {
     BadValue {
         path: PathBuf,
         key: &'static str,
-        value: Value,
+        // Boxed: the JSON value would make every `Result` carrying this error large.
+        value: Box<Value>,
         expected: &'static str,
     },
 }
@@ -197,7 +198,7 @@ impl Reader<'_> {
         GenerationConfigError::BadValue {
             path: self.path.to_owned(),
             key,
-            value: value.clone(),
+            value: Box::new(value.clone()),
             expected,
         }
     }

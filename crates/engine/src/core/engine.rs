@@ -537,7 +537,7 @@ impl Engine {
             let id = token.token_id;
             tokens.push(token);
             let finished = seq.constraint.as_ref().is_some_and(|c| c.is_finished());
-            if j == drafts || id != draft[j] || finished {
+            if j == drafts || draft.get(j) != Some(&id) || finished {
                 break;
             }
             history.to_mut().push(id);

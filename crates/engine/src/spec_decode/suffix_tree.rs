@@ -601,7 +601,7 @@ mod tests {
                 let mut next = at.clone();
                 next.push(t);
                 if let Some(&c) = counts.get(&next) {
-                    if best.map_or(true, |(_, b)| c > b) {
+                    if best.is_none_or(|(_, b)| c > b) {
                         best = Some((t, c));
                     }
                 }

@@ -563,7 +563,9 @@ fn tiny_gemma3_gives_each_request_the_same_bits_alone_and_batched_across_its_win
         );
         assert_eq!(together.stats().kv_cache_usage, 0.0, "every page went back");
         for (i, (a, b)) in want.iter().zip(&got).enumerate() {
-            let bits = |c: &tokenmill_engine::Completion| -> Vec<(u32, u32, Vec<(u32, u32)>)> {
+            // (token, logprob bits, top logprobs as (token, bits)) per generated token.
+            type Bits = Vec<(u32, u32, Vec<(u32, u32)>)>;
+            let bits = |c: &tokenmill_engine::Completion| -> Bits {
                 c.tokens
                     .iter()
                     .map(|t| {

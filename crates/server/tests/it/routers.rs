@@ -126,7 +126,7 @@ async fn stream(url: String, body: &Value) -> Vec<Value> {
 }
 
 async fn finished_requests(base: &str) -> f64 {
-    let text = metrics_text(&base).await;
+    let text = metrics_text(base).await;
     ["stop", "length"]
         .iter()
         .map(|reason| {
