@@ -109,18 +109,16 @@ fn compare_writes_one_table_and_one_chart_with_every_server() {
         assert!(table.contains(&row), "missing {row:?} in\n{table}");
     }
 
-    let svg = std::fs::read_to_string(out.join("comparison.svg")).unwrap();
-    assert!(svg.starts_with("<svg"), "not an SVG");
-    for text in [
-        "fast vs slow",
-        "Server throughput",
-        "fast: time to first token (TTFT)",
-        "slow: time per output token (TPOT)",
-    ] {
-        assert!(svg.contains(text), "the SVG lacks {text:?}");
-    }
-    let png = std::fs::read(out.join("comparison.png")).unwrap();
-    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+    common::assert_chart(
+        &out,
+        "comparison",
+        &[
+            "fast vs slow",
+            "Server throughput",
+            "fast: time to first token (TTFT)",
+            "slow: time per output token (TPOT)",
+        ],
+    );
 
     for name in ["fast", "slow"] {
         let own = out.join(name);

@@ -6,16 +6,9 @@ use common::mock_server::{tokenize, MockOptions, MockServer};
 use common::{read_json, serve_args};
 
 fn run(server: &MockServer, dir: &std::path::Path, extra: &[&str]) -> serde_json::Value {
-    let result = dir.join("result.json");
-    let mut words = vec![
-        "--base-url",
-        &server.base_url,
-        "--save-result",
-        result.to_str().unwrap(),
-    ];
+    let mut words = vec!["--base-url", &server.base_url];
     words.extend_from_slice(extra);
-    tokenmill_bench::run_serve(serve_args(&words)).expect("the run completes");
-    read_json(&result)
+    common::serve_result(dir, &words)
 }
 
 #[test]

@@ -102,7 +102,6 @@ fn run(
     extra: &[&str],
 ) -> serde_json::Value {
     let dataset = dir.join("prompts.jsonl");
-    let result = dir.join("result.json");
     write_jsonl(&dataset, prompts);
     let count = prompts.len().to_string();
     let mut words = vec![
@@ -114,12 +113,9 @@ fn run(
         dataset.to_str().unwrap(),
         "--num-prompts",
         &count,
-        "--save-result",
-        result.to_str().unwrap(),
     ];
     words.extend_from_slice(extra);
-    tokenmill_bench::run_serve(serve_args(&words)).expect("the run completes");
-    read_json(&result)
+    common::serve_result(dir, &words)
 }
 
 #[test]

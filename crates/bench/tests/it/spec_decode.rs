@@ -9,7 +9,6 @@ use common::{read_json, serve_args};
 
 /// A grounded run of 6 chat prompts after 2 warm-ups, saving result and responses in `dir`.
 fn run(server: &MockServer, dir: &std::path::Path) -> serde_json::Value {
-    let result = dir.join("result.json");
     let responses = dir.join("responses.jsonl");
     let words = [
         "--base-url",
@@ -25,13 +24,10 @@ fn run(server: &MockServer, dir: &std::path::Path) -> serde_json::Value {
         "--output-len",
         "4",
         "--no-progress-bar",
-        "--save-result",
-        result.to_str().unwrap(),
         "--save-responses",
         responses.to_str().unwrap(),
     ];
-    tokenmill_bench::run_serve(serve_args(&words)).expect("the run completes");
-    read_json(&result)
+    common::serve_result(dir, &words)
 }
 
 #[test]

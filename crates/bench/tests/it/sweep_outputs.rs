@@ -71,22 +71,20 @@ fn sweep_writes_summary_json_table_runs_and_both_charts() {
         "{table}"
     );
 
-    let svg = std::fs::read_to_string(out.join("sweep.svg")).unwrap();
-    assert!(svg.starts_with("<svg"), "not an SVG");
-    for text in [
-        "Server throughput",
-        "Output tokens per second",
-        "Time to first token (TTFT)",
-        "Users at the same time",
-    ] {
-        assert!(svg.contains(text), "the SVG lacks {text:?}");
-    }
+    let png = common::assert_chart(
+        &out,
+        "sweep",
+        &[
+            "Server throughput",
+            "Output tokens per second",
+            "Time to first token (TTFT)",
+            "Users at the same time",
+        ],
+    );
     assert!(
         !out.join("ttft_by_class.svg").exists(),
         "one prompt class, no class chart"
     );
-    let png = std::fs::read(out.join("sweep.png")).unwrap();
-    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
     // Width and height sit in the IHDR chunk.
     assert_eq!(u32::from_be_bytes(png[16..20].try_into().unwrap()), 1600);
 }
@@ -144,17 +142,16 @@ fn a_mixed_sweep_summarises_each_class_and_charts_its_ttft() {
         table.contains("| Short median TTFT (ms) |") && table.contains("| 40 |"),
         "{table}"
     );
-    let svg = std::fs::read_to_string(out.join("ttft_by_class.svg")).unwrap();
-    for text in [
-        "Time to first token by prompt length",
-        "Short prompts: median TTFT",
-        "Long prompts: median TTFT",
-        "Requests per second",
-    ] {
-        assert!(svg.contains(text), "the SVG lacks {text:?}");
-    }
-    let png = std::fs::read(out.join("ttft_by_class.png")).unwrap();
-    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+    common::assert_chart(
+        &out,
+        "ttft_by_class",
+        &[
+            "Time to first token by prompt length",
+            "Short prompts: median TTFT",
+            "Long prompts: median TTFT",
+            "Requests per second",
+        ],
+    );
 }
 
 #[test]

@@ -227,16 +227,15 @@ fn tune_picks_the_highest_goodput_that_meets_every_objective_not_the_highest_thr
 }
 
 fn assert_chart(out: &Path) {
-    let svg = std::fs::read_to_string(out.join("tune.svg")).unwrap();
-    for text in [
-        "Output throughput against P99 ITL",
-        "Pareto frontier",
-        "objective: P99 ITL ≤ 65 ms",
-    ] {
-        assert!(svg.contains(text), "the SVG lacks {text:?}");
-    }
-    let png = std::fs::read(out.join("tune.png")).unwrap();
-    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+    common::assert_chart(
+        out,
+        "tune",
+        &[
+            "Output throughput against P99 ITL",
+            "Pareto frontier",
+            "objective: P99 ITL ≤ 65 ms",
+        ],
+    );
 }
 
 #[test]

@@ -70,19 +70,8 @@ enum Format {
     Gguf,
 }
 
-/// The zoo lives beside the repository, not in it; its absence fails the test, since a
-/// skipped zoo would let a wrong architecture pass.
 fn zoo_dir(model: &str) -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/golden/zoo")
-        .join(model);
-    assert!(
-        dir.join("reference.json").exists(),
-        "model zoo {} is required and missing; it comes from ../shared/golden/zoo/make_zoo.py \
-         beside the repository",
-        dir.display()
-    );
-    dir
+    crate::common::model::zoo(model)
 }
 
 fn reference(model: &str) -> Reference {

@@ -18,17 +18,8 @@ struct Cli {
     serve: ServeArgs,
 }
 
-/// The zoo lives beside the repository, as for the engine's zoo test.
 fn zoo(model: &str) -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/golden/zoo")
-        .join(model);
-    assert!(
-        dir.join("tokenizer.json").exists(),
-        "model zoo {} is required and missing (../shared/golden/zoo beside the repository)",
-        dir.display()
-    );
-    dir
+    crate::common::model::zoo(model)
 }
 
 /// `tokenmill serve`'s own flags parsed, then loaded the way `serve` loads them.

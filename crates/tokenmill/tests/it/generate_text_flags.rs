@@ -8,15 +8,7 @@ use std::process::Command;
 use serde_json::{json, Value};
 
 fn zoo(model: &str) -> PathBuf {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/golden/zoo")
-        .join(model);
-    assert!(
-        dir.join("tokenizer.json").exists(),
-        "model zoo {} is required and missing (../shared/golden/zoo beside the repository)",
-        dir.display()
-    );
-    dir
+    crate::common::model::zoo(model)
 }
 
 /// Runs `generate --json` on tiny-llama3 with `flags`: the exit code, each JSON line, stderr.

@@ -74,13 +74,7 @@ fn the_default_model_finds_english_prose_far_from_random() {
 
 #[test]
 fn a_random_tiny_model_scores_on_the_f32_path() {
-    let model =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/golden/zoo/tiny-llama3");
-    assert!(
-        model.join("tokenizer.json").exists(),
-        "model zoo {} is required and missing (../shared/golden/zoo beside the repository)",
-        model.display()
-    );
+    let model = crate::common::model::zoo("tiny-llama3");
     let (code, stdout, stderr) = perplexity(&[
         "--model",
         model.to_str().unwrap(),

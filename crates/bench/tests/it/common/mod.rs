@@ -47,6 +47,28 @@ pub fn write_jsonl(path: &Path, prompts: &[String]) {
     std::fs::write(path, lines.join("\n")).unwrap();
 }
 
+/// `bench serve` with `words`, its result saved as `dir/result.json` and returned.
+pub fn serve_result(dir: &Path, words: &[&str]) -> serde_json::Value {
+    let result = dir.join("result.json");
+    let mut words = words.to_vec();
+    words.extend(["--save-result", result.to_str().unwrap()]);
+    tokenmill_bench::run_serve(serve_args(&words)).expect("the run completes");
+    read_json(&result)
+}
+
+/// The chart `out/<name>.svg` names each of `texts`, and `out/<name>.png` is a PNG, whose
+/// bytes are returned.
+pub fn assert_chart(out: &Path, name: &str, texts: &[&str]) -> Vec<u8> {
+    let svg = std::fs::read_to_string(out.join(format!("{name}.svg"))).unwrap();
+    assert!(svg.starts_with("<svg"), "{name}.svg is not an SVG");
+    for text in texts {
+        assert!(svg.contains(text), "{name}.svg lacks {text:?}");
+    }
+    let png = std::fs::read(out.join(format!("{name}.png"))).unwrap();
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n", "{name}.png is not a PNG");
+    png
+}
+
 pub fn read_json(path: &Path) -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }

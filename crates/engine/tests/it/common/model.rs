@@ -26,6 +26,22 @@ pub fn path() -> PathBuf {
     path
 }
 
+/// A tiny model of the zoo beside the repository (`../shared/golden/zoo/<model>`, made by
+/// its `make_zoo.py`), which every tier has: its absence fails the test, since a skipped zoo
+/// would let a wrong architecture pass.
+pub fn zoo(model: &str) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../../shared/golden/zoo")
+        .join(model);
+    assert!(
+        dir.join("reference.json").exists() && dir.join("tokenizer.json").exists(),
+        "model zoo {} is required and missing; it comes from ../shared/golden/zoo/make_zoo.py \
+         beside the repository",
+        dir.display()
+    );
+    dir
+}
+
 /// Whether the default model is there; where it is not, fails the calling test if
 /// `TOKENMILL_REQUIRE_MODEL` is set and otherwise says SKIPPED (see [`skip_without_model`]).
 pub fn present() -> bool {
