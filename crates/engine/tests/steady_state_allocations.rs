@@ -3,6 +3,9 @@
 //! activations in a per-thread buffer. Counted by a global allocator over all threads, so
 //! this file holds this one test only.
 
+// Its own binary, not a module of `tests/it`: the counting global allocator counts every
+// thread of the process, so any test running beside it would be counted too.
+#[path = "it/common/mod.rs"]
 mod common;
 
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -46,6 +49,7 @@ const MEASURED_PASSES: usize = 3;
 
 #[test]
 fn a_steady_state_forward_pass_allocates_nothing() {
+    crate::common::skip_without_model!();
     let mut ckpt = GgufCheckpoint::open(&common::model_path()).expect("default model opens");
     let model = DecoderModel::load(&mut ckpt, WeightMode::Quantized, 512).expect("model loads");
     let c = model.config().clone();

@@ -63,7 +63,8 @@ pub enum GenerationConfigError {
     BadValue {
         path: PathBuf,
         key: &'static str,
-        value: Value,
+        // Boxed: the JSON value would make every `Result` carrying this error large.
+        value: Box<Value>,
         expected: &'static str,
     },
 }
@@ -169,7 +170,7 @@ impl Reader<'_> {
         GenerationConfigError::BadValue {
             path: self.path.to_owned(),
             key,
-            value: value.clone(),
+            value: Box::new(value.clone()),
             expected,
         }
     }
