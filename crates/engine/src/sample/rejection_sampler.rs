@@ -125,7 +125,7 @@ impl<'a> RejectionSampler<'a> {
             let id = token.token_id;
             tokens.push(token);
             let finished = chunk.constraint.is_some_and(|c| c.is_finished());
-            if j == draft.len() || id != draft[j] || finished {
+            if j == draft.len() || draft.get(j) != Some(&id) || finished {
                 break;
             }
             history.to_mut().push(id);

@@ -115,7 +115,7 @@ fn brute_force_draft(
             let mut next = at.clone();
             next.push(t);
             if let Some(&c) = counts.get(&next) {
-                if best.map_or(true, |(_, b)| c > b) {
+                if best.is_none_or(|(_, b)| c > b) {
                     best = Some((t, c));
                 }
             }
