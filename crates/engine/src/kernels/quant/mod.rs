@@ -35,7 +35,8 @@
 //!   tiles sit behind; `tile_sink.rs` where finished tiles are stored.
 //! - `portable.rs`, `neon.rs` (aarch64), `x86/` (`avx2.rs`, `avx_vnni.rs`,
 //!   `avx512_vnni.rs` over the 256-bit body in `ymm.rs`, `zmm.rs` the 512-bit pair tiles,
-//!   `quantize.rs` the row quantizers): one `TileKernel` each.
+//!   `amx.rs` AMX tiles over the operands `amx_layout.rs` lays out, `quantize.rs` the row
+//!   quantizers): one `TileKernel` each.
 //! - `matmul.rs`: the matmul entry points, the parallel tasks, and the one `match` that
 //!   picks a `TileKernel` from the [`CpuKernel`](crate::kernels::cpu_kernel::CpuKernel).
 //!

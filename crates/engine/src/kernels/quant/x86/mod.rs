@@ -2,10 +2,12 @@
 //! `avx512_vnni.rs` each stamp the shared 256-bit tile body of `ymm.rs` with their integer
 //! dot (only the dot of four adjacent u8×i8 products differs) and implement `TileKernel`;
 //! `zmm.rs` holds the AVX-512 512-bit pair tiles `avx512_vnni.rs` prefers; `amx.rs` runs
-//! sixteen rows at a time on AMX tiles (and on their emulation, for tests). `quantize.rs`
+//! sixteen rows at a time on AMX tiles (and on their emulation, for tests), its operands laid
+//! out by `amx_layout.rs`. `quantize.rs`
 //! quantizes activation rows on AVX2 / AVX-512, `prefetch.rs` is every tile's prefetch.
 
 mod amx;
+mod amx_layout;
 mod avx2;
 mod avx512_vnni;
 mod avx_vnni;
