@@ -260,6 +260,33 @@ fn an_unknown_or_unsupported_cpu_kernel_is_one_line_naming_the_variable() {
     );
 }
 
+/// `TOKENMILL_CPU_KERNEL=amx_int8` runs where the AMX probe passed, and elsewhere stops the
+/// program with one line that says why (CPUID, the OS, the kernel's permission, or a trap).
+#[test]
+fn forcing_amx_where_it_cannot_run_is_one_line_saying_why() {
+    use tokenmill_engine::kernels::cpu_kernel::CpuKernel;
+    if CpuKernel::Amx.is_supported() {
+        println!("SKIPPED: this CPU runs amx_int8, so forcing it is no error");
+        return;
+    }
+    let why = CpuKernel::amx_unavailable().expect("AMX is unavailable here");
+    let args = serve_dummy_with(&[]);
+    let output = Command::new(env!("CARGO_BIN_EXE_tokenmill"))
+        .args(&args)
+        .env("TOKENMILL_CPU_KERNEL", "amx_int8")
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("the binary runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert_eq!(lines.len(), 1, "{stderr}");
+    assert!(
+        lines[0].contains("amx_int8") && lines[0].contains(&why),
+        "{stderr}"
+    );
+}
+
 /// The default model with one value overwritten: `bytes` at byte `at` of tensor `name`'s data.
 /// Returns the tensor's type too, so a test can pick where the value goes.
 fn model_with_value(name: &str, at: impl Fn(GgmlDType) -> usize, bytes: &[u8]) -> Vec<u8> {
