@@ -39,6 +39,10 @@ pub struct RequestLimits {
     /// Content-Length is refused before any of it is read, without `100 Continue`.
     #[arg(long, default_value_t = 8 << 20)]
     pub max_request_body_bytes: usize,
+    /// Most Responses API replies kept in memory for `previous_response_id` and `GET
+    /// /v1/responses/{id}` (`store`); past it the oldest is evicted. 0 stores none.
+    #[arg(long, default_value_t = 1000)]
+    pub max_stored_responses: usize,
 }
 
 impl Default for RequestLimits {
@@ -53,6 +57,7 @@ impl Default for RequestLimits {
             max_json_depth: 64,
             request_body_timeout: 30,
             max_request_body_bytes: 8 << 20,
+            max_stored_responses: 1000,
         }
     }
 }
