@@ -9,6 +9,7 @@ pub mod completions;
 pub mod generation;
 pub mod info;
 pub mod prefix_cache;
+pub mod responses;
 pub mod sglang;
 pub mod tokenize;
 
@@ -29,7 +30,6 @@ use crate::api_error::{ApiError, Refusal};
 use crate::api_key;
 use crate::app_state::AppState;
 use crate::drain::Admitted;
-use crate::responses;
 use crate::responses::store::ResponseStore;
 
 pub fn router(state: Arc<AppState>) -> Router {
@@ -40,7 +40,7 @@ pub fn router(state: Arc<AppState>) -> Router {
             "/chat/completions",
             post(chat_completions::chat_completions),
         )
-        .route("/responses", post(responses::route::create))
+        .route("/responses", post(responses::create))
         .route_layer(middleware::from_fn_with_state(state.clone(), admit));
     // Responses kept for `previous_response_id` and `GET /v1/responses/{id}`.
     let stored = Arc::new(ResponseStore::new(state.limits.max_stored_responses));
@@ -48,7 +48,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .route("/models", get(info::models))
         .route(
             "/responses/{id}",
-            get(responses::route::retrieve).delete(responses::route::delete),
+            get(responses::retrieve).delete(responses::delete),
         )
         .route_layer(middleware::from_fn_with_state(
             state.clone(),

@@ -1,96 +1,38 @@
-//! `POST /v1/responses`, `GET` and `DELETE /v1/responses/{id}`.
-//!
-//! A request is translated into a chat request and planned by `plan_chat`, as chat
-//! completions are; its one choice runs like theirs (`start_runs`), and only the shape of the
-//! reply is this protocol's: a `response` object, or its stream of typed events.
+//! A Responses reply: the `response` object around a run's output items, whole or as its
+//! stream of typed events (`response.created` ... `response.completed`), and the finished
+//! response handed to the store.
 
 use std::convert::Infallible;
 use std::sync::Arc;
 
-use axum::extract::{Path, State};
 use axum::response::sse::{Event, Sse};
 use axum::response::{IntoResponse, Response};
-use axum::{Extension, Json};
+use axum::Json;
 use futures_util::stream::{self, Stream, StreamExt};
 use serde_json::{json, Map, Value};
 
 use crate::api_error::ApiError;
 use crate::app_state::AppState;
 use crate::choice_run::ChoiceRun;
-use crate::json_body::JsonBody;
 use crate::reply_builder::unix_now;
-use crate::request_plan::Endpoint;
-use crate::responses::output::{item_id, OutputEvent, OutputShaper};
-use crate::responses::request::{check_fields, ResponsesRequest};
+use crate::responses::output::{OutputEvent, OutputShaper};
+use crate::responses::request::ResponsesRequest;
 use crate::responses::store::{ResponseStore, StoredResponse};
-use crate::responses::translate::{responses_param, translate};
-use crate::routes::chat_completions::plan_chat;
-use crate::routes::generation::start_runs;
 
 /// The finish reason of a run whose engine step failed (as `generation` names it).
 const ENGINE_FAILED: &str = "error";
 
-pub async fn create(
-    State(state): State<Arc<AppState>>,
-    Extension(store): Extension<Arc<ResponseStore>>,
-    JsonBody(body): JsonBody<ResponsesRequest>,
-) -> Result<Response, ApiError> {
-    state.check_model(body.model.as_deref())?;
-    check_fields(&body)?;
-    let earlier = match body.previous_response_id.as_deref() {
-        Some(id) => {
-            let stored = store.get(id).map_err(|error| ApiError {
-                param: Some("previous_response_id".into()),
-                ..error
-            })?;
-            stored.continued()
-        }
-        None => Vec::new(),
-    };
-    let translated = translate(&body, earlier)?;
-    let plan = plan_chat(state.clone(), translated.chat)
-        .await
-        .map_err(responses_param)?;
-    let input_tokens: usize = plan.prompt_lens.iter().sum();
-    let mut runs = start_runs(&state, &plan, Endpoint::Chat)
-        .await
-        .map_err(responses_param)?;
-    let run = runs
-        .pop()
-        .ok_or_else(|| ApiError::internal("a response was planned with no choice"))?;
-    let store_it = body.store.unwrap_or(true) && store.enabled();
-    let reply = Reply {
-        id: item_id("resp"),
-        skeleton: skeleton(&state, &body, store_it),
-        input_tokens,
-        store: store_it.then(|| (store, translated.conversation)),
-    };
-    if body.stream == Some(true) {
+/// Answers with the run's response: streamed when `stream`, else whole.
+pub async fn respond(run: ChoiceRun, reply: Reply, stream: bool) -> Result<Response, ApiError> {
+    if stream {
         Ok(stream_reply(run, reply).into_response())
     } else {
         collect(run, reply).await.map(|r| Json(r).into_response())
     }
 }
 
-pub async fn retrieve(
-    Extension(store): Extension<Arc<ResponseStore>>,
-    Path(id): Path<String>,
-) -> Result<Json<Value>, ApiError> {
-    Ok(Json(store.get(&id)?.response))
-}
-
-pub async fn delete(
-    Extension(store): Extension<Arc<ResponseStore>>,
-    Path(id): Path<String>,
-) -> Result<Json<Value>, ApiError> {
-    store.remove(&id)?;
-    Ok(Json(
-        json!({"id": id, "object": "response.deleted", "deleted": true}),
-    ))
-}
-
 /// The fields of the response object that repeat the request (its settings).
-fn skeleton(state: &AppState, body: &ResponsesRequest, store: bool) -> Map<String, Value> {
+pub fn skeleton(state: &AppState, body: &ResponsesRequest, store: bool) -> Map<String, Value> {
     let tool_choice = body.tool_choice.clone().unwrap_or_else(|| "auto".into());
     let format = body
         .text
@@ -127,12 +69,13 @@ fn skeleton(state: &AppState, body: &ResponsesRequest, store: bool) -> Map<Strin
 }
 
 /// What the reply is made of besides its output items.
-struct Reply {
-    id: String,
-    skeleton: Map<String, Value>,
-    input_tokens: usize,
+pub struct Reply {
+    pub id: String,
+    /// The request's settings, echoed (see [`skeleton`]).
+    pub skeleton: Map<String, Value>,
+    pub input_tokens: usize,
     /// Where the finished response goes, with its conversation (`store: true`).
-    store: Option<(Arc<ResponseStore>, Vec<Value>)>,
+    pub store: Option<(Arc<ResponseStore>, Vec<Value>)>,
 }
 
 /// Where a run ended, as the response says it.

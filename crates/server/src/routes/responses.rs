@@ -1,0 +1,79 @@
+//! `POST /v1/responses`, `GET` and `DELETE /v1/responses/{id}`: OpenAI's Responses API.
+//!
+//! A request is translated into a chat request (`responses::translate`) and planned by
+//! `plan_chat`, as chat completions are; its one choice runs like theirs (`start_runs`), and
+//! only the shape of the reply is this protocol's (`responses::reply`).
+
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::response::Response;
+use axum::{Extension, Json};
+use serde_json::{json, Value};
+
+use crate::api_error::ApiError;
+use crate::app_state::AppState;
+use crate::json_body::JsonBody;
+use crate::request_plan::Endpoint;
+use crate::responses::output::item_id;
+use crate::responses::reply::{respond, skeleton, Reply};
+use crate::responses::request::{check_fields, ResponsesRequest};
+use crate::responses::store::ResponseStore;
+use crate::responses::translate::{responses_param, translate};
+use crate::routes::chat_completions::plan_chat;
+use crate::routes::generation::start_runs;
+
+pub async fn create(
+    State(state): State<Arc<AppState>>,
+    Extension(store): Extension<Arc<ResponseStore>>,
+    JsonBody(body): JsonBody<ResponsesRequest>,
+) -> Result<Response, ApiError> {
+    state.check_model(body.model.as_deref())?;
+    check_fields(&body)?;
+    let earlier = match body.previous_response_id.as_deref() {
+        Some(id) => {
+            let stored = store.get(id).map_err(|error| ApiError {
+                param: Some("previous_response_id".into()),
+                ..error
+            })?;
+            stored.continued()
+        }
+        None => Vec::new(),
+    };
+    let translated = translate(&body, earlier)?;
+    let plan = plan_chat(state.clone(), translated.chat)
+        .await
+        .map_err(responses_param)?;
+    let input_tokens: usize = plan.prompt_lens.iter().sum();
+    let mut runs = start_runs(&state, &plan, Endpoint::Chat)
+        .await
+        .map_err(responses_param)?;
+    let run = runs
+        .pop()
+        .ok_or_else(|| ApiError::internal("a response was planned with no choice"))?;
+    let store_it = body.store.unwrap_or(true) && store.enabled();
+    let reply = Reply {
+        id: item_id("resp"),
+        skeleton: skeleton(&state, &body, store_it),
+        input_tokens,
+        store: store_it.then(|| (store, translated.conversation)),
+    };
+    respond(run, reply, body.stream == Some(true)).await
+}
+
+pub async fn retrieve(
+    Extension(store): Extension<Arc<ResponseStore>>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    Ok(Json(store.get(&id)?.response))
+}
+
+pub async fn delete(
+    Extension(store): Extension<Arc<ResponseStore>>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    store.remove(&id)?;
+    Ok(Json(
+        json!({"id": id, "object": "response.deleted", "deleted": true}),
+    ))
+}
