@@ -34,6 +34,12 @@ pub fn translate(body: &ResponsesRequest, earlier: Vec<Value>) -> Result<Transla
     for (i, item) in input.iter().enumerate() {
         add_item(&mut messages, item, &format!("input[{i}]"))?;
     }
+    if messages.is_empty() {
+        return Err(ApiError::bad_param(
+            "input",
+            "`input` is required: a string or a list of input items",
+        ));
+    }
     let mut conversation = earlier;
     conversation.extend(input);
     let chat = GenerationRequest {
@@ -417,12 +423,20 @@ mod tests {
                 json!({"input": [{"type": "web_search_call"}]}),
                 "input[0].type",
             ),
-            (json!({"tools": [{"type": "web_search"}]}), "tools[0].type"),
+            (
+                json!({"input": "x", "tools": [{"type": "web_search"}]}),
+                "tools[0].type",
+            ),
             (
                 json!({"input": [{"role": "user", "content": "x", "name": "n"}]}),
                 "input[0].name",
             ),
-            (json!({"text": {"verbosity": "low"}}), "text.verbosity"),
+            (
+                json!({"input": "x", "text": {"verbosity": "low"}}),
+                "text.verbosity",
+            ),
+            (json!({}), "input"),
+            (json!({"input": []}), "input"),
         ] {
             let error = translate(&body(value.clone()), Vec::new())
                 .err()
@@ -435,6 +449,7 @@ mod tests {
     fn tools_choice_and_format_take_the_chat_shapes() {
         let t = translate(
             &body(json!({
+                "input": "x",
                 "tools": [{"type": "function", "name": "f", "parameters": {"type": "object"},
                            "strict": true}],
                 "tool_choice": {"type": "function", "name": "f"},
