@@ -109,6 +109,15 @@ def main():
     )
     check(answered.previous_response_id == called.id, f"answered: {answered}")
     check(answered.status in ("completed", "incomplete"), f"answered: {answered}")
+    # Its input items: the whole conversation it continued, newest first by default.
+    listed = client.responses.input_items.list(answered.id)
+    check([item.type for item in listed.data]
+          == ["function_call_output", "function_call", "message"], f"input items {listed}")
+    check(listed.data[0].call_id == calls[0].call_id, f"input items {listed.data[0]}")
+    oldest_first = client.responses.input_items.list(answered.id, order="asc", limit=1)
+    check(len(oldest_first.data) == 1 and oldest_first.has_more
+          and oldest_first.data[0].content[0].text == "What is the weather in Paris?",
+          f"input items asc {oldest_first}")
     # The same turn with the whole conversation sent as input, the SDK's items passed back.
     whole = client.responses.create(
         model=model,

@@ -1,7 +1,7 @@
 //! The official `openai` Python package talks to `/v1/responses`: `responses.create` plain and
 //! streamed, `responses.stream` and `responses.parse` with a Pydantic `text_format`, a
-//! function-tool round trip (by `previous_response_id` and with the whole input), and the
-//! store's retrieve, delete and eviction as `NotFoundError`.
+//! function-tool round trip (by `previous_response_id` and with the whole input), its
+//! `input_items.list`, and the store's retrieve, delete and eviction as `NotFoundError`.
 //!
 //! Runs `tests/openai_responses_sdk.py` with the Python in `TOKENMILL_PYTHON` (default
 //! `python3`), which must have `openai` installed; scripts/test.sh sets that variable up.

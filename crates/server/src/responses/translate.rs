@@ -6,6 +6,7 @@ use serde_json::{json, Map, Value};
 
 use crate::api_error::ApiError;
 use crate::generation_request::{GenerationRequest, MessageIn};
+use crate::responses::output::item_id;
 use crate::responses::request::ResponsesRequest;
 
 /// The chat request, and the conversation (input items, oldest first, without the
@@ -41,7 +42,7 @@ pub fn translate(body: &ResponsesRequest, earlier: Vec<Value>) -> Result<Transla
         ));
     }
     let mut conversation = earlier;
-    conversation.extend(input);
+    conversation.extend(input.into_iter().map(listed));
     let chat = GenerationRequest {
         model: body.model.clone(),
         messages: Some(messages),
@@ -93,6 +94,40 @@ fn input_items(input: Option<&Value>) -> Result<Vec<Value>, ApiError> {
             "`input` must be a string or a list of input items",
         )),
     }
+}
+
+/// An input item as `GET /v1/responses/{id}/input_items` lists it: with an `id` (one is
+/// given where the client sent none) and a message's content as a list of parts.
+fn listed(mut item: Value) -> Value {
+    let Some(object) = item.as_object_mut() else {
+        return item;
+    };
+    let kind = object
+        .get("type")
+        .and_then(Value::as_str)
+        .unwrap_or("message")
+        .to_owned();
+    if kind == "message" {
+        object.insert("type".into(), "message".into());
+        if let Some(Value::String(text)) = object.get("content") {
+            let part = if object.get("role").and_then(Value::as_str) == Some("assistant") {
+                json!({"type": "output_text", "text": text, "annotations": []})
+            } else {
+                json!({"type": "input_text", "text": text})
+            };
+            object.insert("content".into(), json!([part]));
+        }
+    }
+    if object.get("id").is_none_or(Value::is_null) {
+        let prefix = match kind.as_str() {
+            "function_call" => "fc",
+            "function_call_output" => "fco",
+            "reasoning" => "rs",
+            _ => "msg",
+        };
+        object.insert("id".into(), item_id(prefix).into());
+    }
+    item
 }
 
 fn message(role: &str, content: Value) -> MessageIn {
@@ -389,6 +424,12 @@ mod tests {
         assert_eq!(messages[1].content, "Hi");
         // The instructions are not part of the conversation a later response continues.
         assert_eq!(t.conversation.len(), 1);
+        let item = &t.conversation[0];
+        assert!(item["id"].as_str().unwrap().starts_with("msg_"));
+        assert_eq!(
+            item["content"],
+            json!([{"type": "input_text", "text": "Hi"}])
+        );
     }
 
     #[test]

@@ -50,6 +50,7 @@ pub fn router(state: Arc<AppState>) -> Router {
             "/responses/{id}",
             get(responses::retrieve).delete(responses::delete),
         )
+        .route("/responses/{id}/input_items", get(responses::input_items))
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
             require_api_key,

@@ -7,6 +7,7 @@
 use std::sync::Arc;
 
 use axum::extract::{Path, State};
+use axum::http::Uri;
 use axum::response::Response;
 use axum::{Extension, Json};
 use serde_json::{json, Value};
@@ -76,4 +77,94 @@ pub async fn delete(
     Ok(Json(
         json!({"id": id, "object": "response.deleted", "deleted": true}),
     ))
+}
+
+/// `GET /v1/responses/{id}/input_items`: the items the response was generated from (those of
+/// the responses it continued included; its `instructions` are not an item), as OpenAI pages
+/// them: `order` (`desc`, the default, or `asc`), `limit` (1 to 100, default 20) and `after`
+/// (the id of the item the page starts after).
+pub async fn input_items(
+    Extension(store): Extension<Arc<ResponseStore>>,
+    Path(id): Path<String>,
+    uri: Uri,
+) -> Result<Json<Value>, ApiError> {
+    let page = Page::from_query(uri.query().unwrap_or(""))?;
+    let mut items = store.get(&id)?.conversation;
+    if page.descending {
+        items.reverse();
+    }
+    let start = match &page.after {
+        Some(after) => {
+            let at = items
+                .iter()
+                .position(|item| item["id"] == after.as_str())
+                .ok_or_else(|| {
+                    ApiError::bad_param("after", format!("no input item `{after}` in `{id}`"))
+                })?;
+            at + 1
+        }
+        None => 0,
+    };
+    let rest = &items[start..];
+    let data: Vec<Value> = rest.iter().take(page.limit).cloned().collect();
+    Ok(Json(json!({
+        "object": "list",
+        "data": data,
+        "first_id": data.first().map(|item| item["id"].clone()),
+        "last_id": data.last().map(|item| item["id"].clone()),
+        "has_more": rest.len() > page.limit,
+    })))
+}
+
+/// The paging of `input_items`.
+struct Page {
+    descending: bool,
+    limit: usize,
+    after: Option<String>,
+}
+
+impl Page {
+    fn from_query(query: &str) -> Result<Self, ApiError> {
+        let mut page = Page {
+            descending: true,
+            limit: 20,
+            after: None,
+        };
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+            match key {
+                "order" => {
+                    page.descending = match value {
+                        "desc" => true,
+                        "asc" => false,
+                        _ => {
+                            return Err(ApiError::bad_param(
+                                "order",
+                                "`order` must be `asc` or `desc`",
+                            ))
+                        }
+                    }
+                }
+                "limit" => {
+                    page.limit = value
+                        .parse()
+                        .ok()
+                        .filter(|n| (1..=100).contains(n))
+                        .ok_or_else(|| {
+                            ApiError::bad_param("limit", "`limit` must be between 1 and 100")
+                        })?
+                }
+                "after" => page.after = Some(value.to_owned()),
+                // OpenAI's `include` adds data there is none of here; an empty one asks nothing.
+                "include" | "include[]" if value.is_empty() => {}
+                other => {
+                    return Err(ApiError::bad_param(
+                        other,
+                        format!("`{other}` is not supported on input_items"),
+                    ))
+                }
+            }
+        }
+        Ok(page)
+    }
 }
