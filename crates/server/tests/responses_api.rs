@@ -47,6 +47,10 @@ async fn stream_events(base: &str, mut body: Value) -> Vec<(String, Value)> {
     events
 }
 
+fn id_of(response: &Value) -> String {
+    response["id"].as_str().unwrap().to_owned()
+}
+
 fn message_text(response: &Value) -> String {
     response["output"]
         .as_array()
@@ -288,6 +292,44 @@ async fn a_stored_response_is_retrieved_deleted_and_then_missing() {
     assert_eq!(missing.status(), StatusCode::NOT_FOUND);
     let error: Value = missing.json().await.unwrap();
     assert_eq!(error["error"]["type"], "invalid_request_error");
+    // Its input items, paged.
+    let (_, chained) = create(json!({
+        "previous_response_id": id_of(&create(json!({"input": "One", "max_output_tokens": 1})).await.1),
+        "input": [{"role": "user", "content": "Two"}], "max_output_tokens": 1,
+    }))
+    .await;
+    let list = |query: &str| {
+        let request = client()
+            .get(url(&format!(
+                "/v1/responses/{}/input_items{query}",
+                id_of(&chained)
+            )))
+            .send();
+        async move {
+            let response = request.await.unwrap();
+            (response.status(), response.json::<Value>().await.unwrap())
+        }
+    };
+    let (status, page) = list("").await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    let roles: Vec<&str> = page["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|item| item["role"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(roles, ["user", "assistant", "user"], "{page}");
+    assert_eq!(page["data"][0]["content"][0]["text"], "Two");
+    let (_, first) = list("?order=asc&limit=1").await;
+    assert_eq!(first["data"][0]["content"][0]["text"], "One");
+    assert_eq!(first["has_more"], true);
+    let after = first["last_id"].as_str().unwrap().to_owned();
+    let (_, next) = list(&format!("?order=asc&after={after}")).await;
+    assert_eq!(next["data"].as_array().unwrap().len(), 2, "{next}");
+    assert_eq!(next["has_more"], false);
+    let (status, error) = list("?starting_after=x").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(error["error"]["param"], "starting_after");
     // Not stored at all.
     let (_, unstored) =
         create(json!({"input": "Hi", "max_output_tokens": 2, "store": false})).await;
@@ -374,4 +416,31 @@ async fn fields_that_are_not_honoured_are_refused_by_name() {
     }))
     .await;
     assert_eq!(status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn every_responses_route_wants_the_api_key() {
+    let options = ServerOptions {
+        api_key: Some("sesame".into()),
+        ..ServerOptions::default()
+    };
+    let keyed = tokio::task::spawn_blocking(move || start_server(&[], options))
+        .await
+        .unwrap();
+    let base = keyed.base_url();
+    let (status, _) = post_json_to(&base, "/v1/responses", json!({"input": "Hi"})).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    for path in ["/v1/responses/resp_x", "/v1/responses/resp_x/input_items"] {
+        let response = client().get(format!("{base}{path}")).send().await.unwrap();
+        assert_eq!(response.status(), StatusCode::UNAUTHORIZED, "{path}");
+    }
+    let response = client()
+        .post(format!("{base}/v1/responses"))
+        .bearer_auth("sesame")
+        .json(&json!({"input": "Hi", "max_output_tokens": 1}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    drop(keyed);
 }
