@@ -13,5 +13,7 @@ if ! command -v aarch64-linux-gnu-gcc >/dev/null || ! command -v qemu-aarch64 >/
 fi
 export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc
 export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="qemu-aarch64 -L /usr/aarch64-linux-gnu"
-cargo test --profile ci --target aarch64-unknown-linux-gnu -p tokenmill-engine \
-  --test quant_matrix --test sampler --test zoo "$@"
+# The engine's tests are one binary (tests/it); the filters pick its kernel, sampler and zoo
+# modules. Extra arguments come before them, so `-- --nocapture` still reaches libtest.
+cargo test --profile ci --target aarch64-unknown-linux-gnu -p tokenmill-engine --test it "$@" \
+  -- quant_matrix:: sampler:: zoo::

@@ -9,15 +9,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/fetch-model.sh >/dev/null
 # The real Gemma 3 file (253 MB, cached) for the tokenizer tests held to llama.cpp
-# (crates/server/tests/gemma3_tokenizer.rs), which say SKIPPED without it.
+# (crates/server/tests/it/gemma3_tokenizer.rs), which say SKIPPED without it.
 scripts/fetch-gemma3.sh >/dev/null ||
-  echo "note: gemma-3-270m could not be fetched; tests/gemma3_tokenizer.rs will say SKIPPED"
+  echo "note: gemma-3-270m could not be fetched; tests/it/gemma3_tokenizer.rs will say SKIPPED"
 VENV="${TOKENMILL_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/tokenmill/venv}"
 if ! "$VENV/bin/python" -c 'import openai' 2>/dev/null; then
   python3 -m venv "$VENV"
   "$VENV/bin/pip" install --quiet openai
 fi
-# pyzmq and msgpack for the KV-cache event subscriber (crates/server/tests/kv_events.rs),
+# pyzmq and msgpack for the KV-cache event subscriber (crates/server/tests/it/kv_events.rs),
 # which says SKIPPED where they cannot be installed.
 if ! "$VENV/bin/python" -c 'import zmq, msgpack' 2>/dev/null; then
   "$VENV/bin/pip" install --quiet pyzmq msgpack ||
@@ -25,9 +25,12 @@ if ! "$VENV/bin/python" -c 'import zmq, msgpack' 2>/dev/null; then
 fi
 if ! "$VENV/bin/python" -c 'import sglang_router, vllm_router' 2>/dev/null; then
   "$VENV/bin/pip" install --quiet sglang-router==0.3.2 vllm-router==0.1.17 ||
-    echo "note: the routers could not be installed; tests/routers.rs will say SKIPPED"
+    echo "note: the routers could not be installed; tests/it/routers.rs will say SKIPPED"
 fi
 export TOKENMILL_PYTHON="$VENV/bin/python"
+# The full tier: a test that needs the default model fails where it is missing, rather than
+# saying SKIPPED as the offline tier (plain `cargo test`) lets it (docs/testing.md).
+export TOKENMILL_REQUIRE_MODEL=1
 LOG=$(mktemp); trap 'rm -f "$LOG"' EXIT
 status=0
 cargo test --profile ci --workspace "$@" 2>&1 | tee "$LOG" || status=$?

@@ -2,7 +2,7 @@
 //! use without the server in the same process: `cargo run --release --example mock_server -- 8123`.
 
 #[allow(dead_code)]
-#[path = "../tests/common/mock_server.rs"]
+#[path = "../tests/it/common/mock_server.rs"]
 mod mock_server;
 
 fn main() {

@@ -7,6 +7,9 @@
 //! and the server recovers fully. Bounded to a few minutes in release on 2 cores;
 //! `scripts/soak.sh` runs the same soak longer (`TOKENMILL_SOAK_REQUESTS`).
 
+// Its own binary, not a module of `tests/it`: it measures this process's resident memory,
+// which the servers and models of tests running beside it would grow.
+#[path = "it/common/mod.rs"]
 mod common;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -206,6 +209,7 @@ async fn greedy_text(base: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_soak_with_random_disconnects_leaves_no_work_no_kv_and_the_same_greedy_answers() {
+    crate::common::skip_without_model!();
     let _turn = ONE_AT_A_TIME.lock().await;
     let started = Instant::now();
     let base = server().base_url();
@@ -291,6 +295,7 @@ const MAX_RUNNING: usize = 8;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_times_max_waiting_at_once_refuses_the_excess_fast_and_the_server_recovers() {
+    crate::common::skip_without_model!();
     let _turn = ONE_AT_A_TIME.lock().await;
     let flags = [
         "--max-waiting",

@@ -73,17 +73,35 @@ impl Default for TileConfig {
 /// this thread.
 pub trait TileUnit {
     /// `ldtilecfg`: shapes every tile and zeroes them.
+    ///
+    /// # Safety
+    /// See [`TileUnit`].
     unsafe fn configure(&mut self, config: &TileConfig);
     /// `tileloadd`: tile `T`'s rows from `src`, `stride` bytes apart.
+    ///
+    /// # Safety
+    /// See [`TileUnit`].
     unsafe fn load<const T: usize>(&mut self, src: *const u8, stride: usize);
     /// `tilezero`.
+    ///
+    /// # Safety
+    /// See [`TileUnit`].
     unsafe fn zero<const T: usize>(&mut self);
     /// `tdpbssd`: `C[m][n] += Σ_k Σ_{i<4} A[m][4k+i] · B[k][4n+i]`, signed bytes, int32
     /// sums (`C` = tile `C`, `A` and `B` likewise).
+    ///
+    /// # Safety
+    /// See [`TileUnit`].
     unsafe fn dot<const C: usize, const A: usize, const B: usize>(&mut self);
     /// `tilestored`: tile `T`'s rows to `dst`, `stride` bytes apart.
+    ///
+    /// # Safety
+    /// See [`TileUnit`].
     unsafe fn store<const T: usize>(&mut self, dst: *mut u8, stride: usize);
     /// `tilerelease`: the tile state back to its initial (unused) state.
+    ///
+    /// # Safety
+    /// See [`TileUnit`].
     unsafe fn release(&mut self);
 }
 
@@ -235,6 +253,8 @@ impl TileUnit for EmulatedTiles {
         self.data[T] = [[0; TILE_BYTES]; TILE_ROWS];
     }
 
+    // Index arithmetic over three tiles at once.
+    #[allow(clippy::needless_range_loop)]
     unsafe fn dot<const C: usize, const A: usize, const B: usize>(&mut self) {
         let (m_rows, c_bytes) = self.config.of(C);
         let (_, a_bytes) = self.config.of(A);

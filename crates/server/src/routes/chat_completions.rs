@@ -34,9 +34,8 @@ pub async fn chat_completions(
 /// that speaks in turns (chat completions, Responses) runs. Fields are checked by the caller.
 pub async fn plan_chat(
     state: Arc<AppState>,
-    mut body: GenerationRequest,
+    body: GenerationRequest,
 ) -> Result<RequestPlan, ApiError> {
-    state.generation_config.fill(&mut body);
     let messages = chat_messages(body.messages.as_deref())?;
     let tools = ToolRequest::from_request(&body)?;
     state.limits.check(&body, 1)?;
@@ -59,14 +58,7 @@ pub async fn plan_chat(
         prompt.token_ids(&rendering)
     })
     .await?;
-    let mut plan = RequestPlan::new(
-        &body,
-        Endpoint::Chat,
-        vec![prompt],
-        state.handle.limits(),
-        &state.limits,
-    )?;
-    state.generation_config.cap_max_tokens(&body, &mut plan);
+    let mut plan = RequestPlan::new(&body, Endpoint::Chat, vec![prompt], &state.plan_rules())?;
     plan.chat_echo = chat_echo;
     if let Some(tools) = &tools {
         plan_tool_calls(&mut plan, tools, state.tool_call_parser)?;

@@ -82,7 +82,7 @@ pub(super) fn geglu_slice(gate: &[f32], up: &[f32], out: &mut [f32], kernel: Cpu
 
 /// `-2·sqrt(2/π)`: tanh-GELU's `0.5·x·(1 + tanh(a))` is `x / (1 + exp(-2a))`, so it needs
 /// only the same-bits `exp` (no libm `tanh`, which would not vectorise).
-const MINUS_TWO_SQRT_2_OVER_PI: f32 = -1.595_769_1;
+const MINUS_TWO_SQRT_2_OVER_PI: f32 = -1.595_769;
 /// The cubic term of tanh-GELU's argument `a = sqrt(2/π)·(x + 0.044715·x³)`.
 const GELU_CUBIC: f32 = 0.044_715;
 

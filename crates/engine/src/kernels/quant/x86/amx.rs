@@ -246,7 +246,7 @@ unsafe fn multiply<U: TileUnit>(
     // SAFETY: the caller's contract; `a` is 16 rows of 32 bytes, `bw` 8 rows of 64, `out`
     // 16 rows of 64.
     unsafe {
-        if b % 2 == 0 {
+        if b.is_multiple_of(2) {
             unit.load::<0>(a, BLOCK);
             unit.load::<2>(bw, 64);
             unit.zero::<4>();
@@ -274,6 +274,8 @@ fn uses_sums(format: WeightFormat) -> bool {
 /// `acc = fma(i, d_x·dw, acc)` (Q6K: `i` its two halves' dots times their scales) and
 /// `mn = fma(mw, d_x·Σx, mn)`.
 #[inline(always)]
+// One index walks the int32 sums, the scales and both float sums at once.
+#[allow(clippy::needless_range_loop)]
 fn accumulate(
     format: WeightFormat,
     b: usize,
@@ -308,6 +310,7 @@ fn accumulate(
 /// Group `gi` of a column tile as the portable path returns it: `acc` (Q4_0, Q5_0, Q8_0),
 /// `acc + mn` (Q4_1, Q5_1), `acc − mn` (K-quants, Q6K's `mn` being zero).
 #[inline(always)]
+#[allow(clippy::needless_range_loop)]
 fn finish(
     format: WeightFormat,
     gi: usize,
@@ -471,8 +474,8 @@ unsafe fn unpack_quants(
         };
         match format {
             WeightFormat::Q8_0 => {
-                for r in 0..B_ROWS {
-                    let dst = lines[r].0.as_mut_ptr().add(placement(format, slot, r));
+                for (r, line) in lines.iter_mut().enumerate().take(B_ROWS) {
+                    let dst = line.0.as_mut_ptr().add(placement(format, slot, r));
                     _mm256_storeu_si256(dst as *mut __m256i, load(32 * r));
                 }
             }
@@ -708,12 +711,12 @@ mod tests {
                 line.0[other..other + 16].fill(0);
             }
         }
-        for r in 0..B_ROWS {
+        for (r, line) in lines.iter_mut().enumerate().take(B_ROWS) {
             for i in 0..4 {
                 let e = element(format, r, i);
                 for j in 0..gr {
                     let at = placement(format, slot, r) + 4 * j + i;
-                    lines[r].0[at] = quant(format, span, j, e) as u8;
+                    line.0[at] = quant(format, span, j, e) as u8;
                 }
             }
         }

@@ -1,0 +1,219 @@
+//! `--kv-cache-dtype`: the pool sized from `--kv-cache-memory-gib` counts the element size,
+//! so the default f16 cache holds twice the tokens of f32 in the same memory.
+
+use crate::common;
+
+use tokenmill_engine::config::KvCacheDtype;
+use tokenmill_engine::EngineConfig;
+
+#[test]
+fn the_f16_cache_holds_twice_the_tokens_of_an_f32_cache_in_the_same_memory() {
+    crate::common::skip_without_model!();
+    let memory = 64 << 20;
+    let blocks = |kv| {
+        let engine = common::load_engine(EngineConfig {
+            kv_cache_memory_bytes: memory,
+            kv_cache_dtype: kv,
+            max_model_len: Some(1024),
+            ..EngineConfig::default()
+        });
+        let c = engine.model_config();
+        let per_block = c.kv_bytes_per_token(kv.element_size()) * engine.limits().block_size;
+        assert_eq!(engine.limits().num_kv_blocks, memory / per_block);
+        engine.limits().num_kv_blocks
+    };
+    let (f32_blocks, f16_blocks, auto_blocks, bf16_blocks) = (
+        blocks(KvCacheDtype::F32),
+        blocks(KvCacheDtype::F16),
+        blocks(KvCacheDtype::Auto),
+        blocks(KvCacheDtype::Bf16),
+    );
+    assert!(f16_blocks >= 2 * f32_blocks && f16_blocks <= 2 * f32_blocks + 1);
+    assert_eq!(auto_blocks, f16_blocks, "auto is f16");
+    assert_eq!(bf16_blocks, f16_blocks);
+}
+
+#[test]
+fn the_dtype_flag_parses_vllms_spellings() {
+    for (s, want) in [
+        ("auto", KvCacheDtype::Auto),
+        ("f32", KvCacheDtype::F32),
+        ("float16", KvCacheDtype::F16),
+        ("bf16", KvCacheDtype::Bf16),
+    ] {
+        assert_eq!(s.parse::<KvCacheDtype>().unwrap(), want);
+    }
+    assert!("fp8".parse::<KvCacheDtype>().is_err());
+    assert_eq!(KvCacheDtype::Auto.resolve(), KvCacheDtype::F16);
+}
+
+/// A prefill-sized write runs on the compute pool, element range by element range; a row at
+/// a time it stays on one thread. Both store the same bits in every slot, keys transposed.
+#[test]
+fn a_parallel_write_of_many_rows_stores_what_row_by_row_writes_store() {
+    use tokenmill_engine::config::model_config::KvHeads;
+    // Qwen3-0.6B's heads, and heads of 48 whose ends fall inside a task's columns.
+    for (num_kv_heads, head_dim) in [(8, 128), (7, 48)] {
+        let heads = KvHeads {
+            num_kv_heads,
+            head_dim,
+        };
+        write_in_parallel_and_row_by_row(heads);
+    }
+}
+
+fn write_in_parallel_and_row_by_row(heads: tokenmill_engine::config::model_config::KvHeads) {
+    use tokenmill_engine::kv::kv_cache::KvCache;
+    let (bs, width, rows) = (16, heads.width(), 40);
+    // Scattered slots over several blocks, partly filled ones too, as a batch's are.
+    let slots: Vec<usize> = (0..rows).map(|r| (r * 7) % (6 * bs) + bs).collect();
+    let value = |r: usize, e: usize, kind: f32| ((r * 31 + e * 17) % 997) as f32 * kind - 3.3;
+    let keys: Vec<f32> = (0..rows * width)
+        .map(|i| value(i / width, i % width, 0.011))
+        .collect();
+    let values: Vec<f32> = (0..rows * width)
+        .map(|i| value(i / width, i % width, -0.007))
+        .collect();
+    for dtype in [KvCacheDtype::F32, KvCacheDtype::F16, KvCacheDtype::Bf16] {
+        let (mut together, mut alone) = (
+            KvCache::new(1, 8, bs, heads, dtype),
+            KvCache::new(1, 8, bs, heads, dtype),
+        );
+        together.write(0, &slots, &keys, &values);
+        for (r, &slot) in slots.iter().enumerate() {
+            let row = r * width..(r + 1) * width;
+            alone.write(0, &[slot], &keys[row.clone()], &values[row]);
+        }
+        let (mut a, mut b) = (vec![0f32; width], vec![0f32; width]);
+        if dtype == KvCacheDtype::F32 {
+            for (r, &slot) in slots.iter().enumerate() {
+                together.layer(0).key_row(slot, &mut a);
+                assert_eq!(a, keys[r * width..(r + 1) * width], "key of row {r}");
+                together.layer(0).value_row(slot, &mut a);
+                assert_eq!(a, values[r * width..(r + 1) * width], "value of row {r}");
+            }
+        }
+        for slot in 0..8 * bs {
+            together.layer(0).key_row(slot, &mut a);
+            alone.layer(0).key_row(slot, &mut b);
+            assert_eq!(a, b, "{dtype:?} key of slot {slot}");
+            together.layer(0).value_row(slot, &mut a);
+            alone.layer(0).value_row(slot, &mut b);
+            assert_eq!(a, b, "{dtype:?} value of slot {slot}");
+        }
+    }
+}
+
+/// The f16 cache rounds each value as `half` does (to nearest, ties to even): subnormals,
+/// halfway cases, overflow to infinity, signed zeros and NaN, in rows whose width leaves a
+/// tail past the eight-wide conversion.
+#[test]
+fn the_f16_cache_rounds_every_value_as_half_does() {
+    use half::f16;
+    use tokenmill_engine::config::model_config::KvHeads;
+    use tokenmill_engine::kv::kv_cache::KvCache;
+    let heads = KvHeads {
+        num_kv_heads: 3,
+        head_dim: 12,
+    };
+    let (bs, width) = (16, heads.width());
+    let specials = [
+        0.0,
+        -0.0,
+        1.0 + f32::EPSILON,
+        1.000_488_3, // halfway between two f16 values: rounds to even
+        1.001_464_8, // halfway, rounds up to even
+        65_504.0,    // f16's largest
+        65_520.0,    // rounds to infinity
+        -1e9,        // overflows
+        6.0e-8,      // f16 subnormal range
+        -3.0e-5,     // subnormal
+        1e-10,       // underflows to zero
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::NAN,
+        f32::MIN_POSITIVE,
+    ];
+    let mut values: Vec<f32> = specials.to_vec();
+    // Then a sweep of ordinary values with many low mantissa bits set.
+    values.extend((0..3 * width).map(|i| (i as f32 * 0.618_034).sin() * 1_000.0 / (1 + i) as f32));
+    let rows = values.len() / width;
+    let values = &values[..rows * width];
+    let slots: Vec<usize> = (0..rows).collect();
+    let mut cache = KvCache::new(1, 1 + rows / bs, bs, heads, KvCacheDtype::F16);
+    cache.write(0, &slots, values, values);
+    let mut got = vec![0f32; width];
+    for (r, want) in values.chunks_exact(width).enumerate() {
+        for (kind, read) in [("key", true), ("value", false)] {
+            if read {
+                cache.layer(0).key_row(r, &mut got);
+            } else {
+                cache.layer(0).value_row(r, &mut got);
+            }
+            for (e, (&g, &x)) in got.iter().zip(want).enumerate() {
+                let h = f16::from_f32(x).to_f32();
+                assert!(
+                    g.to_bits() == h.to_bits() || (g.is_nan() && h.is_nan()),
+                    "{kind} row {r} element {e}: {x:e} stored as {g:e}, half gives {h:e}"
+                );
+            }
+        }
+    }
+}
+
+/// The idle engine backs the pool's pages by reading and writing back one byte a page;
+/// every stored key and value must come through unchanged (cached prefixes live in free
+/// blocks), and the walk must end once every slab of every block is done.
+#[test]
+fn backing_the_pools_pages_changes_no_stored_value_and_ends() {
+    use tokenmill_engine::config::model_config::KvHeads;
+    use tokenmill_engine::kv::kv_cache::KvCache;
+    // Qwen3's heads (a block's share of a slab is 8 pages), and odd ones (not whole pages).
+    for (num_kv_heads, head_dim, blocks) in [(8, 128, 40), (3, 40, 300)] {
+        let heads = KvHeads {
+            num_kv_heads,
+            head_dim,
+        };
+        let (bs, width, layers) = (16, heads.width(), 3);
+        let slots: Vec<usize> = (0..blocks * bs).collect();
+        let fill = |layer: usize, kind: usize| -> Vec<f32> {
+            (0..slots.len() * width)
+                .map(|i| ((i * 37 + layer * 101 + kind * 7) % 1_009) as f32 * 0.013 - 6.5)
+                .collect()
+        };
+        for dtype in [KvCacheDtype::F32, KvCacheDtype::F16, KvCacheDtype::Bf16] {
+            let mut kv = KvCache::new(layers, blocks, bs, heads, dtype);
+            for layer in 0..layers {
+                kv.write(layer, &slots, &fill(layer, 0), &fill(layer, 1));
+            }
+            let rows = |kv: &KvCache| -> Vec<Vec<u32>> {
+                let mut row = vec![0f32; width];
+                let mut out = Vec::new();
+                for layer in 0..layers {
+                    for &slot in &slots {
+                        kv.layer(layer).key_row(slot, &mut row);
+                        out.push(row.iter().map(|x| x.to_bits()).collect());
+                        kv.layer(layer).value_row(slot, &mut row);
+                        out.push(row.iter().map(|x| x.to_bits()).collect());
+                    }
+                }
+                out
+            };
+            let before = rows(&kv);
+            let mut calls = 1;
+            while kv.fault_in_next() {
+                calls += 1;
+                assert!(
+                    calls <= 2 * layers * blocks,
+                    "{dtype:?}: the walk does not end"
+                );
+            }
+            assert!(calls >= 2 * layers, "{dtype:?}: every slab is visited");
+            assert!(
+                !kv.fault_in_next(),
+                "{dtype:?}: a finished walk stays finished"
+            );
+            assert!(rows(&kv) == before, "{dtype:?}: a stored value changed");
+        }
+    }
+}

@@ -1,0 +1,31 @@
+//! The server crate's integration tests, one binary (one link) for all of them.
+
+mod api_key;
+mod chat_template;
+mod common;
+mod concurrent_streams;
+mod deploy_manifests;
+mod disconnect;
+mod engine_failures;
+mod fair_prefill;
+mod gemma3_tokenizer;
+mod http_api;
+mod http_errors;
+mod kv_events;
+mod model_text_flags;
+mod openai_responses_sdk;
+mod openai_sdk;
+mod refused_requests;
+mod request_limits;
+mod responses_api;
+mod robustness;
+mod router_compat;
+mod routers;
+mod sampling_fields;
+mod sentencepiece_tokenizer;
+mod slow_clients;
+mod speculative_decoding;
+mod stops_and_reasoning;
+mod structured_outputs;
+mod tokenizer;
+mod tool_calls;

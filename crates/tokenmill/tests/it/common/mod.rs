@@ -1,0 +1,84 @@
+//! The `tokenmill` binary serving the default model on a free port, for tests that need the
+//! real process (signals, exit codes, a client run against it); killed on drop.
+#![allow(dead_code)] // Each test module uses its own part.
+
+// The bench's stand-in for a spawned server, shared with the bench crate's tests.
+#[path = "../../../../bench/tests/it/common/spawned_process.rs"]
+pub mod spawned_process;
+// Whether a model test runs, skips or fails, as the engine's tests decide it.
+#[path = "../../../../engine/tests/it/common/model.rs"]
+pub mod model;
+
+pub(crate) use model::skip_without_model;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+pub struct ServedBinary {
+    child: Child,
+    pub base_url: String,
+}
+
+impl ServedBinary {
+    /// `tokenmill serve --port 0 --model <default> <args>`, returned once it logs the address
+    /// it listens on. Its log goes to this test's stderr, prefixed `server:`.
+    pub fn start(args: &[&str]) -> Self {
+        let model = model::path();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_tokenmill"))
+            .args(["serve", "--port", "0"])
+            .args(args)
+            .arg("--model")
+            .arg(&model)
+            .env("RUST_LOG", "info")
+            .env("NO_COLOR", "1")
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the binary runs");
+        let stderr = child.stderr.take().unwrap();
+        let (addr_tx, addr_rx) = mpsc::channel();
+        // Reads the log to its end, so the server never blocks on a full pipe.
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                eprintln!("server: {line}");
+                if let Some(rest) = line.split("on http://").nth(1) {
+                    let addr = rest.split_whitespace().next().unwrap_or_default();
+                    let _ = addr_tx.send(format!("http://{addr}"));
+                }
+            }
+        });
+        let base_url = addr_rx
+            .recv_timeout(Duration::from_secs(120))
+            .expect("the server logs the address it listens on");
+        Self { child, base_url }
+    }
+
+    /// Sends SIGTERM, as an orchestrator stopping the server would.
+    pub fn terminate(&self) {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(status.success());
+    }
+
+    /// The exit status, if the process ends within `limit`.
+    pub fn wait_for_exit(&mut self, limit: Duration) -> Option<ExitStatus> {
+        let start = Instant::now();
+        while start.elapsed() < limit {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        None
+    }
+}
+
+impl Drop for ServedBinary {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -1,0 +1,10 @@
+//! The tokenmill crate's integration tests, one binary (one link) for all of them.
+
+mod bench_api_key;
+mod bench_spawn_signals;
+mod common;
+mod engine_bench;
+mod generate_text_flags;
+mod perplexity;
+mod shutdown;
+mod startup_errors;
