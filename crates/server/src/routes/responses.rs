@@ -57,7 +57,7 @@ pub async fn create(
         id: item_id("resp"),
         skeleton: skeleton(&state, &body, store_it),
         input_tokens,
-        store: store_it.then(|| (store, translated.conversation)),
+        store: store_it.then_some((store, translated.conversation)),
     };
     respond(run, reply, body.stream == Some(true)).await
 }
