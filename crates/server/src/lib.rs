@@ -31,6 +31,7 @@ pub mod reasoning_parser;
 pub mod reply_builder;
 pub mod request_limits;
 pub mod request_plan;
+pub mod responses;
 pub mod routes;
 pub mod serving_config;
 pub mod tool_call_parser;

@@ -519,7 +519,7 @@ fn finite(logprob: f32) -> f32 {
     }
 }
 
-fn unix_now() -> u64 {
+pub(crate) fn unix_now() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_secs())
@@ -527,7 +527,7 @@ fn unix_now() -> u64 {
 }
 
 /// Unique within this process and unlikely to repeat across restarts; no UUID crate needed.
-fn unique_suffix() -> String {
+pub(crate) fn unique_suffix() -> String {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let nanos = SystemTime::now()
         .duration_since(UNIX_EPOCH)

@@ -43,6 +43,10 @@ pub struct RequestLimits {
     /// Content-Length is refused before any of it is read, without `100 Continue`.
     #[arg(long, default_value_t = RequestLimits::DEFAULT.max_request_body_bytes)]
     pub max_request_body_bytes: usize,
+    /// Most Responses API replies kept in memory for `previous_response_id` and `GET
+    /// /v1/responses/{id}` (`store`); past it the oldest is evicted. 0 stores none.
+    #[arg(long, default_value_t = RequestLimits::DEFAULT.max_stored_responses)]
+    pub max_stored_responses: usize,
 }
 
 impl RequestLimits {
@@ -57,6 +61,7 @@ impl RequestLimits {
         max_json_depth: 64,
         request_body_timeout: 30,
         max_request_body_bytes: 8 << 20,
+        max_stored_responses: 1000,
     };
 }
 

@@ -26,6 +26,16 @@ pub async fn chat_completions(
 ) -> Result<Response, ApiError> {
     state.check_model(body.model.as_deref())?;
     check_fields(&body, Endpoint::Chat)?;
+    let plan = plan_chat(state.clone(), body).await?;
+    generate(state, plan, Endpoint::Chat).await
+}
+
+/// A checked chat request, its conversation rendered and tokenized: the plan every protocol
+/// that speaks in turns (chat completions, Responses) runs. Fields are checked by the caller.
+pub async fn plan_chat(
+    state: Arc<AppState>,
+    body: GenerationRequest,
+) -> Result<RequestPlan, ApiError> {
     let messages = chat_messages(body.messages.as_deref())?;
     let tools = ToolRequest::from_request(&body)?;
     state.limits.check(&body, 1)?;
@@ -53,7 +63,7 @@ pub async fn chat_completions(
     if let Some(tools) = &tools {
         plan_tool_calls(&mut plan, tools, state.tool_call_parser)?;
     }
-    generate(state, plan, Endpoint::Chat).await
+    Ok(plan)
 }
 
 /// Whether the reply continues the last message (`continue_final_message`), as vLLM allows

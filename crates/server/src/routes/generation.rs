@@ -85,7 +85,9 @@ impl UsagePlan {
     }
 }
 
-async fn start_runs(
+/// Queues one engine request per choice of `plan` and returns their runs (also used by the
+/// Responses API, which shapes the same runs into its own events).
+pub(crate) async fn start_runs(
     state: &Arc<AppState>,
     plan: &RequestPlan,
     endpoint: Endpoint,

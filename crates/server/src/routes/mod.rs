@@ -9,6 +9,7 @@ pub mod completions;
 pub mod generation;
 pub mod info;
 pub mod prefix_cache;
+pub mod responses;
 pub mod sglang;
 pub mod tokenize;
 
@@ -22,13 +23,14 @@ use axum::http::header;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::Router;
+use axum::{Extension, Router};
 use http_body::{Frame, SizeHint};
 
 use crate::api_error::{ApiError, Refusal};
 use crate::api_key;
 use crate::app_state::AppState;
 use crate::drain::Admitted;
+use crate::responses::store::ResponseStore;
 
 pub fn router(state: Arc<AppState>) -> Router {
     // Generation counts towards a drain: refused once it starts, waited for until it ends.
@@ -38,14 +40,22 @@ pub fn router(state: Arc<AppState>) -> Router {
             "/chat/completions",
             post(chat_completions::chat_completions),
         )
+        .route("/responses", post(responses::create))
         .route_layer(middleware::from_fn_with_state(state.clone(), admit));
-    let v1 =
-        generation
-            .route("/models", get(info::models))
-            .route_layer(middleware::from_fn_with_state(
-                state.clone(),
-                require_api_key,
-            ));
+    // Responses kept for `previous_response_id` and `GET /v1/responses/{id}`.
+    let stored = Arc::new(ResponseStore::new(state.limits.max_stored_responses));
+    let v1 = generation
+        .route("/models", get(info::models))
+        .route(
+            "/responses/{id}",
+            get(responses::retrieve).delete(responses::delete),
+        )
+        .route("/responses/{id}/input_items", get(responses::input_items))
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            require_api_key,
+        ))
+        .layer(Extension(stored));
     // Tokenizing costs CPU in proportion to the text sent, so it wants the key like generation.
     let tokenizing = Router::new()
         .route("/tokenize", post(tokenize::tokenize))
