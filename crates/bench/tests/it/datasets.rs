@@ -3,7 +3,7 @@
 use crate::common;
 
 use common::mock_server::{tokenize, MockOptions, MockServer};
-use common::{read_json, serve_args};
+use common::serve_args;
 
 fn run(server: &MockServer, dir: &std::path::Path, extra: &[&str]) -> serde_json::Value {
     let mut words = vec!["--base-url", &server.base_url];

@@ -9,7 +9,7 @@
 use crate::common;
 
 use common::mock_server::MockServer;
-use common::{assert_near, read_json, serve_args, write_jsonl};
+use common::{assert_near, write_jsonl};
 
 /// Tolerance for a median against its script: transit and a late wake-up of the mock's
 /// sleeps on a loaded machine add a few milliseconds. Half of the closest scripted gap

@@ -5,7 +5,6 @@
 use crate::common;
 
 use common::mock_server::{MockOptions, MockServer, SPEC_PER_REPLY};
-use common::{read_json, serve_args};
 
 /// A grounded run of 6 chat prompts after 2 warm-ups, saving result and responses in `dir`.
 fn run(server: &MockServer, dir: &std::path::Path) -> serde_json::Value {
