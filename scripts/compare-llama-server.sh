@@ -14,7 +14,7 @@
 # the levels (default 1 and the model's users, e.g. CONCURRENCY=16 for the 16-user run alone).
 # PORT: 8012. TOKENMILL: the binary to measure (default ./target/release/tokenmill, built here).
 # Each model's outputs land in OUTPUT_DIR/<model>/ (table.md, comparison.json, the charts, each
-# server's sweep and log); OUTPUT_DIR/smollm2/ is what docs/llama-cpp-comparison/ holds.
+# server's sweep and log); docs/llama-cpp-comparison/comparison.png is OUTPUT_DIR/smollm2/'s chart.
 # Builds tokenmill, fetches the default model, builds llama-server and writes the Qwen3 files
 # on first use (scripts/fetch-model.sh, build-llama-server.sh, make-qwen3-gguf.py).
 # Run it on an otherwise idle machine: a busy one measures the neighbours.

@@ -21,14 +21,14 @@
 #
 #   cargo build --release -p tokenmill && scripts/scale-out-bench.sh [OUTPUT_DIR]
 #
-# OUTPUT_DIR (default docs/scale-out) receives each run's `--save-result` JSON and summary.txt.
+# OUTPUT_DIR (default bench-out/scale-out, git-ignored) receives each run's `--save-result` JSON and summary.txt.
 # SEEDS (default "0 1 2") and CONCURRENCY (requests in flight in 1 and 5, default 3) vary the
 # workload; scripts/kv-aware-placement.py follows phase 5's routing decisions request by request.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=scripts/cluster.sh
 source scripts/cluster.sh
-OUT="${1:-docs/scale-out}"
+OUT="${1:-bench-out/scale-out}"
 REPLICAS="${REPLICAS:-3}"
 ROUTER_PORT="${ROUTER_PORT:-30100}"
 CLUSTER_BASE_PORT="${BASE_PORT:-8200}"

@@ -2,13 +2,13 @@
 # The measured sweeps behind docs/tuning.md: one knob at a time with `tokenmill tune --search
 # grid` (tables, JSON and charts per sweep), plus prefix caching and KV memory runs. Build
 # first (`cargo build --release -p tokenmill`); run on an otherwise idle machine (~20 min).
-# Usage: scripts/tuning-sweeps.sh [OUTPUT_DIR]   (default /tmp/tuning)
+# Usage: scripts/tuning-sweeps.sh [OUTPUT_DIR]   (default bench-out/tuning, git-ignored)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 S=./target/release/tokenmill
 SERVE="$S serve --port 8020 --no-enable-prefix-caching {flags}"
 W="--input-len 128 --output-len 64 --num-prompts 64 --max-concurrency 64 --ignore-eos --seed 0 --base-url http://127.0.0.1:8020 --no-progress-bar"
-O=${1:-/tmp/tuning}
+O=${1:-bench-out/tuning}
 mkdir -p "$O"; rm -f "$O/kv.txt"
 # 1. token budget, 64 users
 $S tune --itl-p99-ms 500 $W --search grid --max-num-batched-tokens 64,128,256,512,1024,2048 --max-num-seqs 64 \

@@ -14,7 +14,8 @@ use tokenmill_server::generation_request::{
 };
 use tokenmill_server::json_body::parse_json;
 use tokenmill_server::request_limits::RequestLimits;
-use tokenmill_server::request_plan::{Endpoint, RequestPlan};
+use tokenmill_server::generation_config::GenerationConfig;
+use tokenmill_server::request_plan::{Endpoint, PlanRules, RequestPlan};
 use tokenmill_server::routes::chat_completions::{plan_tool_calls, ChatPrompt};
 use tokenmill_server::tool_call_parser::ToolCallParserKind;
 use tokenmill_server::tool_request::ToolRequest;
@@ -89,7 +90,12 @@ fn plan(endpoint: Endpoint, bytes: &[u8]) -> Result<RequestPlan, ApiError> {
             vec![tokenize(&rendered, false, "messages")?]
         }
     };
-    let mut plan = RequestPlan::new(&body, endpoint, prompts, &engine_limits(), &limits)?;
+    let rules = PlanRules {
+        engine: &engine_limits(),
+        request_limits: &limits,
+        defaults: &GenerationConfig::default(),
+    };
+    let mut plan = RequestPlan::new(&body, endpoint, prompts, &rules)?;
     if let Some(tools) = &tools {
         plan_tool_calls(&mut plan, tools, ToolCallParserKind::Auto)?;
     }

@@ -11,7 +11,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    Serve(tokenmill_bench::ServeArgs),
+    Serve(tokenmill_bench::BenchServeArgs),
     Sweep(tokenmill_bench::SweepArgs),
     Compare(tokenmill_bench::CompareArgs),
     Tune(tokenmill_bench::TuneArgs),

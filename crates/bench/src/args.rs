@@ -5,18 +5,10 @@ use std::path::PathBuf;
 use clap::{Args, ValueEnum};
 use serde::Serialize;
 
-use crate::goodput::Slo;
+use crate::load::endpoint::Endpoint;
+use crate::load::request_rate::RequestRate;
 use crate::named_server::NamedServer;
-use crate::request_rate::RequestRate;
-
-/// Which OpenAI endpoint carries the prompts.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum Endpoint {
-    /// `POST /v1/completions`, prompt as text (or token ids).
-    Completions,
-    /// `POST /v1/chat/completions`, prompt as one user message.
-    Chat,
-}
+use crate::report::goodput::Slo;
 
 /// Where the prompts come from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -193,7 +185,7 @@ pub struct CommonArgs {
 
 /// `bench serve`: one benchmark run.
 #[derive(Args, Clone, Debug)]
-pub struct ServeArgs {
+pub struct BenchServeArgs {
     #[command(flatten)]
     pub common: CommonArgs,
 
@@ -374,7 +366,7 @@ mod tests {
 
     #[derive(Subcommand)]
     enum Bench {
-        Serve(ServeArgs),
+        Serve(BenchServeArgs),
         Sweep(SweepArgs),
         Compare(CompareArgs),
         Tune(TuneArgs),

@@ -3,65 +3,35 @@
 //! server's scheduling flags against latency objectives.
 
 mod args;
-mod arrivals;
-mod bench_request;
-mod benchmark_result;
-mod chart;
-mod class_latencies;
-mod client;
-mod compare;
-mod comparison;
-mod cpu_time;
-mod dataset;
-mod distribution;
-mod goodput;
-mod grounded_prompts;
-mod load_plan;
+mod datasets;
+mod load;
 mod named_server;
-mod open_chat_prompts;
-mod pareto_frontier;
 mod prepared_benchmark;
-mod progress;
-mod prompt_class;
-mod random_prompts;
 mod report;
-mod request_rate;
-mod saved_responses;
-mod server;
 mod spawn;
-mod spec_decode_stats;
-mod sse;
 mod sweep;
-mod sweep_summary;
-mod token_counter;
-mod tokenizer;
 mod tune;
-mod tune_chart;
-mod tune_report;
-mod tune_search;
-mod tune_slos;
-mod tune_space;
-mod tune_trial;
 
 pub use args::{
-    CommonArgs, CompareArgs, DatasetKind, Endpoint, ServeArgs, SweepArgs, TuneArgs, TuneSearch,
+    BenchServeArgs, CommonArgs, CompareArgs, DatasetKind, SweepArgs, TuneArgs, TuneSearch,
 };
-pub use arrivals::ArrivalSchedule;
-pub use benchmark_result::BenchmarkResult;
-pub use compare::compare;
-pub use comparison::{Comparison, ServerSweep};
+pub use load::arrivals::ArrivalSchedule;
+pub use load::endpoint::Endpoint;
+pub use load::request_rate::RequestRate;
 pub use named_server::NamedServer;
-pub use request_rate::RequestRate;
+pub use report::benchmark_result::BenchmarkResult;
 pub use spawn::SpawnedServer;
-pub use sweep::sweep;
-pub use sweep_summary::SweepSummary;
+pub use sweep::comparison::{Comparison, ServerSweep};
+pub use sweep::summary::SweepSummary;
+pub use sweep::{compare, sweep};
+pub use tune::report::TuneReport;
 pub use tune::tune;
-pub use tune_report::TuneReport;
 
 use prepared_benchmark::{Load, PreparedBenchmark};
+use report::serve_report;
 
 /// `bench serve`: runs the benchmark, prints the table and saves JSON when asked.
-pub fn run_serve(args: ServeArgs) -> anyhow::Result<()> {
+pub fn run_serve(args: BenchServeArgs) -> anyhow::Result<()> {
     runtime()?.block_on(serve(&args)).map(|_| ())
 }
 
@@ -72,7 +42,7 @@ pub fn run_sweep(args: SweepArgs) -> anyhow::Result<()> {
 
 /// `bench compare`: sweeps each server in turn, then writes one table and one chart with all.
 pub fn run_compare(args: CompareArgs) -> anyhow::Result<()> {
-    runtime()?.block_on(compare::compare(&args)).map(|_| ())
+    runtime()?.block_on(sweep::compare(&args)).map(|_| ())
 }
 
 /// `tune`: one server per configuration of the search, then the best one, the Pareto
@@ -82,7 +52,7 @@ pub fn run_tune(args: TuneArgs) -> anyhow::Result<()> {
 }
 
 /// The async body of `bench serve`, returning the result for callers that want the numbers.
-pub async fn serve(args: &ServeArgs) -> anyhow::Result<BenchmarkResult> {
+pub async fn serve(args: &BenchServeArgs) -> anyhow::Result<BenchmarkResult> {
     let common = &args.common;
     spawn::while_serving(common, async {
         let prepared = PreparedBenchmark::new(common).await?;
@@ -92,13 +62,13 @@ pub async fn serve(args: &ServeArgs) -> anyhow::Result<BenchmarkResult> {
             arrival_seed: common.seed,
         };
         let result = prepared.run(load, "benchmark").await?;
-        print!("{}", report::table(&result));
+        print!("{}", serve_report::table(&result));
         if let Some(path) = &args.save_result {
-            report::save_json(&report::to_json(&result), path)?;
+            serve_report::save_json(&serve_report::to_json(&result), path)?;
             eprintln!("saved {}", path.display());
         }
         if let Some(path) = &args.save_responses {
-            saved_responses::save(prepared.requests(), &result, path)?;
+            report::saved_responses::save(prepared.requests(), &result, path)?;
             eprintln!("saved {}", path.display());
         }
         Ok(result)

@@ -3,19 +3,20 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::args::{CommonArgs, DatasetKind, Endpoint};
-use crate::arrivals::ArrivalSchedule;
-use crate::bench_request::BenchRequest;
-use crate::benchmark_result::{BenchmarkResult, RunSettings};
-use crate::client::RequestTarget;
-use crate::cpu_time::process_cpu_time;
-use crate::dataset;
-use crate::load_plan::{self, LoadPlan};
-use crate::progress::Progress;
-use crate::request_rate::RequestRate;
-use crate::server::Server;
-use crate::spec_decode_stats::{SpecDecodeCounters, SpecDecodeStats};
-use crate::token_counter::TokenCounter;
+use crate::args::{CommonArgs, DatasetKind};
+use crate::datasets::dataset;
+use crate::datasets::token_counter::TokenCounter;
+use crate::load::arrivals::ArrivalSchedule;
+use crate::load::bench_request::BenchRequest;
+use crate::load::client::RequestTarget;
+use crate::load::cpu_time::process_cpu_time;
+use crate::load::endpoint::Endpoint;
+use crate::load::load_plan::{self, LoadPlan};
+use crate::load::progress::Progress;
+use crate::load::request_rate::RequestRate;
+use crate::load::target_server::TargetServer;
+use crate::report::benchmark_result::{BenchmarkResult, RunSettings};
+use crate::report::spec_decode_report::{SpecDecodeCounters, SpecDecodeReport};
 
 /// Wait between the last reply and the second counter scrape.
 const COUNTER_SETTLE: Duration = Duration::from_millis(200);
@@ -39,14 +40,14 @@ pub struct PreparedBenchmark {
 impl PreparedBenchmark {
     pub async fn new(args: &CommonArgs) -> anyhow::Result<Self> {
         validate(args)?;
-        let server = Server::new(&args.base_url, args.api_key.as_deref())?;
+        let server = TargetServer::new(&args.base_url, args.api_key.as_deref())?;
         let model = match &args.model {
             Some(model) => model.clone(),
             None => server.first_model().await?,
         };
         let counter = match &args.tokenizer_base_url {
             Some(url) => {
-                let tokenizing = Server::new(url, args.api_key.as_deref())?;
+                let tokenizing = TargetServer::new(url, args.api_key.as_deref())?;
                 TokenCounter::for_server(&tokenizing, &model).await
             }
             None => TokenCounter::for_server(&server, &model).await,
@@ -116,7 +117,7 @@ impl PreparedBenchmark {
         result.client_cpu_s = Some(cpu_used.as_secs_f64());
         if let (Some(before), Some(after)) = (&spec_before, &spec_after) {
             // The counters see every draft; replies' own timings are the fallback.
-            result.spec_decode = Some(SpecDecodeStats::from_counters(before, after));
+            result.spec_decode = Some(SpecDecodeReport::from_counters(before, after));
         }
         warn_about(&result);
         Ok(result)

@@ -12,10 +12,10 @@ use std::time::Instant;
 use tokenmill_engine::attention::{paged_attention_into, AttentionShape};
 use tokenmill_engine::config::model_config::KvHeads;
 use tokenmill_engine::config::KvCacheDtype;
+use tokenmill_engine::forward_batch::ForwardBatch;
 use tokenmill_engine::kernels::compute_pool::ComputePool;
 use tokenmill_engine::kv::block_manager::{BlockId, BlockManager};
 use tokenmill_engine::kv::kv_cache::KvCache;
-use tokenmill_engine::sched::forward_batch::ForwardBatch;
 
 /// A named head shape: query heads, KV heads, head dim.
 const SHAPES: [(&str, usize, usize, usize); 2] = [("smollm2", 9, 3, 64), ("qwen3", 16, 8, 128)];

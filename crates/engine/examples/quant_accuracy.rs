@@ -5,17 +5,17 @@
 //! (`scripts/fetch-model.sh` prints the model path; the golden file is
 //! `../shared/golden/smollm2-golden.json`).
 use tokenmill_engine::config::{KvCacheDtype, WeightMode};
+use tokenmill_engine::forward_batch::ForwardBatch;
 use tokenmill_engine::kv::block_manager::BlockManager;
 use tokenmill_engine::kv::kv_cache::KvCache;
 use tokenmill_engine::models::checkpoint;
-use tokenmill_engine::models::Llama;
-use tokenmill_engine::sched::forward_batch::ForwardBatch;
+use tokenmill_engine::models::DecoderModel;
 
 const BLOCK_SIZE: usize = 16;
 
 /// Logits `[T, vocab]` at every position of `prompt`: each position is its own one-token
 /// chunk in one batch, all sharing one block table, so every row samples.
-fn all_logits(model: &Llama, prompt: &[u32]) -> Vec<f32> {
+fn all_logits(model: &DecoderModel, prompt: &[u32]) -> Vec<f32> {
     let c = model.config();
     let blocks = prompt.len().div_ceil(BLOCK_SIZE);
     let mut kv = KvCache::new(
@@ -57,7 +57,7 @@ fn main() {
             .expect("golden json");
     let load = |mode| {
         let mut ckpt = checkpoint::open(model_path.as_ref()).expect("model opens");
-        Llama::load(ckpt.as_mut(), mode, 4096).expect("model loads")
+        DecoderModel::load(ckpt.as_mut(), mode, 4096).expect("model loads")
     };
     let (exact, quant) = (load(WeightMode::F32), load(WeightMode::Quantized));
     let vocab = exact.config().vocab_size;

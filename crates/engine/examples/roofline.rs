@@ -4,6 +4,7 @@
 //! is possible.
 use candle_core::{Device, Tensor};
 use std::time::Instant;
+use tokenmill_engine::kernels::cpu_kernel::CpuKernel;
 use tokenmill_engine::kernels::int8_probe::Int8Probe;
 use tokenmill_engine::kernels::read_bandwidth::ReadBandwidth;
 
@@ -35,8 +36,16 @@ fn main() -> candle_core::Result<()> {
         Int8Probe::Avx2MaddubsMadd,
         Int8Probe::AvxVnni,
         Int8Probe::VnniZmm,
+        Int8Probe::AmxTiles,
     ] {
-        if probe.is_supported() {
+        if !probe.is_supported() {
+            if probe == Int8Probe::AmxTiles {
+                let why = CpuKernel::amx_unavailable().unwrap_or_default();
+                println!("int8 dot peak ({}): unavailable ({why})", probe.name());
+            }
+            continue;
+        }
+        {
             let name = probe.name();
             let one = probe.measure(1) / 1e9;
             let every = probe.measure(all) / 1e9;

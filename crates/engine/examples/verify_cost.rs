@@ -7,11 +7,11 @@
 //! 200 passes and its ratio to k = 0.
 use std::time::Instant;
 use tokenmill_engine::config::{KvCacheDtype, WeightMode};
+use tokenmill_engine::forward_batch::ForwardBatch;
 use tokenmill_engine::kv::block_manager::BlockManager;
 use tokenmill_engine::kv::kv_cache::KvCache;
 use tokenmill_engine::models::checkpoint::{self, default_model_path};
-use tokenmill_engine::models::Llama;
-use tokenmill_engine::sched::forward_batch::ForwardBatch;
+use tokenmill_engine::models::DecoderModel;
 
 const BLOCK_SIZE: usize = 16;
 const PASSES: usize = 200;
@@ -26,7 +26,8 @@ fn main() {
         .get(2)
         .map_or(256, |c| c.parse().expect("a context length"));
     let mut ckpt = checkpoint::open(&path).expect("model opens");
-    let model = Llama::load(ckpt.as_mut(), WeightMode::Quantized, 4096).expect("model loads");
+    let model =
+        DecoderModel::load(ckpt.as_mut(), WeightMode::Quantized, 4096).expect("model loads");
     let c = model.config().clone();
     let blocks = (context + 64).div_ceil(BLOCK_SIZE);
     let mut kv = KvCache::new(

@@ -3,12 +3,15 @@
 //!
 //! Folders follow the path of a step: `core` (the engine loop) asks `sched` what to run,
 //! `worker` runs it through `models` (over `attention`, `kernels` and the `kv` cache),
-//! `sample` turns logits into tokens, and `spec_decode` proposes drafts the step verifies. `config` and `error` are leaves.
+//! `sample` turns logits into tokens, and `spec_decode` proposes drafts the step verifies.
+//! `forward_batch` is the plain data the scheduler lays out and the models read, below
+//! both; `config` and `error` are leaves.
 
 pub mod attention;
 pub mod config;
 pub mod core;
 pub mod error;
+pub mod forward_batch;
 pub mod kernels;
 pub mod kv;
 pub mod models;

@@ -12,11 +12,11 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use tokenmill_engine::config::KvCacheDtype;
 use tokenmill_engine::config::WeightMode;
+use tokenmill_engine::forward_batch::ForwardBatch;
 use tokenmill_engine::kv::block_manager::BlockManager;
 use tokenmill_engine::kv::kv_cache::KvCache;
 use tokenmill_engine::models::checkpoint::GgufCheckpoint;
-use tokenmill_engine::models::Llama;
-use tokenmill_engine::sched::forward_batch::ForwardBatch;
+use tokenmill_engine::models::DecoderModel;
 
 struct Counting;
 
@@ -51,7 +51,7 @@ const MEASURED_PASSES: usize = 3;
 fn a_steady_state_forward_pass_allocates_nothing() {
     crate::common::skip_without_model!();
     let mut ckpt = GgufCheckpoint::open(&common::model_path()).expect("default model opens");
-    let model = Llama::load(&mut ckpt, WeightMode::Quantized, 512).expect("model loads");
+    let model = DecoderModel::load(&mut ckpt, WeightMode::Quantized, 512).expect("model loads");
     let c = model.config().clone();
     let (block_size, blocks) = (16, 16);
     let mut kv = KvCache::new(

@@ -55,11 +55,15 @@ pub struct ServeArgs {
     /// Seconds in-flight requests may take to finish after SIGINT/SIGTERM. Shortly before this
     /// runs out, requests still generating are ended: each stream gets a final chunk with
     /// `finish_reason: "abort"` and `[DONE]`, each non-streamed reply the text so far.
-    #[arg(long, default_value_t = 30)]
+    #[arg(long, default_value_t = ServerOptions::DEFAULT.shutdown_timeout.as_secs())]
     pub shutdown_timeout: u64,
     /// Seconds a client may take to send a request's headers, counted from when the server
     /// starts waiting for them (so it also closes idle keep-alive connections).
-    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(
+        long,
+        default_value_t = ServerOptions::DEFAULT.header_read_timeout.as_secs(),
+        value_parser = clap::value_parser!(u64).range(1..)
+    )]
     pub header_read_timeout: u64,
     /// Split chat replies' reasoning (`<think>…</think>`) into `reasoning_content`, as vLLM's
     /// flag of the same name does.
@@ -68,7 +72,7 @@ pub struct ServeArgs {
     /// How tool calls are read from chat replies to requests with `tools`: `hermes`
     /// (`<tool_call>{json}</tool_call>` blocks), `llama3_json` (a reply that is a bare JSON
     /// call), or `auto` (both).
-    #[arg(long, value_enum, default_value_t = ToolCallParserKind::Auto)]
+    #[arg(long, value_enum, default_value_t = ServerOptions::DEFAULT.tool_call_parser)]
     pub tool_call_parser: ToolCallParserKind,
     /// Also export the metrics under another engine's names: `vllm` adds `vllm:*` series
     /// (queue, running requests, KV usage, LoRA and cache config info, the counters and
@@ -105,20 +109,25 @@ pub struct ServerOptions {
     pub prompt_tokens_details: bool,
 }
 
+impl ServerOptions {
+    /// Every default, stated once: `Default` and the flags' defaults (`ServeArgs`) read it.
+    pub const DEFAULT: Self = Self {
+        served_model_name: None,
+        api_key: None,
+        shutdown_timeout: Duration::from_secs(30),
+        header_read_timeout: Duration::from_secs(10),
+        request_limits: RequestLimits::DEFAULT,
+        reasoning_parser: None,
+        tool_call_parser: ToolCallParserKind::Auto,
+        kv_events: None,
+        metrics_compat: None,
+        prompt_tokens_details: false,
+    };
+}
+
 impl Default for ServerOptions {
     fn default() -> Self {
-        Self {
-            served_model_name: None,
-            api_key: None,
-            shutdown_timeout: Duration::from_secs(30),
-            header_read_timeout: Duration::from_secs(10),
-            request_limits: RequestLimits::default(),
-            reasoning_parser: None,
-            tool_call_parser: ToolCallParserKind::Auto,
-            kv_events: None,
-            metrics_compat: None,
-            prompt_tokens_details: false,
-        }
+        Self::DEFAULT
     }
 }
 

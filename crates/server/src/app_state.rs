@@ -16,6 +16,7 @@ use crate::kv_event_publisher::KvEventPublisher;
 use crate::metrics::Metrics;
 use crate::reasoning_parser::ReasoningParserKind;
 use crate::request_limits::RequestLimits;
+use crate::request_plan::PlanRules;
 use crate::serving_config::ServingConfig;
 use crate::structured_output::StructuredOutput;
 use crate::tokenizer::Tokenizer;
@@ -59,6 +60,15 @@ pub struct AppState {
 }
 
 impl AppState {
+    /// What this server plans every generation request under.
+    pub fn plan_rules(&self) -> PlanRules<'_> {
+        PlanRules {
+            engine: self.handle.limits(),
+            request_limits: &self.limits,
+            defaults: &self.generation_config,
+        }
+    }
+
     /// Ends every open choice now (see `closing`); later requests end as soon as they start.
     pub fn close_replies(&self) {
         self.closing.send_replace(true);

@@ -7,9 +7,6 @@ use std::str::FromStr;
 
 use serde_json::Value;
 
-use crate::generation_request::GenerationRequest;
-use crate::request_plan::RequestPlan;
-
 const FILE_NAME: &str = "generation_config.json";
 
 /// Where `--generation-config` takes its defaults from.
@@ -151,31 +148,6 @@ impl GenerationConfig {
             )
             .collect()
     }
-
-    /// Fills each sampling field the request left unset; what it sets itself always wins.
-    pub fn fill(&self, body: &mut GenerationRequest) {
-        body.temperature = body.temperature.or(self.temperature);
-        body.top_p = body.top_p.or(self.top_p);
-        body.top_k = body.top_k.or(self.top_k);
-        body.min_p = body.min_p.or(self.min_p);
-        body.repetition_penalty = body.repetition_penalty.or(self.repetition_penalty);
-    }
-
-    /// Caps each reply at `max_new_tokens` when the request gave no length: the plan then
-    /// allows the rest of the context, and the cap is the lower of the two, as in vLLM.
-    pub fn cap_max_tokens(&self, body: &GenerationRequest, plan: &mut RequestPlan) {
-        let Some(cap) = self.max_new_tokens else {
-            return;
-        };
-        if body.max_tokens.is_some() || body.max_completion_tokens.is_some() {
-            return;
-        }
-        for request in &mut plan.requests {
-            request.params.max_tokens = request.params.max_tokens.min(cap);
-            // A floor above the cap would make the cap unreachable; the cap is the file's word.
-            request.params.min_tokens = request.params.min_tokens.min(cap);
-        }
-    }
 }
 
 /// Typed reads of one file's keys, so a bad value is named with its file and key.
@@ -237,6 +209,8 @@ impl Reader<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::generation_request::GenerationRequest;
+    use crate::request_plan::{PlanRules, RequestPlan};
     use serde_json::json;
     use tokenmill_engine::EngineLimits;
 
@@ -335,9 +309,7 @@ mod tests {
     }
 
     fn planned(body: serde_json::Value) -> RequestPlan {
-        let mut body: GenerationRequest = serde_json::from_value(body).unwrap();
-        let config = config();
-        config.fill(&mut body);
+        let body: GenerationRequest = serde_json::from_value(body).unwrap();
         let limits = EngineLimits {
             vocab_size: 100,
             max_model_len: 64,
@@ -351,16 +323,18 @@ mod tests {
             max_waiting: 8,
             eos_token_ids: vec![0],
         };
-        let mut plan = RequestPlan::new(
+        let rules = PlanRules {
+            engine: &limits,
+            request_limits: &Default::default(),
+            defaults: &config(),
+        };
+        RequestPlan::new(
             &body,
             crate::request_plan::Endpoint::Completions,
             vec![vec![1, 2, 3]],
-            &limits,
-            &Default::default(),
+            &rules,
         )
-        .unwrap();
-        config.cap_max_tokens(&body, &mut plan);
-        plan
+        .unwrap()
     }
 
     #[test]

@@ -11,49 +11,58 @@ use crate::generation_request::GenerationRequest;
 #[derive(Args, Debug, Clone, PartialEq, Eq)]
 pub struct RequestLimits {
     /// Most prompts one completions request may carry.
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, default_value_t = RequestLimits::DEFAULT.max_prompts_per_request)]
     pub max_prompts_per_request: usize,
     /// Largest `n` (choices per prompt).
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = RequestLimits::DEFAULT.max_n)]
     pub max_n: usize,
     /// Most choices (prompts × n) one request may ask for; each is a full engine request.
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, default_value_t = RequestLimits::DEFAULT.max_choices_per_request)]
     pub max_choices_per_request: usize,
     /// Most stop strings per request (each is matched against every piece of output text).
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = RequestLimits::DEFAULT.max_stop_strings)]
     pub max_stop_strings: usize,
     /// Longest stop string, in bytes.
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, default_value_t = RequestLimits::DEFAULT.max_stop_string_bytes)]
     pub max_stop_string_bytes: usize,
     /// Most `stop_token_ids` per request.
-    #[arg(long, default_value_t = 256)]
+    #[arg(long, default_value_t = RequestLimits::DEFAULT.max_stop_token_ids)]
     pub max_stop_token_ids: usize,
     /// Deepest JSON nesting a request body may have.
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = RequestLimits::DEFAULT.max_json_depth)]
     pub max_json_depth: usize,
     /// Seconds a client may take to send its request body (408 after that), so half-sent
     /// bodies cannot hold connections open forever.
-    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(
+        long,
+        default_value_t = RequestLimits::DEFAULT.request_body_timeout,
+        value_parser = clap::value_parser!(u64).range(1..)
+    )]
     pub request_body_timeout: u64,
     /// Largest request body, in bytes (413 above it). A body announced larger by its
     /// Content-Length is refused before any of it is read, without `100 Continue`.
-    #[arg(long, default_value_t = 8 << 20)]
+    #[arg(long, default_value_t = RequestLimits::DEFAULT.max_request_body_bytes)]
     pub max_request_body_bytes: usize,
+}
+
+impl RequestLimits {
+    /// Every default, stated once: `Default` and the flags' defaults read it.
+    pub const DEFAULT: Self = Self {
+        max_prompts_per_request: 256,
+        max_n: 16,
+        max_choices_per_request: 256,
+        max_stop_strings: 16,
+        max_stop_string_bytes: 256,
+        max_stop_token_ids: 256,
+        max_json_depth: 64,
+        request_body_timeout: 30,
+        max_request_body_bytes: 8 << 20,
+    };
 }
 
 impl Default for RequestLimits {
     fn default() -> Self {
-        Self {
-            max_prompts_per_request: 256,
-            max_n: 16,
-            max_choices_per_request: 256,
-            max_stop_strings: 16,
-            max_stop_string_bytes: 256,
-            max_stop_token_ids: 256,
-            max_json_depth: 64,
-            request_body_timeout: 30,
-            max_request_body_bytes: 8 << 20,
-        }
+        Self::DEFAULT
     }
 }
 

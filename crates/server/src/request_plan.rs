@@ -10,6 +10,7 @@ use tokenmill_engine::sample::sampling_params::MAX_LOGPROBS;
 use tokenmill_engine::{EngineLimits, Request, SamplingParams};
 
 use crate::api_error::ApiError;
+use crate::generation_config::GenerationConfig;
 use crate::generation_request::{stop_strings, GenerationRequest};
 use crate::reasoning_parser::ReasoningDelivery;
 use crate::request_limits::RequestLimits;
@@ -28,6 +29,15 @@ pub enum Endpoint {
 pub struct EchoedPrompt {
     pub text: String,
     pub first_token: u32,
+}
+
+/// What a request is planned under: the engine's limits, the server's per-request bounds,
+/// and the defaults (`generation_config.json`) for what the request leaves unset.
+#[derive(Debug, Clone, Copy)]
+pub struct PlanRules<'a> {
+    pub engine: &'a EngineLimits,
+    pub request_limits: &'a RequestLimits,
+    pub defaults: &'a GenerationConfig,
 }
 
 #[derive(Debug, Clone)]
@@ -70,13 +80,20 @@ pub struct RequestPlan {
 }
 
 impl RequestPlan {
+    /// Checks the request and resolves every default it leaves to the server, once: the
+    /// file's sampling defaults, and a length (the rest of the context, capped by the file's
+    /// `max_new_tokens`) for a reply that asks for none.
     pub fn new(
         body: &GenerationRequest,
         endpoint: Endpoint,
         prompts: Vec<Vec<u32>>,
-        limits: &EngineLimits,
-        request_limits: &RequestLimits,
+        rules: &PlanRules,
     ) -> Result<Self, ApiError> {
+        let PlanRules {
+            engine: limits,
+            request_limits,
+            defaults,
+        } = *rules;
         request_limits.check(body, prompts.len())?;
         let stream = body.stream.unwrap_or(false);
         // Chat reads `echo` too, as a different request (see `chat_echo`).
@@ -97,7 +114,7 @@ impl RequestPlan {
             Endpoint::Completions => "prompt",
             Endpoint::Chat => "messages",
         };
-        let mut base = sampling_params(body, endpoint, limits.vocab_size)?;
+        let mut base = sampling_params(body, defaults, endpoint, limits.vocab_size)?;
         let prompt_logprobs = body
             .prompt_logprobs
             .map(|k| logprob_count("prompt_logprobs", k))
@@ -115,13 +132,17 @@ impl RequestPlan {
                     seed: body.seed.map(|s| s.wrapping_add(i as i64) as u64),
                     ..base.clone()
                 };
-                let request = Request {
+                let mut request = Request {
                     prompt: prompt.clone(),
                     params,
                     priority: body.priority.unwrap_or(0),
                     constraint: None,
                 };
                 limits.validate(&request)?;
+                if max_tokens.is_none() {
+                    // The cap applies after the check, which sees the rest of the context.
+                    cap_max_tokens(&mut request.params, defaults.max_new_tokens);
+                }
                 requests.push(request);
             }
         }
@@ -184,6 +205,16 @@ fn requested_max_tokens(body: &GenerationRequest) -> Result<Option<usize>, ApiEr
     Ok(Some(value as usize))
 }
 
+/// Caps a reply that asked for no length at the file's `max_new_tokens`: the lower of it and
+/// the rest of the context, as in vLLM.
+fn cap_max_tokens(params: &mut SamplingParams, max_new_tokens: Option<usize>) {
+    if let Some(cap) = max_new_tokens {
+        params.max_tokens = params.max_tokens.min(cap);
+        // A floor above the cap would make the cap unreachable; the cap is the file's word.
+        params.min_tokens = params.min_tokens.min(cap);
+    }
+}
+
 fn check_prompt_len(len: usize, max_model_len: usize, param: &str) -> Result<(), ApiError> {
     if len == 0 {
         return Err(ApiError::bad_param(param, "the prompt is empty"));
@@ -203,9 +234,11 @@ fn check_prompt_len(len: usize, max_model_len: usize, param: &str) -> Result<(),
     Ok(())
 }
 
-/// Everything but `max_tokens` and `seed`, which differ per prompt and per choice.
+/// Everything but `max_tokens` and `seed`, which differ per prompt and per choice. What the
+/// request sets wins over the file's `defaults`.
 fn sampling_params(
     body: &GenerationRequest,
+    file: &GenerationConfig,
     endpoint: Endpoint,
     vocab_size: usize,
 ) -> Result<SamplingParams, ApiError> {
@@ -220,13 +253,17 @@ fn sampling_params(
         v => v as usize,
     };
     Ok(SamplingParams {
-        temperature: body.temperature.unwrap_or(1.0),
-        top_k: top_k(body.top_k)?,
-        top_p: body.top_p.unwrap_or(defaults.top_p),
-        min_p: body.min_p.unwrap_or(defaults.min_p),
+        temperature: body
+            .temperature
+            .or(file.temperature)
+            .unwrap_or(defaults.temperature),
+        top_k: top_k(body.top_k.or(file.top_k))?,
+        top_p: body.top_p.or(file.top_p).unwrap_or(defaults.top_p),
+        min_p: body.min_p.or(file.min_p).unwrap_or(defaults.min_p),
         seed: None,
         repetition_penalty: body
             .repetition_penalty
+            .or(file.repetition_penalty)
             .unwrap_or(defaults.repetition_penalty),
         frequency_penalty: body.frequency_penalty.unwrap_or(defaults.frequency_penalty),
         presence_penalty: body.presence_penalty.unwrap_or(defaults.presence_penalty),
@@ -349,13 +386,12 @@ mod tests {
 
     fn plan(body: Value, endpoint: Endpoint) -> Result<RequestPlan, ApiError> {
         let body: GenerationRequest = serde_json::from_value(body).unwrap();
-        RequestPlan::new(
-            &body,
-            endpoint,
-            vec![vec![1, 2, 3]],
-            &limits(),
-            &RequestLimits::default(),
-        )
+        let rules = PlanRules {
+            engine: &limits(),
+            request_limits: &RequestLimits::default(),
+            defaults: &GenerationConfig::default(),
+        };
+        RequestPlan::new(&body, endpoint, vec![vec![1, 2, 3]], &rules)
     }
 
     #[test]
@@ -412,14 +448,13 @@ mod tests {
     #[test]
     fn a_prompt_that_fills_the_context_is_refused() {
         let body = GenerationRequest::default();
-        let error = RequestPlan::new(
-            &body,
-            Endpoint::Completions,
-            vec![vec![1; 64]],
-            &limits(),
-            &RequestLimits::default(),
-        )
-        .unwrap_err();
+        let rules = PlanRules {
+            engine: &limits(),
+            request_limits: &RequestLimits::default(),
+            defaults: &GenerationConfig::default(),
+        };
+        let error =
+            RequestPlan::new(&body, Endpoint::Completions, vec![vec![1; 64]], &rules).unwrap_err();
         assert_eq!(error.code, Some("context_length_exceeded"));
     }
 }

@@ -3,6 +3,7 @@
 
 use tokenmill_engine::config::kv_cache_dtype::KvCacheDtype;
 use tokenmill_engine::config::KvCapacity;
+use tokenmill_engine::kernels::cpu_kernel::CpuKernel;
 use tokenmill_engine::{EngineArgs, EngineLimits};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -21,6 +22,8 @@ pub struct ServingConfig {
     pub enable_prefix_caching: bool,
     /// The KV cache's element type as vLLM's `cache_dtype` names it (`auto` resolved).
     pub kv_cache_dtype: &'static str,
+    /// The matmul path this process runs (`CpuKernel::active`), e.g. `amx_int8`.
+    pub cpu_kernel: &'static str,
 }
 
 impl ServingConfig {
@@ -45,6 +48,7 @@ impl ServingConfig {
                 KvCacheDtype::Bf16 => "bfloat16",
                 _ => "float16",
             },
+            cpu_kernel: CpuKernel::active().name(),
         })
     }
 

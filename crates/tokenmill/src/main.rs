@@ -40,7 +40,7 @@ enum BenchCommand {
     /// Many random requests through the engine: total and output tok/s.
     Throughput(engine_bench::ThroughputArgs),
     /// Load an OpenAI-compatible server and report TTFT, TPOT, ITL and throughput.
-    Serve(tokenmill_bench::ServeArgs),
+    Serve(tokenmill_bench::BenchServeArgs),
     /// Run `serve` at several load levels, several times each; write a table and charts.
     Sweep(tokenmill_bench::SweepArgs),
     /// Run the same sweep against several servers in turn; write one table and chart with all.

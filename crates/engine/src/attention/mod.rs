@@ -44,10 +44,10 @@ mod plan;
 mod rows;
 
 use crate::config::{KvGroup, SlidingWindow};
+use crate::forward_batch::ForwardBatch;
 use crate::kernels::compute_pool::{ComputePool, Shards};
 use crate::kernels::cpu_kernel::CpuKernel;
 use crate::kv::kv_cache::KvLayer;
-use crate::sched::forward_batch::ForwardBatch;
 use backends::Isa;
 use jobs::{dispatch, MergeJob, PartitionJob, TileJob};
 use plan::{Ctx, Plan, Task, PLAN};

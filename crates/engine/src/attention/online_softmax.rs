@@ -15,9 +15,10 @@ use super::{AttentionShape, CHUNK};
 use crate::kv::block_table::BlockTable;
 use std::ops::Range;
 
-/// Heads of a tile's rows folded in one call where each row sees the whole chunk: what the
-/// 512-bit fold keeps in registers (Qwen3-0.6B's two rows of two heads: 1.07–1.4× its
-/// prefill attention; SmolLM2's three-head rows gained nothing from pairs of six).
+/// Heads of a tile's rows folded in one call where each row sees the whole chunk: four heads'
+/// state is what the 512-bit fold keeps in registers, so each key or value it loads serves four
+/// heads' multiply-adds. Rows join a call only while all their heads fit (two rows of Qwen3's two
+/// heads a KV head; SmolLM2's three-head rows fold one at a time).
 #[cfg(target_arch = "x86_64")]
 const FOLD_HEADS: usize = 4;
 
@@ -356,8 +357,8 @@ const ACC_LANES: usize = 64;
 
 /// `acc = acc * alpha + Σ_j p_j v_j`, j in `lanes` in order (values outside are never read). `ACC_LANES` of `acc` stay in registers
 /// across the positions (independent FMA chains), the tail takes the same steps one by one.
-/// 64 lanes are eight AVX2 chains, enough to cover the FMA latency (32 left the loop
-/// latency-bound: 3–10% slower attention); the lanes do not change any element's order.
+/// 64 lanes are eight AVX2 chains, enough to cover the FMA latency (fewer leave the loop
+/// waiting on it); the lanes do not change any element's order.
 #[inline(always)]
 fn accumulate(acc: &mut [f32], alpha: f32, lanes: Lanes, p: &[f32; CHUNK], values: &[f32]) {
     let seen = lanes.first..lanes.end;

@@ -5,7 +5,7 @@
 
 use super::backends::Isa;
 use super::{AttentionShape, PARTITION, TILE_ROWS};
-use crate::sched::forward_batch::BatchSeq;
+use crate::forward_batch::BatchSeq;
 use std::cell::RefCell;
 use std::ops::Range;
 

@@ -52,26 +52,31 @@ pub struct EngineConfig {
     pub speculative: Option<SpeculativeConfig>,
 }
 
+impl EngineConfig {
+    /// Every default, stated once: `Default` and the flags' defaults (`EngineArgs`) read it.
+    pub const DEFAULT: Self = Self {
+        block_size: 16,
+        num_kv_blocks: None,
+        kv_cache_memory_bytes: 2 << 30,
+        kv_cache_dtype: KvCacheDtype::Auto,
+        max_num_batched_tokens: 512,
+        max_num_seqs: 128,
+        max_model_len: None,
+        long_prefill_token_threshold: None,
+        max_num_partial_prefills: 4,
+        max_long_partial_prefills: 1,
+        enable_prefix_caching: true,
+        policy: SchedulingPolicy::Fcfs,
+        weight_mode: WeightMode::Quantized,
+        max_waiting: 1024,
+        target_itl: None,
+        speculative: None,
+    };
+}
+
 impl Default for EngineConfig {
     fn default() -> Self {
-        Self {
-            block_size: 16,
-            num_kv_blocks: None,
-            kv_cache_memory_bytes: 2 << 30,
-            kv_cache_dtype: KvCacheDtype::Auto,
-            max_num_batched_tokens: 512,
-            max_num_seqs: 128,
-            max_model_len: None,
-            long_prefill_token_threshold: None,
-            max_num_partial_prefills: 4,
-            max_long_partial_prefills: 1,
-            enable_prefix_caching: true,
-            policy: SchedulingPolicy::Fcfs,
-            weight_mode: WeightMode::Quantized,
-            max_waiting: 1024,
-            target_itl: None,
-            speculative: None,
-        }
+        Self::DEFAULT
     }
 }
 

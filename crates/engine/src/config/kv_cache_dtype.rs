@@ -1,10 +1,9 @@
 //! `KvCacheDtype`: the element type the KV cache stores (`--kv-cache-dtype`).
 
 /// `--kv-cache-dtype` (vLLM's name): the element type of the KV cache.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum KvCacheDtype {
     /// f16: half the memory of f32 (twice the tokens) with a 10-bit mantissa.
-    #[default]
     Auto,
     F32,
     F16,
@@ -41,5 +40,17 @@ impl std::str::FromStr for KvCacheDtype {
                 "unknown KV cache dtype {other:?} (auto, f32, f16, bf16)"
             )),
         }
+    }
+}
+
+/// The flag's spelling, which `from_str` reads back (clap shows the default with it).
+impl std::fmt::Display for KvCacheDtype {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Auto => "auto",
+            Self::F32 => "f32",
+            Self::F16 => "f16",
+            Self::Bf16 => "bf16",
+        })
     }
 }

@@ -3,11 +3,13 @@
 
 pub mod config_error;
 pub mod engine_config;
+pub mod hf_config;
 pub mod hf_overrides;
 pub mod kv_cache_dtype;
 pub mod kv_cache_groups;
 pub mod local_attention;
 pub mod model_config;
+pub mod model_presets;
 pub mod partial_prefill_limits;
 pub mod scheduling_policy;
 pub mod sliding_window;

@@ -1,9 +1,8 @@
 //! `SchedulingPolicy` (`--scheduling-policy`): the order waiting requests are admitted in
 //! and running ones preempted in.
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SchedulingPolicy {
-    #[default]
     Fcfs,
     /// Lowest `priority` value first, then arrival order; preempts the highest value first.
     Priority,
@@ -19,5 +18,15 @@ impl std::str::FromStr for SchedulingPolicy {
                 "unknown scheduling policy {other:?} (fcfs, priority)"
             )),
         }
+    }
+}
+
+/// The flag's spelling, which `from_str` reads back (clap shows the default with it).
+impl std::fmt::Display for SchedulingPolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Fcfs => "fcfs",
+            Self::Priority => "priority",
+        })
     }
 }

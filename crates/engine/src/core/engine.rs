@@ -8,17 +8,16 @@ use crate::core::completion::{collect_completion, Completion};
 use crate::core::engine_limits::EngineLimits;
 use crate::core::step_times::{StepClock, StepTimes};
 use crate::error::{EngineError, Result};
-use crate::kernels::compute_pool::{ComputePool, Shards};
 use crate::kernels::cpu_kernel::CpuKernel;
 use crate::kernels::huge_buf;
 use crate::kv::block_manager::BlockManager;
 use crate::kv::kv_event::KvEventSink;
 use crate::models::checkpoint::Checkpoint;
-use crate::models::Llama;
+use crate::models::DecoderModel;
+use crate::sample::rejection_sampler::{RejectionSampler, SamplingRows, ScoringRows};
 use crate::sample::sampled_token::SampledToken;
-use crate::sample::sampler::{Sampler, SamplingContext};
 use crate::sample::sampling_params::SamplingParams;
-use crate::sample::token_constraint::{ConstraintCell, ConstraintError};
+use crate::sample::token_constraint::ConstraintError;
 use crate::sched::moe_expert_stats::MoeExpertStats;
 use crate::sched::request::{FinishReason, Request, RequestEvent, RequestTimings, SeqId};
 use crate::sched::scheduler::{Scheduler, SchedulerConfig};
@@ -29,7 +28,6 @@ use crate::spec_decode::speculation::{Speculation, TargetShape};
 use crate::worker::model_runner::{Logits, ModelRunner};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use rayon::prelude::*;
 use std::collections::HashMap;
 use std::time::Instant;
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
@@ -38,7 +36,7 @@ use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 /// panic from it is handled exactly like one from the model, so tests can exercise the
 /// failure path of a real engine.
 pub type StepFault =
-    Box<dyn FnMut(&crate::sched::forward_batch::ForwardBatch) -> Result<()> + Send + Sync>;
+    Box<dyn FnMut(&crate::forward_batch::ForwardBatch) -> Result<()> + Send + Sync>;
 
 pub struct Engine {
     runner: ModelRunner,
@@ -64,7 +62,7 @@ impl Engine {
     /// Validates `config` against the checkpoint's model (see `EngineConfig::plan`), then loads.
     pub fn load(ckpt: &mut dyn Checkpoint, config: EngineConfig) -> Result<Self> {
         let plan = config.plan(ckpt.config())?;
-        let model = Llama::load(ckpt, config.weight_mode, plan.max_model_len)?;
+        let model = DecoderModel::load(ckpt, config.weight_mode, plan.max_model_len)?;
         // Fixes the CPU kernel path now, so its log line comes with the other startup lines.
         CpuKernel::active();
         tracing::info!(
@@ -142,7 +140,7 @@ impl Engine {
     }
 
     fn new(
-        model: Llama,
+        model: DecoderModel,
         plan: crate::config::KvPlan,
         config: &EngineConfig,
         speculation: Option<Speculation>,
@@ -426,8 +424,8 @@ impl Engine {
         self.fault = Some(fault);
     }
 
-    /// Samples each sampling chunk's token, and scores the prompt positions chunks asked
-    /// logits for. Logit rows come per chunk: its prompt rows, then its sampled row.
+    /// Samples each sampling chunk's tokens, and scores the prompt positions chunks asked
+    /// logits for. Logit rows come per chunk: its prompt rows, then its sampled rows.
     #[allow(clippy::type_complexity)]
     fn sample(
         &self,
@@ -440,137 +438,52 @@ impl Engine {
             std::result::Result<Vec<SampledToken>, ConstraintError>,
         )>,
     ) {
-        let mut sampling = Vec::new();
-        let mut scoring = Vec::new();
+        let (mut sampling, mut scoring) = (Vec::new(), Vec::new());
+        let (mut sampling_ids, mut scoring_ids) = (Vec::new(), Vec::new());
         let mut row = 0;
         for chunk in &out.chunks {
+            let seq = self
+                .scheduler
+                .get(chunk.seq_id)
+                .expect("scheduled sequences are running");
             if !chunk.prompt_logits.is_empty() {
-                scoring.push((chunk.seq_id, row, chunk.prompt_logits.clone()));
+                scoring_ids.push(chunk.seq_id);
+                scoring.push(ScoringRows {
+                    tokens: &seq.tokens,
+                    top_k: seq.params.prompt_logprobs.unwrap_or(0),
+                    positions: chunk.prompt_logits.clone(),
+                    first_row: row,
+                });
                 row += chunk.prompt_logits.len();
             }
             if chunk.sample {
-                sampling.push((row, chunk.seq_id, chunk.drafts));
+                sampling_ids.push(chunk.seq_id);
+                sampling.push(SamplingRows {
+                    tokens: &seq.tokens,
+                    prompt_len: seq.prompt_len,
+                    params: &seq.params,
+                    seed: seq.seed,
+                    drafts: &seq.drafts[..chunk.drafts],
+                    constraint: seq.constraint.as_ref(),
+                    first_row: row,
+                });
                 row += 1 + chunk.drafts;
             }
         }
+        let sampler = RejectionSampler::new(&logits.data, logits.vocab, &self.limits.eos_token_ids);
         let prompt_scores = if scoring.is_empty() {
             Vec::new()
         } else {
-            self.score_prompts(&scoring, logits)
+            scoring_ids
+                .into_iter()
+                .zip(sampler.score_prompts(&scoring))
+                .collect()
         };
-        // A lone constrained row (at most one per two compute threads) leaves a compute
-        // thread idle in the forward pass, so its next mask is computed then; more rows are
-        // masked in parallel here, as the step's rows are (one mask thread would queue them).
-        let constrained = sampling
-            .iter()
-            .filter(|(_, id, _)| {
-                self.scheduler
-                    .get(*id)
-                    .is_some_and(|s| s.constraint.is_some())
-            })
-            .count();
-        let ahead = constrained <= (ComputePool::global().threads() / 2).max(1);
-        let sample_row = |&(row, id, drafts): &(usize, SeqId, usize)| {
-            let seq = self
-                .scheduler
-                .get(id)
-                .expect("scheduled sequences are running");
-            (id, self.verify(seq, logits, row, drafts, ahead))
-        };
-        // On the compute pool, whose threads still spin from the forward pass: on rayon's
-        // (asleep since the last step) the pool's spinning helper took a core from them,
-        // and a lone row there would only add a wake-up to every one-user step.
-        let mut sampled = Vec::with_capacity(sampling.len());
-        sampled.resize_with(sampling.len(), || None);
-        {
-            let slots = Shards::new(&mut sampled[..]);
-            ComputePool::global().run(sampling.len(), &|i| {
-                // SAFETY: task `i` alone writes slot `i`.
-                unsafe { slots.range(i..i + 1)[0] = Some(sample_row(&sampling[i])) };
-            });
-        }
-        let sampled = sampled
+        let sampled = sampling_ids
             .into_iter()
-            .map(|s| s.expect("every row was sampled"))
+            .zip(sampler.sample(&sampling))
             .collect();
         (prompt_scores, sampled)
-    }
-
-    /// The tokens a sampling chunk yields, from its logit rows `first..=first + drafts`: each
-    /// row is sampled exactly as a decode step at that position would sample it (the same
-    /// history, bans and random stream, `step_rng(seed, output length)`), and verifying goes
-    /// on while the token drawn equals the draft in the row after. So the tokens are those
-    /// the sequence would have produced one step at a time, drafts or not.
-    fn verify(
-        &self,
-        seq: &Sequence,
-        logits: &Logits,
-        first: usize,
-        drafts: usize,
-        ahead: bool,
-    ) -> std::result::Result<Vec<SampledToken>, ConstraintError> {
-        let draft = &seq.drafts[..drafts];
-        // Prompt, output, then the tokens this verify has produced so far.
-        let mut history = std::borrow::Cow::Borrowed(&seq.tokens[..]);
-        let mut tokens = Vec::with_capacity(1 + drafts);
-        for j in 0..=drafts {
-            let output = &history[seq.prompt_len..];
-            let banned = self.scheduler.banned_tokens_at(seq, output.len());
-            let ctx = SamplingContext {
-                params: &seq.params,
-                prompt: seq.prompt(),
-                output,
-                seed: seq.seed,
-                banned: &banned,
-                allowed: None,
-            };
-            let row = logits.row(first + j);
-            let token = match &seq.constraint {
-                None => Sampler::sample(row, &ctx),
-                Some(cell) => match sample_constrained(cell, ahead, row, &ctx) {
-                    Ok(token) => token,
-                    // The tokens before stand; the next step meets the same failure.
-                    Err(_) if !tokens.is_empty() => break,
-                    Err(error) => return Err(error),
-                },
-            };
-            let id = token.token_id;
-            tokens.push(token);
-            let finished = seq.constraint.as_ref().is_some_and(|c| c.is_finished());
-            if j == drafts || draft.get(j) != Some(&id) || finished {
-                break;
-            }
-            history.to_mut().push(id);
-        }
-        Ok(tokens)
-    }
-
-    /// The logprob of each prompt token at `positions + 1`, from the logit row of the
-    /// position before it.
-    fn score_prompts(
-        &self,
-        scoring: &[(SeqId, usize, std::ops::Range<usize>)],
-        logits: &Logits,
-    ) -> Vec<(SeqId, Vec<SampledToken>)> {
-        scoring
-            .iter()
-            .map(|(id, first_row, positions)| {
-                let seq = self
-                    .scheduler
-                    .get(*id)
-                    .expect("scheduled sequences are running");
-                let k = seq.params.prompt_logprobs.unwrap_or(0);
-                let scores = positions
-                    .clone()
-                    .into_par_iter()
-                    .map(|pos| {
-                        let row = first_row + (pos - positions.start);
-                        Sampler::score(logits.row(row), seq.tokens[pos + 1], k)
-                    })
-                    .collect();
-                (*id, scores)
-            })
-            .collect()
     }
 
     fn send_prompt_logprobs(&self, scores: Vec<(SeqId, Vec<SampledToken>)>) {
@@ -640,27 +553,4 @@ impl Engine {
             .map(|rx| collect_completion(rx).ok_or(EngineError::EngineStopped))
             .collect()
     }
-}
-
-/// Samples under the constraint's mask and advances it past the token drawn.
-fn sample_constrained(
-    cell: &ConstraintCell,
-    ahead: bool,
-    logits: &[f32],
-    ctx: &SamplingContext,
-) -> std::result::Result<SampledToken, ConstraintError> {
-    let mut sampled = None;
-    cell.sample_with(logits.len(), ahead, |mask| {
-        let token = Sampler::sample(
-            logits,
-            &SamplingContext {
-                allowed: Some(mask),
-                ..*ctx
-            },
-        );
-        let id = token.token_id;
-        sampled = Some(token);
-        id
-    })?;
-    sampled.ok_or_else(|| ConstraintError("the sampler drew no token".into()))
 }

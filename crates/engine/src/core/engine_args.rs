@@ -39,28 +39,28 @@ pub struct EngineArgs {
     #[arg(long, default_value = "q8_0")]
     pub dummy_dtype: DummyDType,
     /// `quantized` keeps quantized weights quantized; `f32` dequantizes everything (exact, slower).
-    #[arg(long, default_value = "quantized")]
+    #[arg(long, default_value_t = EngineConfig::DEFAULT.weight_mode)]
     pub weight_mode: WeightMode,
     /// Tokens per KV-cache block.
-    #[arg(long, default_value_t = 16)]
+    #[arg(long, default_value_t = EngineConfig::DEFAULT.block_size)]
     pub block_size: usize,
     /// Memory for the KV cache, in GiB. A server backs all of it while idle in its first
     /// seconds, so it is taken, not only reserved.
-    #[arg(long, default_value_t = 2.0)]
+    #[arg(long, default_value_t = EngineConfig::DEFAULT.kv_cache_memory_bytes as f64 / GIB)]
     pub kv_cache_memory_gib: f64,
     /// KV cache element type: auto (= f16), f32, f16 or bf16. Halves hold twice the tokens
     /// in the same --kv-cache-memory-gib.
-    #[arg(long, default_value = "auto")]
+    #[arg(long, default_value_t = EngineConfig::DEFAULT.kv_cache_dtype)]
     pub kv_cache_dtype: KvCacheDtype,
     /// Exact number of KV blocks, pages of one KV cache group's layers each (overrides
     /// --kv-cache-memory-gib).
     #[arg(long)]
     pub num_kv_blocks: Option<usize>,
     /// The token budget of one step, shared by decodes and prefill chunks.
-    #[arg(long, default_value_t = 512)]
+    #[arg(long, default_value_t = EngineConfig::DEFAULT.max_num_batched_tokens)]
     pub max_num_batched_tokens: usize,
     /// Most sequences running at once.
-    #[arg(long, default_value_t = 128)]
+    #[arg(long, default_value_t = EngineConfig::DEFAULT.max_num_seqs)]
     pub max_num_seqs: usize,
     /// Longest prompt + output (default: the model's context, capped by the KV pool).
     #[arg(long)]
@@ -73,10 +73,10 @@ pub struct EngineArgs {
     pub long_prefill_token_threshold: Option<usize>,
     /// Most prompts whose prefill spans steps at once; prompts that fit in a step are not
     /// counted, so a short request never waits for a long one's chunks.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = EngineConfig::DEFAULT.max_num_partial_prefills)]
     pub max_num_partial_prefills: usize,
     /// Most long prompts (see --long-prefill-token-threshold) prefilling at once.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = EngineConfig::DEFAULT.max_long_partial_prefills)]
     pub max_long_partial_prefills: usize,
     /// Reuse KV blocks of shared prompt prefixes (on by default).
     #[arg(long, overrides_with = "no_enable_prefix_caching")]
@@ -84,10 +84,10 @@ pub struct EngineArgs {
     #[arg(long)]
     pub no_enable_prefix_caching: bool,
     /// fcfs or priority.
-    #[arg(long, default_value = "fcfs")]
+    #[arg(long, default_value_t = EngineConfig::DEFAULT.policy)]
     pub scheduling_policy: SchedulingPolicy,
     /// Requests allowed to wait before new ones are refused.
-    #[arg(long, default_value_t = 1024)]
+    #[arg(long, default_value_t = EngineConfig::DEFAULT.max_waiting)]
     pub max_waiting: usize,
     /// Compute threads (default: all cores).
     #[arg(long)]

@@ -15,15 +15,18 @@ pub enum Int8Probe {
     AvxVnni,
     /// AVX-512 VNNI's `vpdpbusd` on 512-bit registers: what the `avx512_vnni` tiles run.
     VnniZmm,
+    /// AMX's `tdpbssd` on full 16 × 64-byte tiles, four independent products a round: what
+    /// the `amx_int8` tiles run (theirs take 32 bytes of `k` each).
+    AmxTiles,
 }
 
 /// Rounds of every probe; ~60 ms a thread for `vpdpbusd` zmm on Zen 5.
 const ITERS: usize = 20_000_000;
 
 /// Independent accumulator chains of the VNNI probes: enough to cover the latency, with the
-/// two operands shared so every chain stays in registers. (Sixteen chains, each with its
-/// own operand, needed 33 registers and `black_box` a reload each round: 624 GOP/s a thread
-/// where `vpdpbusd` zmm runs ~1,000 on Zen 5; measured, see the git history of docs/performance.md.)
+/// two operands shared so every chain stays in registers: with an operand per chain the
+/// chains need more registers than there are, and the reloads then bound the rate instead
+/// of the instruction.
 const CH: usize = 12;
 
 impl Int8Probe {
@@ -32,6 +35,7 @@ impl Int8Probe {
     pub fn for_kernel(kernel: CpuKernel) -> Option<Self> {
         match kernel {
             CpuKernel::Avx512Vnni => Some(Self::VnniZmm),
+            CpuKernel::Amx => Some(Self::AmxTiles),
             CpuKernel::AvxVnni => Some(Self::AvxVnni),
             CpuKernel::Avx2 => Some(Self::Avx2MaddubsMadd),
             _ => None,
@@ -43,6 +47,7 @@ impl Int8Probe {
             Self::Avx2MaddubsMadd => "AVX2 maddubs+madd",
             Self::AvxVnni => "AVX-VNNI vpdpbusd ymm",
             Self::VnniZmm => "AVX-512 VNNI vpdpbusd zmm",
+            Self::AmxTiles => "AMX tdpbssd",
         }
     }
 
@@ -51,6 +56,7 @@ impl Int8Probe {
             Self::Avx2MaddubsMadd => CpuKernel::Avx2.is_supported(),
             Self::AvxVnni => CpuKernel::AvxVnni.is_supported(),
             Self::VnniZmm => CpuKernel::Avx512Vnni.is_supported(),
+            Self::AmxTiles => CpuKernel::Amx.is_supported(),
         }
     }
 
@@ -68,8 +74,17 @@ impl Int8Probe {
             Self::Avx2MaddubsMadd => 8 * 32 * 2,
             Self::AvxVnni => CH * 32 * 2,
             Self::VnniZmm => CH * 64 * 2,
+            Self::AmxTiles => AMX_PRODUCTS * 16 * 16 * 64 * 2,
         };
-        (threads * ITERS * ops_per_round) as f64 / start.elapsed().as_secs_f64()
+        (threads * self.rounds() * ops_per_round) as f64 / start.elapsed().as_secs_f64()
+    }
+
+    /// Rounds a thread runs: a round of tile products is ~60× a vector round.
+    fn rounds(self) -> usize {
+        match self {
+            Self::AmxTiles => ITERS / 64,
+            _ => ITERS,
+        }
     }
 
     #[cfg(target_arch = "x86_64")]
@@ -80,6 +95,7 @@ impl Int8Probe {
                 Self::Avx2MaddubsMadd => maddubs_chains(ITERS),
                 Self::AvxVnni => vnni_chains_ymm(ITERS),
                 Self::VnniZmm => vnni_chains_zmm(ITERS),
+                Self::AmxTiles => amx_products(self.rounds()),
             }
         }
     }
@@ -88,6 +104,39 @@ impl Int8Probe {
     fn run(self) -> i32 {
         unreachable!("no x86 probe is supported off x86_64")
     }
+}
+
+/// Independent tile products a round of the AMX probe: its four result tiles.
+const AMX_PRODUCTS: usize = 4;
+
+/// `rounds` × four `tdpbssd` on full tiles (two activation, two weight tiles in registers).
+///
+/// # Safety
+/// AMX int8 must be usable (`CpuKernel::Amx.is_supported`).
+#[cfg(target_arch = "x86_64")]
+unsafe fn amx_products(rounds: usize) -> i32 {
+    use crate::kernels::amx::{HwTiles, TileConfig, TileUnit};
+    let config = (0..8).fold(TileConfig::new(), |c, t| c.shape(t, 16, 64));
+    let src = [[3u8; 64]; 16];
+    let mut out = [[0i32; 16]; 16];
+    let mut hw = HwTiles;
+    // SAFETY: the caller's contract; every buffer is 16 rows of 64 bytes.
+    unsafe {
+        hw.configure(&config);
+        hw.load::<0>(src.as_ptr().cast(), 64);
+        hw.load::<1>(src.as_ptr().cast(), 64);
+        hw.load::<2>(src.as_ptr().cast(), 64);
+        hw.load::<3>(src.as_ptr().cast(), 64);
+        for _ in 0..rounds {
+            hw.dot::<4, 0, 2>();
+            hw.dot::<5, 0, 3>();
+            hw.dot::<6, 1, 2>();
+            hw.dot::<7, 1, 3>();
+        }
+        hw.store::<4>(out.as_mut_ptr().cast(), 64);
+        hw.release();
+    }
+    out[0][0]
 }
 
 #[cfg(target_arch = "x86_64")]

@@ -2,6 +2,7 @@
 //! thread pool every kernel shards over, weight storage, and the matmuls (dense f32 and
 //! quantized, one file per instruction set under `quant/`).
 
+pub mod amx;
 pub mod compute_pool;
 pub mod cpu_kernel;
 pub mod dense_matrix;

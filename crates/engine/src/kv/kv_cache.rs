@@ -12,8 +12,8 @@
 //! lanes, so it wants one key element of consecutive positions side by side. Values are
 //! head-major within each block, `[block][num_kv_heads][block_size][head_dim]`: attention
 //! reads one KV head at a time, and so reads each block's keys and values of that head as
-//! two contiguous runs (token-major values were pieces a whole row apart, which streamed
-//! from memory ~25% slower in 16-sequence decode). Writing a token scatters it once; every
+//! two contiguous runs (token-major values would be short pieces a whole row apart, which a
+//! prefetcher streams worse than one run). Writing a token scatters it once; every
 //! later step reads it many times, already in that order.
 //! Keys and values are computed in f32 and rounded (to nearest, ties to even) when stored;
 //! the attention kernel widens them back to f32 as it reads, which is exact.
@@ -30,8 +30,7 @@ use crate::kernels::compute_pool::ComputePool;
 /// the OS hands out lazily, not gigabytes written at startup ([`KvCache::fault_in_next`]
 /// backs them while the engine is idle). Small pages, unlike the
 /// weights': every new block's first write faults its pages in, and a 2 MiB page costs
-/// that fault plus compaction (16-row Qwen3-0.6B steps spent 7.7–8.8 ms writing the KV on
-/// huge pages against 2.3–2.8 on small ones; git history of docs/performance.md).
+/// that fault plus compaction inside a step (docs/performance.md, "Huge pages").
 pub enum KvSlab {
     F32(Vec<f32>),
     F16(Vec<u16>),
@@ -219,9 +218,9 @@ impl KvCache {
     /// [`FAULT_IN_BYTES`], lowest blocks first (the order a fresh block manager hands
     /// them out) and every layer's slabs before the next blocks; `false` once the whole
     /// pool has been touched. The OS backs a fresh mapping only as it is first written, so
-    /// otherwise a block's first use pays its page faults inside a step: a fresh server's
-    /// first 16-user Qwen3-0.6B run took 0.1–0.6 s longer than the runs after it, which
-    /// reuse the same pages (git history of docs/performance.md). The engine thread
+    /// otherwise a block's first use pays its page faults inside a step, and a fresh server's
+    /// first run is slower than the runs after it, which reuse the same pages
+    /// (docs/performance.md, "A fresh server's page faults"). The engine thread
     /// calls this while it has no work: each byte touched is read and written back
     /// unchanged, so blocks that hold data (cached prefixes) keep it.
     pub fn fault_in_next(&mut self) -> bool {

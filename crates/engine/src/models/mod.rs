@@ -1,12 +1,13 @@
-//! Model implementations over the kernels: one file per architecture family, the layers
-//! they share, and the checkpoints (GGUF, safetensors, random weights) they load from.
+//! Model implementations over the kernels: `DecoderModel`, which runs every supported
+//! family, the layers it is built of, and the checkpoints (GGUF, safetensors, random
+//! weights) it loads from.
 
 pub mod checkpoint;
+pub mod decoder_model;
 pub mod forward_scratch;
 pub mod layers;
-pub mod llama;
 pub mod moe_router;
 pub mod sparse_moe_block;
 
-pub use llama::Llama;
+pub use decoder_model::DecoderModel;
 pub use moe_router::ExpertChoice;

@@ -75,6 +75,20 @@ impl SamplingParams {
         self.temperature == 0.0
     }
 
+    /// Tokens that may not be output token number `output_len` (0-based): the stop tokens,
+    /// and the model's `eos_token_ids` unless EOS is ignored, until `min_tokens` are out. A
+    /// verify asks for positions ahead of the output.
+    pub fn banned_tokens(&self, eos_token_ids: &[u32], output_len: usize) -> Vec<u32> {
+        if output_len >= self.min_tokens {
+            return Vec::new();
+        }
+        let mut banned: Vec<u32> = self.stop_token_ids.iter().copied().collect();
+        if !self.ignore_eos {
+            banned.extend(eos_token_ids);
+        }
+        banned
+    }
+
     pub fn validate(&self) -> Result<()> {
         let bad = |m: String| Err(EngineError::InvalidRequest(m));
         if !(self.temperature >= 0.0 && self.temperature.is_finite()) {

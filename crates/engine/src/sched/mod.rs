@@ -1,9 +1,8 @@
 //! Scheduling: the policy that splits each step's one token budget between running
 //! sequences and waiting prompts, the requests and sequences it moves, and the
-//! `ForwardBatch` it hands to the worker.
+//! `ForwardBatch` (crate::forward_batch) it lays out for the worker.
 
 pub mod draft_acceptance;
-pub mod forward_batch;
 pub mod moe_expert_stats;
 pub mod prefill_slots;
 pub mod request;

@@ -3,18 +3,21 @@
 //! are admitted in chunks with what is left, and long prompts' chunks come last, sized so
 //! the step costs no more than a full budget of fresh prompt tokens would: a short request
 //! overtakes a long prefill within a step. When blocks run out, the most recently admitted (or least
-//! important) running sequence is preempted and recomputed later.
+//! important) running sequence is preempted and recomputed later. Which drafts a step
+//! verifies is in `scheduler/drafts.rs`; applying a step's results, in `scheduler/update.rs`.
+
+mod drafts;
+mod update;
 
 use crate::config::{PartialPrefillLimits, SchedulingPolicy};
 use crate::kv::block_manager::{BlockHash, BlockManager};
-use crate::sample::sampled_token::SampledToken;
 use crate::sched::prefill_slots::PrefillSlots;
 use crate::sched::request::{FinishReason, SeqId};
-use crate::sched::scheduler_output::{ScheduledChunk, SchedulerOutput, SeqUpdate};
+use crate::sched::scheduler_output::{ScheduledChunk, SchedulerOutput};
 use crate::sched::scheduler_stats::SchedulerStats;
 use crate::sched::sequence::Sequence;
 use crate::sched::step_cost_model::{StepCostModel, StepShape};
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 #[derive(Debug, Clone)]
@@ -31,9 +34,6 @@ pub struct SchedulerConfig {
     /// predicted time stays under it (decodes always run). `None`: the budget alone.
     pub target_itl: Option<Duration>,
 }
-
-/// The least forecast rise in a step's tokens per second for which its drafts are verified.
-pub const MIN_DRAFT_GAIN: f64 = 1.1;
 
 /// Steps a pending prefill may get less than one block before it is given one anyway, so
 /// decodes that alone fill the ITL target cannot starve waiting prompts.
@@ -129,117 +129,6 @@ impl Scheduler {
             kv_cache_usage: self.blocks.usage(),
             ..self.stats.clone()
         }
-    }
-
-    /// Running decodes that may verify drafts next step, each with the most drafts it may
-    /// take: `most`, less where `max_tokens` or the context would end the sequence sooner,
-    /// or where the step cost model says more would not pay at its acceptance so far.
-    /// The engine asks its proposer for these and hands them back with [`set_drafts`](Self::set_drafts).
-    pub fn draft_candidates(&self, most: usize) -> Vec<(SeqId, usize)> {
-        let room: Vec<usize> = self
-            .running
-            .iter()
-            .map(|s| {
-                if !(s.is_decoding() && s.params.speculative) {
-                    return 0;
-                }
-                // The step adds the token after the drafts too.
-                let left = s.params.max_tokens.saturating_sub(s.output().len() + 1);
-                let context = self.config.max_model_len.saturating_sub(s.tokens.len() + 1);
-                most.min(left).min(context)
-            })
-            .collect();
-        // Drafting costs too (a draft model runs a forward pass per draft): where even
-        // drafts sure to exist would not pay, none are asked for.
-        let worth = match self.keep_all_drafts {
-            true => None,
-            false => self.draft_lengths(&room),
-        };
-        let worth = worth.unwrap_or_else(|| room.clone());
-        self.running
-            .iter()
-            .zip(worth)
-            .filter(|(_, k)| *k > 0)
-            .map(|(s, k)| (s.id, k))
-            .collect()
-    }
-
-    /// The proposer's drafts for a running sequence; the next `schedule` verifies as many of
-    /// them as pay for themselves.
-    pub fn set_drafts(&mut self, id: SeqId, drafts: Vec<u32>) {
-        if let Some(i) = self.running_index(id) {
-            self.running[i].drafts = drafts;
-        }
-    }
-
-    /// Cuts each decode's drafts to what [`draft_lengths`](Self::draft_lengths) keeps.
-    fn trim_drafts(&mut self) {
-        if self.keep_all_drafts || self.running.iter().all(|s| s.drafts.is_empty()) {
-            return;
-        }
-        let available: Vec<usize> = self.running.iter().map(|s| s.drafts.len()).collect();
-        if let Some(keep) = self.draft_lengths(&available) {
-            for (seq, k) in self.running.iter_mut().zip(keep) {
-                seq.drafts.truncate(k);
-            }
-        }
-    }
-
-    /// How many of `available[i]` drafts running sequence `i` should verify: one at a time,
-    /// always the draft most likely to be accepted (the next one of the sequence whose kept
-    /// drafts are most likely all accepted), while the expected tokens it adds outweigh the
-    /// time the step cost model says it adds. At one user a decode step is weight-bound and
-    /// a few more rows cost little, so drafts stay; in a large batch every row costs its full
-    /// share, and none do. `None` until the model has seen enough steps.
-    fn draft_lengths(&self, available: &[usize]) -> Option<Vec<usize>> {
-        let decoding: Vec<usize> = (0..self.running.len())
-            .filter(|&i| self.running[i].is_decoding())
-            .collect();
-        // Prompt work waiting for the budget: a draft row would take a token of it, and a
-        // prompt token is sure progress where a draft is only likely to be.
-        if decoding.len() < self.running.len() || !self.waiting.is_empty() {
-            return Some(vec![0; self.running.len()]);
-        }
-        let mut shape = decoding.iter().fold(StepShape::default(), |acc, &i| {
-            acc.plus(StepShape::chunk(self.running[i].num_computed, 1))
-        });
-        let mut seconds = self.cost.predict(shape).filter(|&t| t > 0.0)?;
-        let base_rate = decoding.len() as f64 / seconds;
-        let mut keep = vec![0usize; self.running.len()];
-        let mut expected = decoding.len() as f64;
-        loop {
-            let best = decoding
-                .iter()
-                .filter(|&&i| keep[i] < available[i])
-                .map(|&i| (i, self.running[i].acceptance.p().powi(keep[i] as i32 + 1)))
-                .max_by(|a, b| a.1.total_cmp(&b.1).then(b.0.cmp(&a.0)));
-            let Some((i, gain)) = best else { break };
-            // The draft's row sits at position num_computed + 1 + keep and sees that many + 1.
-            let row = StepShape {
-                tokens: 1,
-                context: self.running[i].num_computed + 2 + keep[i],
-                seqs: 0,
-            };
-            let Some(longer) = self.cost.predict(shape.plus(row)) else {
-                break;
-            };
-            if (expected + gain) / longer <= expected / seconds {
-                break;
-            }
-            expected += gain;
-            seconds = longer;
-            shape = shape.plus(row);
-            keep[i] += 1;
-        }
-        tracing::trace!(
-            "drafts kept {keep:?} of {available:?}; predicted {seconds:.4}s, {expected:.2} tokens"
-        );
-        // A forecast gain within the model's error is no gain: 16 users kept drafts for a
-        // predicted 1-2% and lost throughput (docs/speculative-decoding.md).
-        if expected / seconds < MIN_DRAFT_GAIN * base_rate {
-            keep.fill(0);
-        }
-        Some(keep)
     }
 
     /// Plans one step within the token budget and lays out its `ForwardBatch`.
@@ -516,10 +405,10 @@ impl Scheduler {
     /// The most tokens (at most `most`, at least a block's worth where `most` allows) of a
     /// chunk from `start` that keep a step of `rest` plus it under the predicted time of
     /// `rest` plus a whole budget of fresh prompt tokens: the costliest step the budget allows
-    /// at any prompt's start, so no step deep in a long context is worse. (Bounding by a
-    /// threshold-sized chunk instead made an 8,000-token prompt alone 1.2x slower: its
-    /// chunks deep in the context fell to ~100 tokens.) Until the cost model has seen
-    /// enough steps, `most`.
+    /// at any prompt's start, so no step deep in a long context is worse. (Not a
+    /// threshold-sized chunk's time: that bound shrinks chunks deep in a long context to
+    /// ~100 tokens, each step rereading the whole context's KV for few queries.) Until
+    /// the cost model has seen enough steps, `most`.
     fn time_bounded(&self, start: usize, most: usize, rest: StepShape) -> usize {
         let cost = |s, n| self.cost.predict(rest.plus(StepShape::chunk(s, n)));
         let Some(bound) = cost(0, self.config.max_num_batched_tokens) else {
@@ -750,118 +639,8 @@ impl Scheduler {
         }
     }
 
-    /// Records a step's results: sampled tokens are appended (a verify's accepted drafts
-    /// and the token after them, up to a stop), computed counts advance over the KV that
-    /// holds real tokens, full blocks enter the prefix cache, and finished sequences leave
-    /// with their blocks freed.
-    ///
-    /// `sampled` holds, per sampling sequence, its tokens in order; with drafts, every token
-    /// but the last equals the draft at its position (the engine stops verifying at the first
-    /// that does not).
-    pub fn update(
-        &mut self,
-        out: &SchedulerOutput,
-        sampled: Vec<(SeqId, Vec<SampledToken>)>,
-    ) -> Vec<SeqUpdate> {
-        let now = Instant::now();
-        let mut sampled: HashMap<SeqId, Vec<SampledToken>> = sampled.into_iter().collect();
-        let mut updates = Vec::with_capacity(sampled.len());
-        for chunk in &out.chunks {
-            let tokens = sampled.remove(&chunk.seq_id).unwrap_or_default();
-            let Some(i) = self.running_index(chunk.seq_id) else {
-                continue;
-            };
-            let seq = &mut self.running[i];
-            // A verify keeps the keys of its first row and of each accepted draft; rows
-            // after a rejection hold keys of tokens that never were, and are overwritten
-            // when their positions are computed for real.
-            let computed = if chunk.drafts > 0 {
-                let accepted = tokens.len().saturating_sub(1).min(chunk.drafts);
-                self.stats.spec_decode.observe(chunk.drafts, accepted);
-                seq.acceptance.observe(chunk.drafts, accepted);
-                1 + accepted
-            } else {
-                if chunk.sample {
-                    seq.acceptance.forget();
-                }
-                chunk.len
-            };
-            seq.drafts.clear();
-            if !chunk.prompt_logits.is_empty() {
-                seq.prompt_logits_next = chunk.prompt_logits.end;
-            }
-            let mut added = Vec::with_capacity(tokens.len());
-            let mut reason = None;
-            let count = tokens.len();
-            for (j, token) in tokens.into_iter().enumerate() {
-                seq.tokens.push(token.token_id);
-                if seq.timings.first_token.is_none() {
-                    seq.timings.first_token = Some(now);
-                }
-                seq.timings.token_times.push(now);
-                added.push(token);
-                // The constraint has seen all of this step's tokens; the engine stops
-                // verifying where it completes, so only the last token can finish it.
-                reason = stop_reason(&self.config, seq, j + 1 == count);
-                if reason.is_some() {
-                    break;
-                }
-            }
-            // A stop inside a verify leaves fewer tokens than the rows computed.
-            seq.num_computed = (seq.num_computed + computed).min(seq.tokens.len());
-            self.register_full_blocks(i);
-            let finished = reason.map(|reason| {
-                let mut seq = self.running.remove(i);
-                seq.finish = Some(reason);
-                seq.timings.finished = Some(now);
-                self.free_blocks(&mut seq);
-                seq
-            });
-            if !added.is_empty() {
-                updates.push(SeqUpdate {
-                    seq_id: chunk.seq_id,
-                    tokens: added,
-                    time: now,
-                    finished,
-                });
-            }
-        }
-        updates
-    }
-
     fn running_index(&self, id: SeqId) -> Option<usize> {
         self.running.iter().position(|s| s.id == id)
-    }
-
-    fn register_full_blocks(&mut self, i: usize) {
-        let bs = self.blocks.block_size();
-        let seq = &mut self.running[i];
-        while (seq.block_hashes.len() + 1) * bs <= seq.num_computed {
-            let b = seq.block_hashes.len();
-            let tokens = &seq.tokens[b * bs..(b + 1) * bs];
-            let parent = seq.block_hashes.last().copied();
-            // One key for the block, a page of it in each group that holds one.
-            let hash = BlockHash::chain(parent, tokens);
-            for (group, table) in seq.block_tables.iter().enumerate() {
-                if let Some(id) = table.get(b) {
-                    self.blocks.register_keyed(group, id, hash, parent, tokens);
-                }
-            }
-            seq.block_hashes.push(hash);
-        }
-    }
-
-    /// Tokens the sequence may not produce as its output token number `n` (0-based): EOS
-    /// and stop ids before `min_tokens`. A verify asks for positions ahead of the output.
-    pub fn banned_tokens_at(&self, seq: &Sequence, n: usize) -> Vec<u32> {
-        if n >= seq.params.min_tokens {
-            return Vec::new();
-        }
-        let mut banned: Vec<u32> = seq.params.stop_token_ids.iter().copied().collect();
-        if !seq.params.ignore_eos {
-            banned.extend(&self.config.eos_token_ids);
-        }
-        banned
     }
 
     /// Removes a request wherever it is, freeing its blocks at once.
@@ -877,23 +656,4 @@ impl Scheduler {
         seq.timings.finished = Some(Instant::now());
         Some(seq)
     }
-}
-
-/// Why the sequence ends with its last token, if it does; `step_end`: that token is the
-/// last of the step's (the only one a completed constraint can have ended on).
-fn stop_reason(config: &SchedulerConfig, seq: &Sequence, step_end: bool) -> Option<FinishReason> {
-    let last = *seq.tokens.last()?;
-    let n = seq.output().len();
-    let p = &seq.params;
-    if step_end && seq.constraint.as_ref().is_some_and(|c| c.is_finished()) {
-        return Some(FinishReason::Stop);
-    }
-    let eos = !p.ignore_eos && config.eos_token_ids.contains(&last);
-    if n >= p.min_tokens && (eos || p.stop_token_ids.contains(&last)) {
-        return Some(FinishReason::Stop);
-    }
-    if n >= p.max_tokens || seq.tokens.len() >= config.max_model_len {
-        return Some(FinishReason::Length);
-    }
-    None
 }

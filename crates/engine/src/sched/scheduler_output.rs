@@ -1,9 +1,9 @@
 //! `SchedulerOutput`: what one step runs, as the scheduler hands it to the engine: each
 //! sequence's chunk, the batch the model sees, and what `update` reports back per sequence.
 
-use super::forward_batch::ForwardBatch;
 use super::request::SeqId;
 use super::sequence::Sequence;
+use crate::forward_batch::ForwardBatch;
 use crate::sample::sampled_token::SampledToken;
 use std::ops::Range;
 use std::time::Instant;

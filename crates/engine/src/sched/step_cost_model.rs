@@ -112,8 +112,9 @@ impl StepCostModel {
 
     /// A forecast most steps of `shape` stay under: the prediction plus one of the window's
     /// relative spreads. The ITL target holds this bound, so the noise around a forecast
-    /// does not land on the P99 (64 users at once: P99 ITL 1.3× the target on the bare
-    /// prediction, 1.0× with one spread, 0.8–1.0× with two at 13% less throughput).
+    /// does not land on the P99: the bare prediction is a central estimate, so the slow steps
+    /// around it would pass the target, and a second spread would hold steps further under
+    /// the target than it asks, at the cost of throughput.
     pub fn predict_upper(&self, shape: StepShape) -> Option<f64> {
         self.predict(shape).map(|p| p * (1.0 + self.spread))
     }

@@ -5,12 +5,12 @@ use super::proposer::Proposer;
 use crate::config::hf_overrides::HfOverrides;
 use crate::config::{KvCacheDtype, WeightMode};
 use crate::error::{EngineError, Result};
+use crate::forward_batch::ForwardBatch;
 use crate::kv::block_manager::{BlockId, BlockManager};
 use crate::kv::kv_cache::KvCache;
 use crate::models::checkpoint;
-use crate::models::Llama;
+use crate::models::DecoderModel;
 use crate::sample::sampler::argmax;
-use crate::sched::forward_batch::ForwardBatch;
 use crate::sched::request::SeqId;
 use std::collections::HashMap;
 use std::path::Path;
@@ -20,7 +20,7 @@ const BLOCK_SIZE: usize = 16;
 const CHUNK: usize = 512;
 
 pub struct DraftModelProposer {
-    model: Llama,
+    model: DecoderModel,
     kv: KvCache,
     blocks: BlockManager,
     seqs: HashMap<SeqId, DraftSeq>,
@@ -69,7 +69,7 @@ impl DraftModelProposer {
                 spec.vocab_size
             )));
         }
-        let model = Llama::load(ckpt.as_mut(), spec.weight_mode, spec.max_model_len)?;
+        let model = DecoderModel::load(ckpt.as_mut(), spec.weight_mode, spec.max_model_len)?;
         let c = model.config();
         let num_blocks = spec.kv_tokens.div_ceil(BLOCK_SIZE).max(1);
         let kv = KvCache::new(

@@ -3,12 +3,12 @@
 
 use crate::config::KvCacheDtype;
 use crate::error::Result;
+use crate::forward_batch::ForwardBatch;
 use crate::kv::kv_cache::{KvCache, KvShape};
-use crate::models::Llama;
-use crate::sched::forward_batch::ForwardBatch;
+use crate::models::DecoderModel;
 
 pub struct ModelRunner {
-    model: Llama,
+    model: DecoderModel,
     kv_cache: KvCache,
     /// The last step's logits; the buffer is reused step after step.
     logits: Logits,
@@ -28,7 +28,12 @@ impl Logits {
 
 impl ModelRunner {
     /// A runner whose KV cache has `num_blocks` pages shared by the model's KV cache groups.
-    pub fn new(model: Llama, num_blocks: usize, block_size: usize, kv_dtype: KvCacheDtype) -> Self {
+    pub fn new(
+        model: DecoderModel,
+        num_blocks: usize,
+        block_size: usize,
+        kv_dtype: KvCacheDtype,
+    ) -> Self {
         let c = model.config();
         let shape = KvShape {
             num_blocks,
@@ -48,7 +53,7 @@ impl ModelRunner {
         }
     }
 
-    pub fn model(&self) -> &Llama {
+    pub fn model(&self) -> &DecoderModel {
         &self.model
     }
 

@@ -15,11 +15,11 @@ use tokenmill_engine::attention::{
 };
 use tokenmill_engine::config::model_config::KvHeads;
 use tokenmill_engine::config::{KvCacheDtype, SlidingWindow};
+use tokenmill_engine::forward_batch::ForwardBatch;
 use tokenmill_engine::kernels::cpu_kernel::CpuKernel;
 use tokenmill_engine::kv::block_manager::{BlockId, BlockManager};
 use tokenmill_engine::kv::block_table::BlockTable;
 use tokenmill_engine::kv::kv_cache::KvCache;
-use tokenmill_engine::sched::forward_batch::ForwardBatch;
 
 const TOL: f64 = 2e-6;
 const DTYPES: [KvCacheDtype; 3] = [KvCacheDtype::F32, KvCacheDtype::F16, KvCacheDtype::Bf16];

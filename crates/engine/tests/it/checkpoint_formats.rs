@@ -8,15 +8,15 @@ use common::tiny_llama::{self, GgufSpec};
 use std::path::Path;
 use tokenmill_engine::config::KvCacheDtype;
 use tokenmill_engine::config::WeightMode;
+use tokenmill_engine::forward_batch::ForwardBatch;
 use tokenmill_engine::kv::kv_cache::KvCache;
 use tokenmill_engine::models::checkpoint::{self, Checkpoint};
-use tokenmill_engine::models::Llama;
-use tokenmill_engine::sched::forward_batch::ForwardBatch;
+use tokenmill_engine::models::DecoderModel;
 use tokenmill_engine::{Engine, EngineConfig};
 
 fn logits_of(path: &Path, prompt: &[u32]) -> Vec<f32> {
     let mut ckpt = checkpoint::open(path).unwrap();
-    let model = Llama::load(ckpt.as_mut(), WeightMode::F32, 128).unwrap();
+    let model = DecoderModel::load(ckpt.as_mut(), WeightMode::F32, 128).unwrap();
     let c = model.config().clone();
     let mut kv = KvCache::new(c.num_layers, 8, 16, c.kv_heads(), KvCacheDtype::F32);
     // Block ids are only minted by a block manager.
@@ -265,7 +265,7 @@ fn unsupported_tensor_type_is_named_with_its_tensor() {
 /// Logits of every prefix of `prompt` with the weights kept in `mode`.
 fn logits_in(path: &Path, prompt: &[u32], mode: WeightMode) -> Vec<f32> {
     let mut ckpt = checkpoint::open(path).unwrap();
-    let model = Llama::load(ckpt.as_mut(), mode, 128).unwrap();
+    let model = DecoderModel::load(ckpt.as_mut(), mode, 128).unwrap();
     let c = model.config().clone();
     let mut kv = KvCache::new(c.num_layers, 8, 16, c.kv_heads(), KvCacheDtype::F32);
     let table = tokenmill_engine::kv::block_manager::BlockManager::new(8, 16, false)

@@ -243,9 +243,9 @@ fn assert_rows_independent_of_the_batch(
 #[test]
 fn every_cpu_path_is_bitwise_equal_to_the_portable_one() {
     let shapes = [(45, 320), (8, 32), (203, 576), (13, 1536), (96, 64)];
-    // Every tile height of every path (the AVX-512 tiles take up to eight rows), tails, and
-    // batches of several tiles.
-    let batches: Vec<usize> = (1..=9).chain([17, 33, 64, 65]).collect();
+    // Every tile height of every path (the AVX-512 tiles take up to eight rows, AMX's
+    // sixteen), tails, and batches of several tiles.
+    let batches: Vec<usize> = (1..=9).chain([12, 16, 17, 24, 33, 64, 65]).collect();
     assert_every_path_gives_portable_bits(&FORMATS, &shapes, &batches, 40);
 }
 
@@ -383,7 +383,7 @@ fn k_quants_keep_about_the_files_bits_per_weight() {
 #[test]
 fn every_cpu_path_is_bitwise_equal_to_the_portable_one_for_k_quants() {
     let shapes = [(45, 256), (8, 512), (203, 1536), (13, 768), (5, 2048)];
-    let batches: Vec<usize> = (1..=9).chain([17, 33]).collect();
+    let batches: Vec<usize> = (1..=9).chain([12, 16, 17, 24, 33]).collect();
     assert_every_path_gives_portable_bits(&K_FORMATS, &shapes, &batches, 60);
 }
 

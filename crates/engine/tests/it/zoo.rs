@@ -16,11 +16,11 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use tokenmill_engine::config::KvCacheDtype;
 use tokenmill_engine::config::WeightMode;
+use tokenmill_engine::forward_batch::ForwardBatch;
 use tokenmill_engine::kv::block_manager::{BlockId, BlockManager};
 use tokenmill_engine::kv::kv_cache::KvCache;
 use tokenmill_engine::models::checkpoint;
-use tokenmill_engine::models::Llama;
-use tokenmill_engine::sched::forward_batch::ForwardBatch;
+use tokenmill_engine::models::DecoderModel;
 use tokenmill_engine::{Engine, EngineConfig, Request, SamplingParams};
 
 const LOGIT_TOL: f64 = 1e-4;
@@ -92,12 +92,12 @@ fn checkpoint_path(model: &str, format: Format) -> PathBuf {
     }
 }
 
-fn load(model: &str, format: Format) -> tokenmill_engine::Result<Llama> {
+fn load(model: &str, format: Format) -> tokenmill_engine::Result<DecoderModel> {
     let mut ckpt = checkpoint::open(&checkpoint_path(model, format))?;
-    Llama::load(&mut *ckpt, WeightMode::F32, 256)
+    DecoderModel::load(&mut *ckpt, WeightMode::F32, 256)
 }
 
-fn kv_cache(model: &Llama, blocks: usize) -> KvCache {
+fn kv_cache(model: &DecoderModel, blocks: usize) -> KvCache {
     let c = model.config();
     KvCache::new(
         c.num_layers,
@@ -123,7 +123,7 @@ fn argmax(v: &[f32]) -> u32 {
 
 /// Teacher-forced logits at every prompt position, 16 positions a step, each its own
 /// sampling row reading the earlier ones from the paged cache. Returns the worst error.
-fn check_prompt_positions(model: &Llama, case: &Case, what: &str) -> f64 {
+fn check_prompt_positions(model: &DecoderModel, case: &Case, what: &str) -> f64 {
     let vocab = model.config().vocab_size;
     let n = case.prompt_ids.len();
     let blocks = n.div_ceil(BLOCK_SIZE);
@@ -178,7 +178,7 @@ fn reference_active_experts(
 /// are the reference's, in its order, with weights within the logit tolerance; and the
 /// distinct experts it counted per layer are the reference's.
 fn check_routing(
-    model: &Llama,
+    model: &DecoderModel,
     reference: &BTreeMap<String, LayerRouting>,
     positions: std::ops::Range<usize>,
     what: &str,
@@ -231,7 +231,7 @@ struct Running<'a> {
 /// Greedy generation of `cases` together, as a scheduler would run them: each step spends at
 /// most `TOKEN_BUDGET` tokens, decodes first-come, and a prompt that does not fit continues
 /// next step. Checks every step's logits and the greedy tokens; returns the worst error.
-fn check_generation(model: &Llama, cases: &[&Case], what: &str) -> f64 {
+fn check_generation(model: &DecoderModel, cases: &[&Case], what: &str) -> f64 {
     let vocab = model.config().vocab_size;
     let steps = cases[0].greedy.ids.len();
     let per_seq = |c: &Case| (c.prompt_ids.len() + steps).div_ceil(BLOCK_SIZE);

@@ -22,11 +22,10 @@ use crate::tool_request::ToolRequest;
 
 pub async fn chat_completions(
     State(state): State<Arc<AppState>>,
-    JsonBody(mut body): JsonBody<GenerationRequest>,
+    JsonBody(body): JsonBody<GenerationRequest>,
 ) -> Result<Response, ApiError> {
     state.check_model(body.model.as_deref())?;
     check_fields(&body, Endpoint::Chat)?;
-    state.generation_config.fill(&mut body);
     let messages = chat_messages(body.messages.as_deref())?;
     let tools = ToolRequest::from_request(&body)?;
     state.limits.check(&body, 1)?;
@@ -49,14 +48,7 @@ pub async fn chat_completions(
         prompt.token_ids(&rendering)
     })
     .await?;
-    let mut plan = RequestPlan::new(
-        &body,
-        Endpoint::Chat,
-        vec![prompt],
-        state.handle.limits(),
-        &state.limits,
-    )?;
-    state.generation_config.cap_max_tokens(&body, &mut plan);
+    let mut plan = RequestPlan::new(&body, Endpoint::Chat, vec![prompt], &state.plan_rules())?;
     plan.chat_echo = chat_echo;
     if let Some(tools) = &tools {
         plan_tool_calls(&mut plan, tools, state.tool_call_parser)?;

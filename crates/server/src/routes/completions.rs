@@ -16,11 +16,10 @@ use crate::routes::off_runtime;
 
 pub async fn completions(
     State(state): State<Arc<AppState>>,
-    JsonBody(mut body): JsonBody<GenerationRequest>,
+    JsonBody(body): JsonBody<GenerationRequest>,
 ) -> Result<Response, ApiError> {
     state.check_model(body.model.as_deref())?;
     check_fields(&body, Endpoint::Completions)?;
-    state.generation_config.fill(&mut body);
     let inputs = prompt_inputs(body.prompt.as_ref())?;
     // Before any tokenizing: the request's size is known from its shape alone.
     state.limits.check(&body, inputs.len())?;
@@ -47,14 +46,7 @@ pub async fn completions(
     })
     .await?;
     let (ids, texts): (Vec<_>, Vec<_>) = prompts.into_iter().unzip();
-    let mut plan = RequestPlan::new(
-        &body,
-        Endpoint::Completions,
-        ids,
-        state.handle.limits(),
-        &state.limits,
-    )?;
-    state.generation_config.cap_max_tokens(&body, &mut plan);
+    let mut plan = RequestPlan::new(&body, Endpoint::Completions, ids, &state.plan_rules())?;
     if plan.echo {
         plan.echoed = texts
             .into_iter()

@@ -8,10 +8,11 @@ use serde_json::{json, Value};
 use std::sync::{Arc, OnceLock};
 use tokenmill_engine::EngineLimits;
 use tokenmill_server::detokenizer::IncrementalDetokenizer;
+use tokenmill_server::generation_config::GenerationConfig;
 use tokenmill_server::generation_request::GenerationRequest;
 use tokenmill_server::json_body::parse_json;
 use tokenmill_server::request_limits::RequestLimits;
-use tokenmill_server::request_plan::{Endpoint, RequestPlan};
+use tokenmill_server::request_plan::{Endpoint, PlanRules, RequestPlan};
 use tokenmill_server::tokenizer::{from_gguf_file, Tokenizer};
 
 /// The default model's tokenizer, or `None` where the model is absent and may be (each case
@@ -173,7 +174,12 @@ proptest! {
         if let Ok(request) = parse_json::<GenerationRequest>(&bytes) {
             let endpoint = if chat { Endpoint::Chat } else { Endpoint::Completions };
             let prompts = vec![vec![1, 2, 3], vec![4; 10]];
-            match RequestPlan::new(&request, endpoint, prompts, &limits(), &RequestLimits::default()) {
+            let rules = PlanRules {
+                engine: &limits(),
+                request_limits: &RequestLimits::default(),
+                defaults: &GenerationConfig::default(),
+            };
+            match RequestPlan::new(&request, endpoint, prompts, &rules) {
                 Ok(_) => {}
                 Err(e) => {
                     prop_assert!(e.status.is_client_error(), "{} {}", e.status, e.message);

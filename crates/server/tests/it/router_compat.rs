@@ -381,6 +381,10 @@ async fn metrics_compat_vllm_exports_what_endpoint_pickers_read_under_vllm_names
         "vLLM names without --metrics-compat"
     );
     assert!(native.contains("tokenmill:cache_config_info{block_size=\"16\","));
+    assert!(
+        native.contains("tokenmill:cpu_kernel_info{kernel=\""),
+        "{native}"
+    );
     let server = start_server(
         &[],
         ServerOptions {

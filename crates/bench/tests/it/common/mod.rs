@@ -9,12 +9,12 @@ pub mod spawned_process;
 use std::path::Path;
 
 use clap::Parser;
-use tokenmill_bench::{ServeArgs, SweepArgs};
+use tokenmill_bench::{BenchServeArgs, SweepArgs};
 
 #[derive(Parser)]
 struct ServeCli {
     #[command(flatten)]
-    args: ServeArgs,
+    args: BenchServeArgs,
 }
 
 #[derive(Parser)]
@@ -24,7 +24,7 @@ struct SweepCli {
 }
 
 /// `bench serve` options as a user would type them.
-pub fn serve_args(words: &[&str]) -> ServeArgs {
+pub fn serve_args(words: &[&str]) -> BenchServeArgs {
     let argv = std::iter::once("bench").chain(words.iter().copied());
     ServeCli::try_parse_from(argv)
         .expect("test arguments parse")

@@ -32,7 +32,7 @@ impl Isa {
             #[cfg(target_arch = "x86_64")]
             CpuKernel::Avx2 | CpuKernel::AvxVnni => Isa::Avx2,
             #[cfg(target_arch = "x86_64")]
-            CpuKernel::Avx512Vnni => Isa::Avx512,
+            CpuKernel::Avx512Vnni | CpuKernel::Amx | CpuKernel::AmxEmulated => Isa::Avx512,
             #[cfg(not(target_arch = "x86_64"))]
             _ => Isa::Portable,
         }

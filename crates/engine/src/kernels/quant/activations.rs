@@ -114,7 +114,14 @@ impl QuantizedActivations {
         self.offsets.resize(offsets, [0; 2]);
         self.sums.resize(sums, 0.0);
         // Only VNNI tiles of two or more rows read Q8_0's biased copy.
-        let biased = m > 1 && matches!(kernel, CpuKernel::AvxVnni | CpuKernel::Avx512Vnni);
+        let biased = m > 1
+            && matches!(
+                kernel,
+                CpuKernel::AvxVnni
+                    | CpuKernel::Avx512Vnni
+                    | CpuKernel::Amx
+                    | CpuKernel::AmxEmulated
+            );
         let (quants, scales) = (Shards::new(&mut self.quants), Shards::new(&mut self.scales));
         let copies = Shards::new(&mut self.copy);
         let (offsets, sums) = (Shards::new(&mut self.offsets), Shards::new(&mut self.sums));
@@ -264,9 +271,9 @@ fn quantize_row(
     #[cfg(target_arch = "x86_64")]
     if kernel != CpuKernel::Portable {
         // SAFETY: every SIMD path requires AVX2, checked by `matmul_with`; AVX-512 is
-        // `Avx512Vnni`'s.
+        // `Avx512Vnni`'s and the AMX paths'.
         unsafe {
-            if kernel == CpuKernel::Avx512Vnni {
+            if kernel.has_avx512() {
                 quantize::quantize_row_avx512(src, dst, scales, halves)
             } else {
                 quantize::quantize_row(src, dst, scales, halves)

@@ -9,11 +9,11 @@ use super::activations::{Input, QuantizedActivations, XRow};
 use super::neon::Neon;
 use super::portable::Portable;
 use super::quant_matrix::QuantMatrix;
-use super::tile::{Rows, Tile, TileKernel};
+use super::tile::{Rows, TileKernel, TileOut};
 use super::tile_sink::{OutputWriter, PairWriter, TileSink};
 use super::weight_format::WeightFormat;
 #[cfg(target_arch = "x86_64")]
-use super::x86::{Avx2, Avx512Vnni, AvxVnni};
+use super::x86::{Amx, AmxEmulated, Avx2, Avx512Vnni, AvxVnni};
 use super::{BLOCK, MR};
 use crate::kernels::compute_pool::ComputePool;
 use crate::kernels::cpu_kernel::CpuKernel;
@@ -178,11 +178,9 @@ impl QuantMatrix {
         let group_bytes = (self.cols * gr * self.format.quant_bytes() / BLOCK).max(1);
         let per_cache = (TASK_WEIGHT_BYTES / group_bytes).max(1);
         // One activation row streams its weights once, with nothing to reuse: one task a
-        // thread (as far as the cache allows) ran SmolLM2's one-row step in 2.25–2.26 ms
-        // where four took 2.53–2.58 (measured; git history of docs/performance.md): fewer tasks
-        // start fewer weight streams and take fewer claims. Larger batches want several tasks
-        // a thread for balance, each at least two groups wide to amortize re-reading the
-        // activations.
+        // thread (as far as the cache allows) starts the fewest weight streams and takes
+        // the fewest claims. Larger batches want several tasks a thread for balance, each
+        // at least two groups wide to amortize re-reading the activations.
         let want = if m == 1 {
             groups.div_ceil(threads)
         } else {
@@ -208,7 +206,7 @@ impl QuantMatrix {
         out: &impl TileSink,
         kernel: CpuKernel,
     ) {
-        let rows = tile_rows(self.format, kernel);
+        let rows = tile_rows(self.format, kernel, act.m);
         for i0 in (0..act.m).step_by(rows) {
             let mr = (act.m - i0).min(rows);
             // Rows past `mr` repeat the last one; the kernels ignore them.
@@ -229,9 +227,20 @@ impl QuantMatrix {
     }
 }
 
-/// Activation rows per tile of `format` on `kernel`.
-fn tile_rows(format: WeightFormat, kernel: CpuKernel) -> usize {
+/// Activation rows per tile of `format` on `kernel`, for a matmul of `m` rows: AMX tiles
+/// only where there are more rows than the AVX-512 tiles take.
+fn tile_rows(format: WeightFormat, kernel: CpuKernel, m: usize) -> usize {
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = m;
     match kernel {
+        #[cfg(target_arch = "x86_64")]
+        CpuKernel::Amx | CpuKernel::AmxEmulated if m <= Avx512Vnni::tile_rows(format) => {
+            Avx512Vnni::tile_rows(format)
+        }
+        #[cfg(target_arch = "x86_64")]
+        CpuKernel::Amx => Amx::tile_rows(format),
+        #[cfg(target_arch = "x86_64")]
+        CpuKernel::AmxEmulated => AmxEmulated::tile_rows(format),
         #[cfg(target_arch = "x86_64")]
         CpuKernel::Avx2 => Avx2::tile_rows(format),
         #[cfg(target_arch = "x86_64")]
@@ -250,7 +259,7 @@ fn tiles(
     kernel: CpuKernel,
     groups: Range<usize>,
     rows: Rows,
-    emit: &mut impl FnMut(usize, &Tile),
+    emit: &mut impl FnMut(usize, &TileOut),
 ) {
     match kernel {
         // SAFETY: `matmul_with` checked the CPU supports `kernel`.
@@ -262,6 +271,12 @@ fn tiles(
         // SAFETY: as above.
         #[cfg(target_arch = "x86_64")]
         CpuKernel::Avx512Vnni => unsafe { Avx512Vnni::tiles(m, groups, rows, emit) },
+        // SAFETY: as above (AMX includes `amx_status`).
+        #[cfg(target_arch = "x86_64")]
+        CpuKernel::Amx => unsafe { Amx::tiles(m, groups, rows, emit) },
+        // SAFETY: as above.
+        #[cfg(target_arch = "x86_64")]
+        CpuKernel::AmxEmulated => unsafe { AmxEmulated::tiles(m, groups, rows, emit) },
         // SAFETY: as above. K-quants have no NEON tile yet and take the portable rows.
         #[cfg(target_arch = "aarch64")]
         CpuKernel::NeonDotprod if !m.format.is_k_quant() => unsafe {

@@ -10,8 +10,7 @@
 //! fifth bit per quant (q ∈ 0..32, Q5_0's offset 16), in the same sequence. The
 //! conversion, product and fma per block and element are what bounds the tiles (they share
 //! the vector pipes with the integer dots), so a block is never split into float partial
-//! sums: it once was, in halves, and the tiles ran at 0.65–0.8× (measured; git history of
-//! docs/performance.md).
+//! sums: halves would double that work per block.
 //! Tiles only change which elements are computed together, never that sequence, and `k` is
 //! never split across threads, so a row's result is independent of the batch, and the SIMD
 //! paths equal the portable one.
@@ -75,7 +74,10 @@ const SUB: usize = SUPER / BLOCK;
 pub const NR: usize = 8;
 /// Weight rows per K-quant group and tile (their lanes hold half blocks: two per row).
 pub const K_NR: usize = 4;
-/// Activation rows per tile at most (the AVX-512 tiles'; the 256-bit ones take [`MR_256`]).
-pub const MR: usize = 8;
+/// Activation rows per tile at most (the AMX tiles'; AVX-512 takes [`MR_512`], the 256-bit
+/// tiles [`MR_256`]).
+pub const MR: usize = 16;
+/// Activation rows per tile of the AVX-512 pair tiles: sixteen accumulators of two groups.
+const MR_512: usize = 8;
 /// Activation rows per tile of the portable and 256-bit kernels: their registers hold no more.
 const MR_256: usize = 4;

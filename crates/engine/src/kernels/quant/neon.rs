@@ -14,7 +14,7 @@
 use super::activations::{check_rows, XRow};
 use super::group::{check_group, Group};
 use super::quant_matrix::QuantMatrix;
-use super::tile::{Rows, Tile, TileKernel};
+use super::tile::{Rows, Tile, TileKernel, TileOut};
 use super::weight_format::WeightFormat;
 use super::{BLOCK, MR, NR};
 use half::f16;
@@ -86,7 +86,7 @@ impl TileKernel for Neon {
         m: &QuantMatrix,
         groups: Range<usize>,
         rows: Rows,
-        emit: &mut impl FnMut(usize, &Tile),
+        emit: &mut impl FnMut(usize, &TileOut),
     ) {
         let x = rows.x;
         // SAFETY: the caller's contract.
@@ -108,7 +108,7 @@ unsafe fn tiles_of<const R: usize>(
     m: &QuantMatrix,
     groups: Range<usize>,
     x: &[XRow; MR],
-    emit: &mut impl FnMut(usize, &Tile),
+    emit: &mut impl FnMut(usize, &TileOut),
 ) {
     let (format, blocks) = (m.format, m.cols / BLOCK);
     check_rows::<R>(x, blocks, format);
@@ -164,7 +164,7 @@ fn tile_of<const R: usize>(
     acc: &[[float32x4_t; 2]; R],
     mn: Option<&[[float32x4_t; 2]; R]>,
 ) -> Tile {
-    let mut out = [[0f32; NR]; MR];
+    let mut out: Tile = Default::default();
     for r in 0..R {
         for half in 0..2 {
             // SAFETY: registers, and a store of four f32s into a row of eight.

@@ -7,9 +7,9 @@ use super::activations::XRow;
 use super::group::{q4_get, q5_get, q8_at, Group};
 use super::k_quants;
 use super::quant_matrix::QuantMatrix;
-use super::tile::{Rows, Tile, TileKernel};
+use super::tile::{Rows, Tile, TileKernel, TileOut};
 use super::weight_format::WeightFormat;
-use super::{BLOCK, K_NR, MR, NR};
+use super::{BLOCK, K_NR, NR};
 use half::f16;
 use std::ops::Range;
 
@@ -23,12 +23,12 @@ impl TileKernel for Portable {
         m: &QuantMatrix,
         groups: Range<usize>,
         rows: Rows,
-        emit: &mut impl FnMut(usize, &Tile),
+        emit: &mut impl FnMut(usize, &TileOut),
     ) {
         let (format, x, mr) = (m.format, rows.x, rows.mr);
         for g in groups {
             let w = m.group(g);
-            let mut out = [[0f32; NR]; MR];
+            let mut out: Tile = Default::default();
             for (o, row) in out.iter_mut().zip(x).take(mr) {
                 if format.is_k_quant() {
                     o[..K_NR].copy_from_slice(&k_quants::row(format, w, row));

@@ -30,8 +30,8 @@ pub struct QuantMatrix {
     /// Empty for other formats.
     pub(super) sub: HugeBuf<u8>,
     /// Q8_0's per-row block sums `Σw`, laid out like `scales`: the biased VNNI tiles take
-    /// `128·Σw` back without summing each block's weights again (the Q8_0 tile 1.2–1.3× in
-    /// most rounds at 16–256 rows). Empty for other formats.
+    /// `128·Σw` back without summing each block's weights again, a sum per block per row
+    /// tile saved. Empty for other formats.
     pub(super) sums: HugeBuf<i16>,
 }
 

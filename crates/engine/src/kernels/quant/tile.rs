@@ -6,11 +6,15 @@
 use super::activations::XRow;
 use super::quant_matrix::QuantMatrix;
 use super::weight_format::WeightFormat;
-use super::{MR, MR_256, NR};
+use super::{MR, MR_256, MR_512, NR};
 use std::ops::Range;
 
-/// One tile's result: `[activation row][weight row in group]`.
-pub(super) type Tile = [[f32; NR]; MR];
+/// One vector tile's result: `[activation row][weight row in group]`, as many rows as
+/// the widest vector tile takes (the AMX tiles keep their own sixteen).
+pub(super) type Tile = [[f32; NR]; MR_512];
+
+/// What a tile hands on: its first `mr` rows (or more; the sinks read `mr`).
+pub(super) type TileOut = [[f32; NR]];
 
 /// One tile's activation rows: `x[..mr]` (the rest repeat the last), and whether they are
 /// the first a task runs, whose tiles read its weights from memory.
@@ -44,6 +48,6 @@ pub(super) trait TileKernel {
         m: &QuantMatrix,
         groups: Range<usize>,
         rows: Rows,
-        emit: &mut impl FnMut(usize, &Tile),
+        emit: &mut impl FnMut(usize, &TileOut),
     );
 }

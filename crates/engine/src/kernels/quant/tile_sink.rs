@@ -3,7 +3,7 @@
 //! combined as they are stored ([`PairWriter`], SwiGLU's gate and up). Each parallel task
 //! owns whole groups of columns, so no task needs a private buffer copied into place.
 
-use super::tile::Tile;
+use super::tile::TileOut;
 use super::{MR, NR};
 use std::marker::PhantomData;
 
@@ -24,7 +24,7 @@ pub(super) trait TileSink: Sync {
         mr: usize,
         cols_end: usize,
         gr: usize,
-    ) -> impl FnMut(usize, &Tile);
+    ) -> impl FnMut(usize, &TileOut);
 }
 
 impl TileSink for OutputWriter<'_> {
@@ -38,7 +38,7 @@ impl TileSink for OutputWriter<'_> {
         mr: usize,
         cols_end: usize,
         gr: usize,
-    ) -> impl FnMut(usize, &Tile) {
+    ) -> impl FnMut(usize, &TileOut) {
         move |g, tile| {
             let c = g * gr;
             let width = (cols_end - c).min(gr);
@@ -75,7 +75,7 @@ where
         mr: usize,
         cols_end: usize,
         gr: usize,
-    ) -> impl FnMut(usize, &Tile) {
+    ) -> impl FnMut(usize, &TileOut) {
         assert!(i0 + mr <= self.m);
         // The task's last group (a `b` group: tasks hold whole pairs).
         let last = cols_end.div_ceil(gr) - 1;

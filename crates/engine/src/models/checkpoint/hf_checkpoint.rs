@@ -1,7 +1,8 @@
 //! Hugging Face model directories: config.json plus one or many safetensors shards.
 
 use super::{hf_expert_names, hf_name, Checkpoint};
-use crate::config::model_config::{Architecture, HfConfig, ModelConfig};
+use crate::config::hf_config::HfConfig;
+use crate::config::model_config::{Architecture, ModelConfig};
 use crate::error::{EngineError, Result};
 use candle_core::quantized::{GgmlDType, QTensor};
 use candle_core::{DType, Device, Tensor};

@@ -13,11 +13,11 @@ pub use reference::{golden, golden_case, model_path, Golden, GoldenCase};
 
 use tokenmill_engine::config::KvCacheDtype;
 use tokenmill_engine::config::WeightMode;
+use tokenmill_engine::forward_batch::ForwardBatch;
 use tokenmill_engine::kv::block_manager::BlockManager;
 use tokenmill_engine::kv::kv_cache::KvCache;
 use tokenmill_engine::models::checkpoint::GgufCheckpoint;
-use tokenmill_engine::models::Llama;
-use tokenmill_engine::sched::forward_batch::ForwardBatch;
+use tokenmill_engine::models::DecoderModel;
 use tokenmill_engine::{Engine, EngineConfig};
 
 pub fn load_engine(config: EngineConfig) -> Engine {
@@ -25,16 +25,16 @@ pub fn load_engine(config: EngineConfig) -> Engine {
     Engine::load(&mut ckpt, config).expect("default model loads")
 }
 
-/// The default model loaded as a bare [`Llama`] (no engine), for tests that read logits.
-pub fn load_model(mode: WeightMode) -> Llama {
+/// The default model loaded as a bare [`DecoderModel`] (no engine), for tests that read logits.
+pub fn load_model(mode: WeightMode) -> DecoderModel {
     let mut ckpt = GgufCheckpoint::open(&model_path()).expect("default model opens");
-    Llama::load(&mut ckpt, mode, 4096).expect("default model loads")
+    DecoderModel::load(&mut ckpt, mode, 4096).expect("default model loads")
 }
 
 /// Logits `[prompt.len(), vocab]` at every position of `prompt` (teacher forcing), as
 /// `examples/quant_accuracy.rs` computes them: each position is its own one-token chunk in
 /// one batch, all sharing one block table, so every row samples.
-pub fn prompt_logits(model: &Llama, prompt: &[u32], kv_dtype: KvCacheDtype) -> Vec<f32> {
+pub fn prompt_logits(model: &DecoderModel, prompt: &[u32], kv_dtype: KvCacheDtype) -> Vec<f32> {
     const BLOCK_SIZE: usize = 16;
     let c = model.config();
     let blocks = prompt.len().div_ceil(BLOCK_SIZE);

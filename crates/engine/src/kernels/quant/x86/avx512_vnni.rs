@@ -12,9 +12,9 @@ use super::zmm::{self, has_zmm_tile};
 use crate::kernels::quant::activations::{check_rows, XRow};
 use crate::kernels::quant::group::{check_group, Group};
 use crate::kernels::quant::quant_matrix::QuantMatrix;
-use crate::kernels::quant::tile::{Rows, Tile, TileKernel};
+use crate::kernels::quant::tile::{Rows, Tile, TileKernel, TileOut};
 use crate::kernels::quant::weight_format::WeightFormat;
-use crate::kernels::quant::{BLOCK, K_NR, MR, MR_256, NR, SUB};
+use crate::kernels::quant::{BLOCK, K_NR, MR, MR_256, MR_512, NR, SUB};
 use std::arch::x86_64::*;
 use std::ops::Range;
 
@@ -45,10 +45,10 @@ simd_path!(
 pub(in crate::kernels::quant) struct Avx512Vnni;
 
 impl TileKernel for Avx512Vnni {
-    /// [`MR`] rows where `format` has 512-bit tiles.
+    /// [`MR_512`] rows where `format` has 512-bit tiles.
     fn tile_rows(format: WeightFormat) -> usize {
         if has_zmm_tile(format) {
-            MR
+            MR_512
         } else {
             MR_256
         }
@@ -60,14 +60,13 @@ impl TileKernel for Avx512Vnni {
         m: &QuantMatrix,
         groups: Range<usize>,
         rows: Rows,
-        emit: &mut impl FnMut(usize, &Tile),
+        emit: &mut impl FnMut(usize, &TileOut),
     ) {
         let (x, mr, first) = (rows.x, rows.mr, rows.first);
-        // A lone activation row keeps the 256-bit tile: decode is memory-bound, and
-        // two groups' streams at once ran it 1.2–1.7× slower, prefetched or not
-        // (measured; git history of docs/performance.md).
-        // K-quant pair tiles from five rows up: at four their per-block setup of
-        // two groups outweighed the wider dot (Q5K at 4 rows 0.8–0.9×).
+        // A lone activation row keeps the 256-bit tile: decode is memory-bound, and one
+        // stream per group keeps the prefetcher ahead where two at once do not.
+        // K-quant pair tiles from five rows up: below that their per-block setup of two
+        // groups outweighs the wider dot.
         let wide = has_zmm_tile(m.format) && mr > if m.format.is_k_quant() { MR_256 } else { 1 };
         // SAFETY: the CPU supports this path (the caller's contract).
         unsafe {
@@ -102,7 +101,7 @@ unsafe fn pairs<const R: usize>(
     groups: Range<usize>,
     x: &[XRow; MR],
     first: bool,
-    emit: &mut impl FnMut(usize, &Tile),
+    emit: &mut impl FnMut(usize, &TileOut),
 ) {
     // SAFETY: the caller's contract.
     unsafe {

@@ -9,7 +9,7 @@ use super::ymm::{
 use crate::kernels::quant::activations::{check_rows, XRow};
 use crate::kernels::quant::group::{check_group, Group};
 use crate::kernels::quant::quant_matrix::QuantMatrix;
-use crate::kernels::quant::tile::{Rows, Tile, TileKernel};
+use crate::kernels::quant::tile::{Rows, Tile, TileKernel, TileOut};
 use crate::kernels::quant::weight_format::WeightFormat;
 use crate::kernels::quant::{BLOCK, K_NR, MR, NR, SUB};
 use std::arch::x86_64::*;
@@ -49,7 +49,7 @@ impl TileKernel for AvxVnni {
         m: &QuantMatrix,
         groups: Range<usize>,
         rows: Rows,
-        emit: &mut impl FnMut(usize, &Tile),
+        emit: &mut impl FnMut(usize, &TileOut),
     ) {
         let x = rows.x;
         // SAFETY: the CPU supports this path (the caller's contract).

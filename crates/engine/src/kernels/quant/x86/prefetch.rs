@@ -4,9 +4,8 @@
 use std::arch::x86_64::*;
 
 /// Blocks ahead of the one being read that the tiles prefetch (2 KiB of a Q4 group).
-/// Decode streams each weight once; the hardware prefetcher alone left one-row tiles
-/// (and the 512-bit tiles' two streams at any height) waiting on memory
-/// (measured; git history of docs/performance.md).
+/// Decode streams each weight once; the hardware prefetcher alone leaves one-row tiles
+/// (and the 512-bit tiles' two streams at any height) waiting on memory.
 pub(super) const AHEAD: usize = 32;
 
 /// Prefetches the quants [`AHEAD`] blocks past the block of `block_bytes` at `p`. Past

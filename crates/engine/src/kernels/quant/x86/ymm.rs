@@ -10,7 +10,7 @@
 //! integers VNNI's `vpdpbusd` accumulates.
 
 use crate::kernels::quant::tile::Tile;
-use crate::kernels::quant::{BLOCK, K_NR, MR, NR};
+use crate::kernels::quant::{BLOCK, K_NR};
 use std::arch::x86_64::*;
 
 /// Chunks of four elements in a 32-block: one per 32-bit lane of a dot product.
@@ -53,7 +53,7 @@ pub(super) unsafe fn f16x8(p: *const u16) -> __m256 {
 #[inline]
 #[target_feature(enable = "avx2")]
 pub(super) fn tile_of<const R: usize>(acc: &[__m256; R], mn: Option<&[__m256; R]>) -> Tile {
-    let mut out = [[0f32; NR]; MR];
+    let mut out: Tile = Default::default();
     for r in 0..R {
         let row = match mn {
             Some(mn) => _mm256_add_ps(acc[r], mn[r]),
@@ -211,7 +211,7 @@ macro_rules! simd_path {
             m: &QuantMatrix,
             groups: Range<usize>,
             x: &[XRow; MR],
-            emit: &mut impl FnMut(usize, &Tile),
+            emit: &mut impl FnMut(usize, &TileOut),
         ) {
             let (format, blocks) = (m.format, m.cols / BLOCK);
             check_rows::<R>(x, blocks, format);
@@ -486,7 +486,7 @@ macro_rules! simd_path {
                     }
                 }
             }
-            let mut out = [[0f32; NR]; MR];
+            let mut out: Tile = Default::default();
             for r in 0..R {
                 out[r][..K_NR].copy_from_slice(&finish_k(acc[r], mn[r]));
             }
@@ -537,7 +537,7 @@ macro_rules! simd_path {
                     }
                 }
             }
-            let mut out = [[0f32; NR]; MR];
+            let mut out: Tile = Default::default();
             for r in 0..R {
                 out[r][..K_NR].copy_from_slice(&finish_k(acc[r], _mm_setzero_ps()));
             }

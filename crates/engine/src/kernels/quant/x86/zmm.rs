@@ -11,7 +11,7 @@ use super::ymm::{chunk_bits, f16x4, k_quants, CHUNKS};
 use crate::kernels::quant::activations::{check_rows, XRow};
 use crate::kernels::quant::group::{check_group, Group};
 use crate::kernels::quant::quant_matrix::QuantMatrix;
-use crate::kernels::quant::tile::Tile;
+use crate::kernels::quant::tile::{Tile, TileOut};
 use crate::kernels::quant::weight_format::WeightFormat;
 use crate::kernels::quant::{BLOCK, K_NR, MR, NR, SUB};
 use std::arch::x86_64::*;
@@ -20,9 +20,8 @@ use std::ops::Range;
 /// Every pair of groups of `groups` against `R` activation rows, two groups at a time;
 /// returns where it stopped, an odd last group left to the caller's 256-bit tile. In
 /// Q4_0/Q4_1 only the task's `first` row tile, which brings the weights from memory,
-/// prefetches: the later ones read them from cache, where the prefetches only took issue
-/// slots (cached 1024×3072 Q4_0 at 64–256 rows, one thread: 510–550 GOP/s prefetching,
-/// 570–580 not).
+/// prefetches: the later ones read them from cache, where prefetches only take issue
+/// slots.
 ///
 /// # Safety
 /// The CPU must support AVX-512 F/BW/VL and VNNI (with AVX2, FMA and F16C).
@@ -32,7 +31,7 @@ pub(super) unsafe fn tiles<const R: usize>(
     groups: Range<usize>,
     x: &[XRow; MR],
     first: bool,
-    emit: &mut impl FnMut(usize, &Tile),
+    emit: &mut impl FnMut(usize, &TileOut),
 ) -> usize {
     let (format, blocks) = (m.format, m.cols / BLOCK);
     check_rows::<R>(x, blocks, format);
@@ -68,8 +67,7 @@ pub(super) unsafe fn tiles<const R: usize>(
 }
 
 /// Blocks ahead of the one being read that the pair tiles prefetch: as many bytes
-/// ahead as [`AHEAD`] is for one group, as each step reads two. (32 read no better
-/// on cold 1024×3072 Q4_0 matmuls at 8–64 rows; git history of docs/performance.md.)
+/// ahead as [`AHEAD`] is for one group, as each step reads two.
 const PAIR_AHEAD: usize = AHEAD / 2;
 
 /// Prefetches what the pair tile reads [`PAIR_AHEAD`] blocks past block `k`. Groups
@@ -143,7 +141,7 @@ unsafe fn f16x16(pa: *const u16, pb: *const u16) -> __m512 {
 #[inline]
 #[target_feature(enable = "avx2,avx512f")]
 fn finish<const R: usize>(acc: &[__m512; R], mn: Option<&[__m512; R]>) -> (Tile, Tile) {
-    let (mut ta, mut tb) = ([[0f32; NR]; MR], [[0f32; NR]; MR]);
+    let (mut ta, mut tb): (Tile, Tile) = Default::default();
     for r in 0..R {
         let rows = match mn {
             Some(mn) => _mm512_add_ps(acc[r], mn[r]),
@@ -206,9 +204,8 @@ unsafe fn q4<const R: usize, const MIN: bool, const HIGH: bool, const PREFETCH: 
         unsafe {
             let pa = a.quants.as_ptr().add(k * NR * qb) as *const __m256i;
             let pb = b.quants.as_ptr().add(k * NR * qb) as *const __m256i;
-            // The pair's stream, [`PAIR_AHEAD`] blocks ahead: unprefetched, a 16-row
-            // Qwen3-0.6B decode step took 75–87 ms (measured); with each group prefetched
-            // past itself 53 ms, as a pair 41–43 (git history of docs/performance.md).
+            // The pair's stream, [`PAIR_AHEAD`] blocks ahead: one prefetch covers both
+            // groups, which lie side by side, where a prefetch per group would issue twice.
             if PREFETCH {
                 prefetch_pair(b.quants, NR * qb, k, blocks);
                 prefetch_pair(b.scales, NR, k, blocks);
@@ -402,7 +399,7 @@ unsafe fn k_pair_dot(q: &[__m512i; 4], xp: *const i8) -> __m512i {
 #[inline]
 #[target_feature(enable = "avx2,avx512f")]
 fn finish_k_pair<const R: usize>(acc: &[__m512; R], mn: &[__m256; R]) -> (Tile, Tile) {
-    let (mut ta, mut tb) = ([[0f32; NR]; MR], [[0f32; NR]; MR]);
+    let (mut ta, mut tb): (Tile, Tile) = Default::default();
     for r in 0..R {
         let (mut lanes, mut m) = ([0f32; 16], [0f32; 8]);
         // SAFETY: `lanes` is 16 f32s and `m` 8; storeu has no alignment requirement.
@@ -495,9 +492,8 @@ unsafe fn q8_0<const R: usize>(a: Group, b: Group, x: &[XRow; MR], blocks: usize
         unsafe {
             let pa = a.quants.as_ptr().add(k * NR * BLOCK) as *const __m256i;
             let pb = b.quants.as_ptr().add(k * NR * BLOCK) as *const __m256i;
-            // Every row tile prefetches here: without the prefetches LLVM
-            // interleaved the rows' dots and spilled their broadcasts, and cached
-            // Q8_0 tiles ran at 0.8× (measured).
+            // Every row tile prefetches here: the prefetches also keep LLVM from
+            // interleaving the rows' dots and spilling their broadcasts.
             prefetch_pair(b.quants, NR * BLOCK, k, blocks);
             prefetch_pair(b.scales, NR, k, blocks);
             prefetch_pair(b.sums, NR, k, blocks);
