@@ -527,7 +527,7 @@ fn unix_now() -> u64 {
 }
 
 /// Unique within this process and unlikely to repeat across restarts; no UUID crate needed.
-fn unique_suffix() -> String {
+pub fn unique_suffix() -> String {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let nanos = SystemTime::now()
         .duration_since(UNIX_EPOCH)
