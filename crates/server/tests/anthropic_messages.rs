@@ -52,7 +52,10 @@ async fn events(base: &str, body: Value) -> Vec<(String, Value)> {
                     .map(|v| v.trim_start().to_owned())
                     .unwrap_or_else(|| panic!("an event without `{name}`: {event}"))
             };
-            (field("event:"), serde_json::from_str(&field("data:")).unwrap())
+            (
+                field("event:"),
+                serde_json::from_str(&field("data:")).unwrap(),
+            )
         })
         .collect()
 }
@@ -80,8 +83,14 @@ async fn a_message_says_what_the_chat_route_says_with_anthropic_usage() {
         _ => "end_turn",
     };
     assert_eq!(message["stop_reason"], stop);
-    assert_eq!(message["usage"]["input_tokens"], chat["usage"]["prompt_tokens"]);
-    assert_eq!(message["usage"]["output_tokens"], chat["usage"]["completion_tokens"]);
+    assert_eq!(
+        message["usage"]["input_tokens"],
+        chat["usage"]["prompt_tokens"]
+    );
+    assert_eq!(
+        message["usage"]["output_tokens"],
+        chat["usage"]["completion_tokens"]
+    );
 
     let (status, count) = post_json(
         "/v1/messages/count_tokens",
@@ -102,14 +111,22 @@ async fn a_stream_follows_anthropics_event_sequence_and_text() {
     assert_eq!(names[2], "content_block_start", "{names:?}");
     assert_eq!(
         names[names.len() - 4..],
-        ["content_block_delta", "content_block_stop", "message_delta", "message_stop"],
+        [
+            "content_block_delta",
+            "content_block_stop",
+            "message_delta",
+            "message_stop"
+        ],
         "{names:?}"
     );
     for (name, data) in &events {
         assert_eq!(data["type"], name.as_str(), "each event's data names it");
     }
     let start = &events[0].1["message"];
-    assert_eq!(start["usage"]["input_tokens"], whole["usage"]["input_tokens"]);
+    assert_eq!(
+        start["usage"]["input_tokens"],
+        whole["usage"]["input_tokens"]
+    );
     assert_eq!(start["content"], json!([]));
     let text: String = events
         .iter()
@@ -122,7 +139,10 @@ async fn a_stream_follows_anthropics_event_sequence_and_text() {
     assert_eq!(text, whole["content"][0]["text"].as_str().unwrap());
     let end = &events[events.len() - 2].1;
     assert_eq!(end["delta"]["stop_reason"], whole["stop_reason"]);
-    assert_eq!(end["usage"]["output_tokens"], whole["usage"]["output_tokens"]);
+    assert_eq!(
+        end["usage"]["output_tokens"],
+        whole["usage"]["output_tokens"]
+    );
 }
 
 #[tokio::test]
@@ -131,7 +151,10 @@ async fn a_stop_sequence_is_reported_by_name() {
     let text = free["content"][0]["text"].as_str().unwrap();
     // A stop sequence the greedy reply is known to reach: its third character onwards.
     let stop: String = text.chars().skip(2).take(3).collect();
-    assert!(stop.chars().count() == 3, "a reply too short to test: {text:?}");
+    assert!(
+        stop.chars().count() == 3,
+        "a reply too short to test: {text:?}"
+    );
     let (_, stopped) = post_json(
         "/v1/messages",
         hello(json!({"max_tokens": 12, "stop_sequences": [stop]})),
@@ -185,7 +208,10 @@ async fn a_forced_tool_streams_as_a_tool_use_block_of_input_json() {
         .filter(|(_, d)| d["delta"]["type"] == "input_json_delta")
         .map(|(_, d)| d["delta"]["partial_json"].as_str().unwrap().to_owned())
         .collect();
-    assert_eq!(serde_json::from_str::<Value>(&json_text).unwrap(), call["input"]);
+    assert_eq!(
+        serde_json::from_str::<Value>(&json_text).unwrap(),
+        call["input"]
+    );
 }
 
 #[tokio::test]
@@ -199,16 +225,36 @@ async fn errors_have_anthropics_shape_and_status() {
             400,
             "image",
         ),
-        (json!({"model": MODEL, "max_tokens": 4, "messages": user, "frobnicate": 1}), 400, "frobnicate"),
-        (json!({"model": MODEL, "max_tokens": 4, "messages": user, "container": "c"}), 400, "container"),
-        (json!({"model": "gpt-4o", "max_tokens": 4, "messages": user}), 404, "gpt-4o"),
-        (json!({"model": MODEL, "max_tokens": "many", "messages": user}), 400, "max_tokens"),
+        (
+            json!({"model": MODEL, "max_tokens": 4, "messages": user, "frobnicate": 1}),
+            400,
+            "frobnicate",
+        ),
+        (
+            json!({"model": MODEL, "max_tokens": 4, "messages": user, "container": "c"}),
+            400,
+            "container",
+        ),
+        (
+            json!({"model": "gpt-4o", "max_tokens": 4, "messages": user}),
+            404,
+            "gpt-4o",
+        ),
+        (
+            json!({"model": MODEL, "max_tokens": "many", "messages": user}),
+            400,
+            "max_tokens",
+        ),
     ];
     for (body, status, named) in cases {
         let (got, error) = post_json("/v1/messages", body.clone()).await;
         assert_eq!(got.as_u16(), status, "{body} → {error}");
         assert_eq!(error["type"], "error", "{error}");
-        let kind = if status == 404 { "not_found_error" } else { "invalid_request_error" };
+        let kind = if status == 404 {
+            "not_found_error"
+        } else {
+            "invalid_request_error"
+        };
         assert_eq!(error["error"]["type"], kind, "{error}");
         let message = error["error"]["message"].as_str().unwrap();
         assert!(message.contains(named), "{message} should name {named}");

@@ -65,7 +65,10 @@ pub async fn reshape_errors(request: Request, next: Next) -> Response {
         .and_then(|v| v.get("error").cloned())
         .and_then(|error| {
             let message = error.get("message")?.as_str()?.to_owned();
-            let param = error.get("param").and_then(Value::as_str).map(str::to_owned);
+            let param = error
+                .get("param")
+                .and_then(Value::as_str)
+                .map(str::to_owned);
             Some(body(parts.status, &message, param.as_deref()))
         });
     match reshaped {
@@ -116,7 +119,11 @@ mod tests {
 
     #[test]
     fn statuses_map_to_the_types_the_sdks_know() {
-        let shape = body(StatusCode::BAD_REQUEST, "`max_tokens` is required", Some("max_tokens"));
+        let shape = body(
+            StatusCode::BAD_REQUEST,
+            "`max_tokens` is required",
+            Some("max_tokens"),
+        );
         assert_eq!(
             shape,
             json!({"type": "error", "error": {"type": "invalid_request_error",
@@ -124,7 +131,10 @@ mod tests {
         );
         assert_eq!(error_type(StatusCode::UNAUTHORIZED), "authentication_error");
         assert_eq!(error_type(StatusCode::NOT_FOUND), "not_found_error");
-        assert_eq!(error_type(StatusCode::SERVICE_UNAVAILABLE), "overloaded_error");
+        assert_eq!(
+            error_type(StatusCode::SERVICE_UNAVAILABLE),
+            "overloaded_error"
+        );
         assert_eq!(error_type(StatusCode::INTERNAL_SERVER_ERROR), "api_error");
     }
 
@@ -138,9 +148,18 @@ mod tests {
             );
             headers
         };
-        assert!(sent_anthropic_key_matches(&with("x-api-key", "sesame"), "sesame"));
-        assert!(sent_anthropic_key_matches(&with("authorization", "Bearer sesame"), "sesame"));
-        assert!(!sent_anthropic_key_matches(&with("x-api-key", "sesam"), "sesame"));
+        assert!(sent_anthropic_key_matches(
+            &with("x-api-key", "sesame"),
+            "sesame"
+        ));
+        assert!(sent_anthropic_key_matches(
+            &with("authorization", "Bearer sesame"),
+            "sesame"
+        ));
+        assert!(!sent_anthropic_key_matches(
+            &with("x-api-key", "sesam"),
+            "sesame"
+        ));
         assert!(!sent_anthropic_key_matches(&HeaderMap::new(), "sesame"));
     }
 }

@@ -50,9 +50,9 @@ pub fn check_fields(other: &BTreeMap<String, Value>) -> Result<(), ApiError> {
         }
         let reason = match REFUSED_FIELDS.iter().find(|(known, _)| known == name) {
             Some((_, reason)) => (*reason).to_owned(),
-            None => format!(
-                "unknown field `{name}`; docs/api.md lists the fields /v1/messages accepts"
-            ),
+            None => {
+                format!("unknown field `{name}`; docs/api.md lists the fields /v1/messages accepts")
+            }
         };
         return Err(ApiError::bad_param(name.clone(), reason));
     }
@@ -83,7 +83,10 @@ mod tests {
             .split("## POST /v1/messages")
             .nth(1)
             .expect("docs/api.md has a `## POST /v1/messages` section");
-        let names = REFUSED_FIELDS.iter().map(|(name, _)| *name).chain(NO_EFFECT_FIELDS);
+        let names = REFUSED_FIELDS
+            .iter()
+            .map(|(name, _)| *name)
+            .chain(NO_EFFECT_FIELDS);
         for name in names.chain(crate::anthropic::request::MODELLED_FIELDS) {
             assert!(
                 section.contains(&format!("`{name}`")),

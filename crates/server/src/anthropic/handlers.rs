@@ -124,23 +124,20 @@ fn stream_reply(
         event("message_start", &reply.start()),
         event("ping", &json!({"type": "ping"})),
     ];
-    let body = stream::unfold(
-        Some((run, BlockStream::default())),
-        |state| async move {
-            let (mut run, mut blocks) = state?;
-            let delta = run.next_delta().await?;
-            if delta.finish_reason == Some(ENGINE_FAILED) {
-                // Anthropic ends a failed stream with an `error` event.
-                return Some((vec![event("error", &engine_failed_event())], None));
-            }
-            let events = blocks
-                .events(&delta)
-                .into_iter()
-                .map(|(name, data)| event(name, &data))
-                .collect();
-            Some((events, Some((run, blocks))))
-        },
-    );
+    let body = stream::unfold(Some((run, BlockStream::default())), |state| async move {
+        let (mut run, mut blocks) = state?;
+        let delta = run.next_delta().await?;
+        if delta.finish_reason == Some(ENGINE_FAILED) {
+            // Anthropic ends a failed stream with an `error` event.
+            return Some((vec![event("error", &engine_failed_event())], None));
+        }
+        let events = blocks
+            .events(&delta)
+            .into_iter()
+            .map(|(name, data)| event(name, &data))
+            .collect();
+        Some((events, Some((run, blocks))))
+    });
     Sse::new(
         stream::iter(vec![opening])
             .chain(body)

@@ -49,7 +49,13 @@ pub struct MessageReply {
 }
 
 impl MessageReply {
-    fn envelope(&self, content: Vec<Value>, stop: Value, stop_sequence: Option<&str>, output_tokens: usize) -> Value {
+    fn envelope(
+        &self,
+        content: Vec<Value>,
+        stop: Value,
+        stop_sequence: Option<&str>,
+        output_tokens: usize,
+    ) -> Value {
         json!({
             "id": self.id,
             "type": "message",
@@ -224,10 +230,17 @@ mod tests {
         assert_eq!(
             names(&events),
             [
-                "content_block_start", "content_block_delta", "content_block_stop",
-                "content_block_start", "content_block_delta", "content_block_stop",
-                "content_block_start", "content_block_delta", "content_block_stop",
-                "message_delta", "message_stop",
+                "content_block_start",
+                "content_block_delta",
+                "content_block_stop",
+                "content_block_start",
+                "content_block_delta",
+                "content_block_stop",
+                "content_block_start",
+                "content_block_delta",
+                "content_block_stop",
+                "message_delta",
+                "message_stop",
             ]
         );
         assert_eq!(events[1].1["delta"]["type"], "thinking_delta");

@@ -92,7 +92,8 @@ impl MessagesRequest {
         body.tools = tools;
         body.tool_choice = tool_choice;
         body.parallel_tool_calls = parallel;
-        body.response_format = output_format(self.output_config.as_ref(), self.output_format.as_ref())?;
+        body.response_format =
+            output_format(self.output_config.as_ref(), self.output_format.as_ref())?;
         let mut kwargs = Map::new();
         if let Some(enabled) = thinking(self.thinking.as_ref())? {
             // The variable Qwen3-style templates read to open or skip the think block.
@@ -136,7 +137,12 @@ fn system_message(system: Option<&Value>) -> Result<Vec<ChatMessage>, ApiError> 
             .map(|(i, block)| text_block(block, &format!("system.{i}")))
             .collect::<Result<Vec<_>, _>>()?
             .join("\n\n"),
-        Some(_) => return Err(bad("system", "`system` must be a string or a list of text blocks")),
+        Some(_) => {
+            return Err(bad(
+                "system",
+                "`system` must be a string or a list of text blocks",
+            ))
+        }
     };
     Ok(if text.is_empty() {
         Vec::new()
@@ -160,7 +166,10 @@ fn text_block(block: &Value, at: &str) -> Result<String, ApiError> {
                 .ok_or_else(|| bad(format!("{at}.text"), "a text block needs a string `text`"))
         }
         Some(other) => Err(unsupported_block(other, at)),
-        None => Err(bad(format!("{at}.type"), "each content block needs a `type`")),
+        None => Err(bad(
+            format!("{at}.type"),
+            "each content block needs a `type`",
+        )),
     }
 }
 
@@ -169,10 +178,14 @@ fn unsupported_block(kind: &str, at: &str) -> ApiError {
         "image" | "document" | "search_result" | "container_upload" => format!(
             "content blocks of type `{kind}` are not supported: this server's model reads text only"
         ),
-        "server_tool_use" | "web_search_tool_result" | "web_fetch_tool_result"
-        | "code_execution_tool_result" | "mcp_tool_use" | "mcp_tool_result" => format!(
-            "`{kind}` blocks belong to tools Anthropic's servers run; tokenmill runs none"
-        ),
+        "server_tool_use"
+        | "web_search_tool_result"
+        | "web_fetch_tool_result"
+        | "code_execution_tool_result"
+        | "mcp_tool_use"
+        | "mcp_tool_result" => {
+            format!("`{kind}` blocks belong to tools Anthropic's servers run; tokenmill runs none")
+        }
         _ => format!("content blocks of type `{kind}` are not supported here"),
     };
     bad(format!("{at}.type"), why)
@@ -192,9 +205,12 @@ fn turns(messages: Option<&Value>) -> Result<(Vec<ChatMessage>, bool), ApiError>
     let mut continue_final = false;
     for (i, message) in list.iter().enumerate() {
         let at = format!("messages.{i}");
-        let object = message
-            .as_object()
-            .ok_or_else(|| bad(&at, "each message must be an object with `role` and `content`"))?;
+        let object = message.as_object().ok_or_else(|| {
+            bad(
+                &at,
+                "each message must be an object with `role` and `content`",
+            )
+        })?;
         only_keys(object, &["role", "content"], &at)?;
         let blocks = content_blocks(object.get("content"), &format!("{at}.content"))?;
         match object.get("role").and_then(Value::as_str) {
@@ -227,11 +243,17 @@ fn content_blocks(content: Option<&Value>, at: &str) -> Result<Vec<Value>, ApiEr
         Some(Value::String(text)) => Ok(vec![json!({"type": "text", "text": text})]),
         Some(Value::Array(blocks)) => Ok(blocks.clone()),
         None | Some(Value::Null) => Err(bad(at, "Field required")),
-        Some(_) => Err(bad(at, "`content` must be a string or a list of content blocks")),
+        Some(_) => Err(bad(
+            at,
+            "`content` must be a string or a list of content blocks",
+        )),
     }
 }
 
-fn block_type<'a>(block: &'a Value, at: &str) -> Result<(&'a Map<String, Value>, &'a str), ApiError> {
+fn block_type<'a>(
+    block: &'a Value,
+    at: &str,
+) -> Result<(&'a Map<String, Value>, &'a str), ApiError> {
     let object = block
         .as_object()
         .ok_or_else(|| bad(at, "each content block must be an object with a `type`"))?;
@@ -255,7 +277,13 @@ fn user_turns(blocks: &[Value], at: &str) -> Result<Vec<ChatMessage>, ApiError> 
             "tool_result" => {
                 only_keys(
                     object,
-                    &["type", "tool_use_id", "content", "is_error", "cache_control"],
+                    &[
+                        "type",
+                        "tool_use_id",
+                        "content",
+                        "is_error",
+                        "cache_control",
+                    ],
                     &at,
                 )?;
                 let id = object
@@ -313,7 +341,11 @@ fn assistant_turn(blocks: &[Value], at: &str) -> Result<ChatMessage, ApiError> {
         match kind {
             "text" => texts.push(text_block(block, &at)?),
             "tool_use" => {
-                only_keys(object, &["type", "id", "name", "input", "cache_control", "caller"], &at)?;
+                only_keys(
+                    object,
+                    &["type", "id", "name", "input", "cache_control", "caller"],
+                    &at,
+                )?;
                 let name = object
                     .get("name")
                     .and_then(Value::as_str)
@@ -363,7 +395,11 @@ fn tools(
     let (choice, parallel) = match choice {
         None | Some(Value::Null) => (None, None),
         Some(Value::Object(object)) => {
-            only_keys(object, &["type", "name", "disable_parallel_tool_use"], "tool_choice")?;
+            only_keys(
+                object,
+                &["type", "name", "disable_parallel_tool_use"],
+                "tool_choice",
+            )?;
             let parallel = match object.get("disable_parallel_tool_use") {
                 None | Some(Value::Null) => None,
                 Some(Value::Bool(disabled)) => Some(!disabled),
@@ -380,7 +416,10 @@ fn tools(
                 Some("none") => json!("none"),
                 Some("tool") => {
                     let name = object.get("name").and_then(Value::as_str).ok_or_else(|| {
-                        bad("tool_choice.name", "a `tool` choice needs the tool's `name`")
+                        bad(
+                            "tool_choice.name",
+                            "a `tool` choice needs the tool's `name`",
+                        )
                     })?;
                     json!({"type": "function", "function": {"name": name}})
                 }
@@ -425,8 +464,15 @@ fn tool_function(tool: &Value, at: &str) -> Result<Value, ApiError> {
     // a forced call is held to its schema by grammar, and inputs stream whole either way.
     only_keys(
         object,
-        &["type", "name", "description", "input_schema", "cache_control", "strict",
-          "eager_input_streaming"],
+        &[
+            "type",
+            "name",
+            "description",
+            "input_schema",
+            "cache_control",
+            "strict",
+            "eager_input_streaming",
+        ],
         at,
     )?;
     let mut function = Map::new();
@@ -450,7 +496,12 @@ fn thinking(value: Option<&Value>) -> Result<Option<bool>, ApiError> {
     let object = match value {
         None | Some(Value::Null) => return Ok(None),
         Some(Value::Object(object)) => object,
-        Some(_) => return Err(bad("thinking", "`thinking` must be an object with a `type`")),
+        Some(_) => {
+            return Err(bad(
+                "thinking",
+                "`thinking` must be an object with a `type`",
+            ))
+        }
     };
     only_keys(object, &["type", "budget_tokens", "display"], "thinking")?;
     match object.get("type").and_then(Value::as_str) {
@@ -493,12 +544,20 @@ fn output_format(config: Option<&Value>, beta: Option<&Value>) -> Result<Option<
         .ok_or_else(|| bad(param, "the format must be an object with a `type`"))?;
     only_keys(object, &["type", "schema"], param)?;
     if object.get("type").and_then(Value::as_str) != Some("json_schema") {
-        return Err(bad(format!("{param}.type"), "the only format type is `json_schema`"));
+        return Err(bad(
+            format!("{param}.type"),
+            "the only format type is `json_schema`",
+        ));
     }
     let schema = object
         .get("schema")
         .filter(|s| s.is_object())
-        .ok_or_else(|| bad(format!("{param}.schema"), "a JSON schema object is required"))?;
+        .ok_or_else(|| {
+            bad(
+                format!("{param}.schema"),
+                "a JSON schema object is required",
+            )
+        })?;
     Ok(Some(json!({
         "type": "json_schema",
         "json_schema": {"name": "output", "schema": schema},
@@ -510,7 +569,9 @@ mod tests {
     use super::*;
 
     fn chat(body: Value) -> Result<ChatRequest, ApiError> {
-        serde_json::from_value::<MessagesRequest>(body).unwrap().to_chat(false)
+        serde_json::from_value::<MessagesRequest>(body)
+            .unwrap()
+            .to_chat(false)
     }
 
     #[test]
@@ -549,7 +610,10 @@ mod tests {
     fn refusals_name_the_block_at_fault() {
         let image = json!({"type": "image", "source": {"type": "base64", "data": ""}});
         for (body, param) in [
-            (json!({"messages": [{"role": "user", "content": "x"}]}), "max_tokens"),
+            (
+                json!({"messages": [{"role": "user", "content": "x"}]}),
+                "max_tokens",
+            ),
             (json!({"max_tokens": 1}), "messages"),
             (
                 json!({"max_tokens": 1, "messages": [{"role": "user", "content": [image]}]}),
