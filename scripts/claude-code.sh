@@ -5,7 +5,8 @@
 # `claude -p` with ANTHROPIC_BASE_URL pointed at the server. Prints Claude Code's answer and
 # exits with its status. Too slow for CI (a prompt of many thousand tokens, on CPU).
 #
-# Usage: scripts/claude-code.sh ["prompt"]     (env: PORT, default 8123; CLAUDE_CODE_DIR)
+# Usage: scripts/claude-code.sh ["prompt"]
+#   env: PORT (default 8123), CLAUDE_CODE_DIR, PROFILE (cargo profile, default release)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PROMPT="${1:-Reply with one word: hello.}"
@@ -17,9 +18,10 @@ if [ ! -x "$CLAUDE_CODE_DIR/node_modules/.bin/claude" ]; then
   mkdir -p "$CLAUDE_CODE_DIR"
   npm install --silent --prefix "$CLAUDE_CODE_DIR" @anthropic-ai/claude-code >&2
 fi
-cargo build --release -p tokenmill >&2
+PROFILE="${PROFILE:-release}"
+cargo build --profile "$PROFILE" -p tokenmill >&2
 LOG=$(mktemp)
-target/release/tokenmill serve --model "$MODEL" --port "$PORT" --max-model-len 32768 \
+"${CARGO_TARGET_DIR:-target}/$PROFILE/tokenmill" serve --model "$MODEL" --port "$PORT" --max-model-len 32768 \
   >"$LOG" 2>&1 &
 SERVER=$!
 trap 'kill "$SERVER" 2>/dev/null; rm -f "$LOG"' EXIT

@@ -259,6 +259,15 @@ async fn errors_have_anthropics_shape_and_status() {
         let message = error["error"]["message"].as_str().unwrap();
         assert!(message.contains(named), "{message} should name {named}");
     }
+    // More than the context holds runs to the context's end instead of being refused (the
+    // stop sequences end this one early).
+    let (status, reply) = post_json(
+        "/v1/messages",
+        json!({"model": MODEL, "max_tokens": 10_000_000, "messages": user,
+               "stop_sequences": [" ", ".", "e", "a", "\n"]}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{reply}");
     // A `claude-*` name means the model served.
     let (status, _) = post_json(
         "/v1/messages",

@@ -27,8 +27,8 @@ pub const REFUSED_FIELDS: [(&str, &str); 3] = [
     ),
     (
         "context_management",
-        "`context_management` asks the server to edit the conversation (clear old tool \
-         results or thinking); tokenmill renders the conversation as sent",
+        "`context_management` edits other than `clear_thinking_*` ask the server to edit the \
+         conversation (clear old tool results); tokenmill renders the conversation as sent",
     ),
 ];
 
@@ -42,10 +42,31 @@ fn is_empty(value: &Value) -> bool {
     }
 }
 
+/// `context_management` whose every edit clears thinking (Claude Code sends
+/// `clear_thinking_20251015`): thinking blocks never reach the prompt here, so there is no
+/// thinking to keep or clear, and the edit changes nothing.
+fn clears_only_thinking(value: &Value) -> bool {
+    let Some(object) = value.as_object() else {
+        return false;
+    };
+    let edits = object.get("edits").and_then(Value::as_array);
+    object.keys().all(|k| k == "edits")
+        && edits.is_some_and(|edits| {
+            edits.iter().all(|edit| {
+                edit.get("type")
+                    .and_then(Value::as_str)
+                    .is_some_and(|t| t.starts_with("clear_thinking_"))
+            })
+        })
+}
+
 /// Refuses the first unmodelled field that would otherwise be dropped.
 pub fn check_fields(other: &BTreeMap<String, Value>) -> Result<(), ApiError> {
     for (name, value) in other {
         if NO_EFFECT_FIELDS.contains(&name.as_str()) || is_empty(value) {
+            continue;
+        }
+        if name == "context_management" && clears_only_thinking(value) {
             continue;
         }
         let reason = match REFUSED_FIELDS.iter().find(|(known, _)| known == name) {
@@ -70,6 +91,11 @@ mod tests {
         check_fields(&fields(json!({"service_tier": "auto", "container": null,
                                      "mcp_servers": [], "cache_control": {"type": "ephemeral"}})))
         .unwrap();
+        let thinking = json!({"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]});
+        check_fields(&fields(json!({ "context_management": thinking }))).unwrap();
+        let tools = json!({"edits": [{"type": "clear_tool_uses_20250919"}]});
+        let error = check_fields(&fields(json!({ "context_management": tools }))).unwrap_err();
+        assert_eq!(error.param.as_deref(), Some("context_management"));
         for name in ["container", "mcp_servers", "frobnicate"] {
             let error = check_fields(&fields(json!({ name: ["x"] }))).unwrap_err();
             assert_eq!(error.param.as_deref(), Some(name));

@@ -70,6 +70,20 @@ pub async fn messages(
     state.limits.check(&body, 1)?;
     let prompt = prompt_ids(&state, chat, tools.clone()).await?;
     let input_tokens = prompt.len();
+    // More than the context has room for runs to the context's end (Anthropic's newer
+    // models do the same, and Claude Code asks for 32k-64k tokens whatever the model).
+    let room = state
+        .handle
+        .limits()
+        .max_model_len
+        .saturating_sub(input_tokens);
+    let length_reason = match body.max_tokens {
+        Some(asked) if asked > room as i64 && room > 0 => {
+            body.max_tokens = Some(room as i64);
+            "model_context_window_exceeded"
+        }
+        _ => "max_tokens",
+    };
     let mut plan = RequestPlan::new(
         &body,
         Endpoint::Chat,
@@ -89,9 +103,10 @@ pub async fn messages(
         id: message_id(),
         model: state.served_model_name.clone(),
         input_tokens,
+        length_reason,
     };
     if plan.stream {
-        Ok(stream_reply(run, reply).into_response())
+        Ok(stream_reply(run, reply, BlockStream::new(length_reason)).into_response())
     } else {
         Ok(collect_reply(run, reply).await?.into_response())
     }
@@ -119,12 +134,13 @@ fn event(name: &'static str, data: &Value) -> Event {
 fn stream_reply(
     run: ChoiceRun,
     reply: MessageReply,
+    blocks: BlockStream,
 ) -> Sse<impl futures_util::Stream<Item = Result<Event, Infallible>>> {
     let opening = vec![
         event("message_start", &reply.start()),
         event("ping", &json!({"type": "ping"})),
     ];
-    let body = stream::unfold(Some((run, BlockStream::default())), |state| async move {
+    let body = stream::unfold(Some((run, blocks)), |state| async move {
         let (mut run, mut blocks) = state?;
         let delta = run.next_delta().await?;
         if delta.finish_reason == Some(ENGINE_FAILED) {

@@ -15,10 +15,17 @@ use crate::tool_call_parser::ToolCall;
 /// Anthropic's `stop_reason` for a choice's finish reason (and the stop string that ended
 /// it, which Anthropic reports as `stop_sequence`). A reply the server cut short while
 /// shutting down (`abort`) says `pause_turn`: it may be sent back as is to be continued.
-pub fn stop_reason(finish_reason: Option<&str>, stop_string: Option<&str>) -> &'static str {
+/// `length` is `length_reason`: `max_tokens`, or `model_context_window_exceeded` where
+/// `max_tokens` asked for more than the context had room for (Anthropic's newer models run
+/// such a request and stop at the context's end, as the engine does).
+pub fn stop_reason(
+    finish_reason: Option<&str>,
+    stop_string: Option<&str>,
+    length_reason: &'static str,
+) -> &'static str {
     match (finish_reason, stop_string) {
         (_, Some(_)) => "stop_sequence",
-        (Some("length"), _) => "max_tokens",
+        (Some("length"), _) => length_reason,
         (Some("tool_calls"), _) => "tool_use",
         (Some("abort"), _) => "pause_turn",
         _ => "end_turn",
@@ -46,6 +53,8 @@ pub struct MessageReply {
     pub id: String,
     pub model: String,
     pub input_tokens: usize,
+    /// The `stop_reason` of a reply cut by length (see `stop_reason`).
+    pub length_reason: &'static str,
 }
 
 impl MessageReply {
@@ -80,7 +89,7 @@ impl MessageReply {
         for call in &total.tool_calls {
             content.push(tool_use_block(call, tool_input(call)));
         }
-        let stop = stop_reason(total.finish_reason, stop_string);
+        let stop = stop_reason(total.finish_reason, stop_string, self.length_reason);
         self.envelope(content, stop.into(), stop_string, total.tokens.len())
     }
 
@@ -98,15 +107,25 @@ enum Block {
 }
 
 /// Turns a choice's deltas into Anthropic stream events (`(event name, data)` pairs).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct BlockStream {
     open: Option<Block>,
     /// The index the next block gets.
     next_index: usize,
     output_tokens: usize,
+    length_reason: &'static str,
 }
 
 impl BlockStream {
+    pub fn new(length_reason: &'static str) -> Self {
+        Self {
+            open: None,
+            next_index: 0,
+            output_tokens: 0,
+            length_reason,
+        }
+    }
+
     fn close(&mut self, events: &mut Vec<(&'static str, Value)>) {
         if self.open.take().is_some() {
             events.push((
@@ -187,7 +206,7 @@ impl BlockStream {
             events.push((
                 "message_delta",
                 json!({"type": "message_delta",
-                       "delta": {"stop_reason": stop_reason(Some(finish), stop_string),
+                       "delta": {"stop_reason": stop_reason(Some(finish), stop_string, self.length_reason),
                                  "stop_sequence": stop_string},
                        "usage": {"output_tokens": self.output_tokens}}),
             ));
@@ -207,7 +226,7 @@ mod tests {
 
     #[test]
     fn blocks_open_close_and_the_message_ends_with_its_stop_reason() {
-        let mut stream = BlockStream::default();
+        let mut stream = BlockStream::new("max_tokens");
         let thinking = ChoiceDelta {
             reasoning: "hm".into(),
             ..Default::default()
@@ -253,9 +272,18 @@ mod tests {
 
     #[test]
     fn stop_reasons_follow_anthropic_names() {
-        assert_eq!(stop_reason(Some("stop"), None), "end_turn");
-        assert_eq!(stop_reason(Some("stop"), Some("\n")), "stop_sequence");
-        assert_eq!(stop_reason(Some("length"), None), "max_tokens");
-        assert_eq!(stop_reason(Some("tool_calls"), None), "tool_use");
+        assert_eq!(stop_reason(Some("stop"), None, "max_tokens"), "end_turn");
+        assert_eq!(
+            stop_reason(Some("stop"), Some("\n"), "max_tokens"),
+            "stop_sequence"
+        );
+        assert_eq!(
+            stop_reason(Some("length"), None, "max_tokens"),
+            "max_tokens"
+        );
+        assert_eq!(
+            stop_reason(Some("tool_calls"), None, "max_tokens"),
+            "tool_use"
+        );
     }
 }

@@ -220,21 +220,46 @@ fn turns(messages: Option<&Value>) -> Result<(Vec<ChatMessage>, bool), ApiError>
                 continue_final = i + 1 == list.len() && turn.tool_calls.is_none();
                 turns.push(turn);
             }
+            // Claude Code sends system messages between turns; chat templates take a system
+            // turn only first, so its text joins the user's words around it (below).
             Some("system") => {
-                return Err(bad(
-                    format!("{at}.role"),
-                    "the system prompt goes in the top-level `system` field, not in `messages`",
-                ))
+                let text = blocks
+                    .iter()
+                    .enumerate()
+                    .map(|(j, block)| text_block(block, &format!("{at}.content.{j}")))
+                    .collect::<Result<Vec<_>, _>>()?
+                    .join("\n");
+                turns.push(ChatMessage::new("user", text));
             }
             _ => {
                 return Err(bad(
                     format!("{at}.role"),
-                    "`role` must be `user` or `assistant`",
+                    "`role` must be `user`, `assistant` or `system`",
                 ))
             }
         }
     }
-    Ok((turns, continue_final))
+    Ok((merge_user_turns(turns), continue_final))
+}
+
+/// Joins consecutive user turns (a system message's text and the user's words around it)
+/// into one, since templates expect user and assistant turns to alternate.
+fn merge_user_turns(turns: Vec<ChatMessage>) -> Vec<ChatMessage> {
+    let mut merged: Vec<ChatMessage> = Vec::with_capacity(turns.len());
+    for turn in turns {
+        match merged.last_mut() {
+            Some(last) if last.role == "user" && turn.role == "user" => {
+                if !turn.content.is_empty() {
+                    if !last.content.is_empty() {
+                        last.content.push_str("\n\n");
+                    }
+                    last.content.push_str(&turn.content);
+                }
+            }
+            _ => merged.push(turn),
+        }
+    }
+    merged
 }
 
 /// `content` as blocks: a string is one text block.
@@ -630,13 +655,23 @@ mod tests {
                 "container",
             ),
             (
-                json!({"max_tokens": 1, "messages": [{"role": "system", "content": "x"}]}),
+                json!({"max_tokens": 1, "messages": [{"role": "robot", "content": "x"}]}),
                 "messages.0.role",
             ),
         ] {
             let error = chat(body.clone()).err().unwrap();
             assert_eq!(error.param.as_deref(), Some(param), "{body}");
         }
+    }
+
+    #[test]
+    fn a_system_message_between_turns_joins_the_users_words() {
+        let request = chat(json!({
+            "max_tokens": 5,
+            "messages": [{"role": "user", "content": "a"}, {"role": "system", "content": "b"}],
+        }))
+        .unwrap();
+        assert_eq!(request.messages, [ChatMessage::new("user", "a\n\nb")]);
     }
 
     #[test]
