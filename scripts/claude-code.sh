@@ -3,7 +3,9 @@
 # "POST /v1/messages"): serves gemma-3-270m (its 32k context holds Claude Code's system prompt
 # and tool list), installs @anthropic-ai/claude-code from npm into a cache folder, and runs
 # `claude -p` with ANTHROPIC_BASE_URL pointed at the server. Prints Claude Code's answer and
-# exits with its status. Too slow for CI (a prompt of many thousand tokens, on CPU).
+# exits with its status. Too slow for CI: Claude Code 2.1's first prompt is ~19,600 tokens
+# (system prompt and 24 tools), minutes of prefill on a few busy CPU cores; the prefix cache
+# makes a second run start generating at once.
 #
 # Usage: scripts/claude-code.sh ["prompt"]
 #   env: PORT (default 8123), CLAUDE_CODE_DIR, PROFILE (cargo profile, default release)
@@ -21,7 +23,9 @@ fi
 PROFILE="${PROFILE:-release}"
 cargo build --profile "$PROFILE" -p tokenmill >&2
 LOG=$(mktemp)
-"${CARGO_TARGET_DIR:-target}/$PROFILE/tokenmill" serve --model "$MODEL" --port "$PORT" --max-model-len 32768 \
+# The GGUF carries no chat template: scripts/gemma3-chat-template.jinja is Gemma 3's (text only).
+"${CARGO_TARGET_DIR:-target}/$PROFILE/tokenmill" serve --model "$MODEL" --port "$PORT" \
+  --max-model-len 32768 --chat-template scripts/gemma3-chat-template.jinja \
   >"$LOG" 2>&1 &
 SERVER=$!
 trap 'kill "$SERVER" 2>/dev/null; rm -f "$LOG"' EXIT
@@ -35,6 +39,7 @@ done
 # server answers only the Messages API.
 ANTHROPIC_BASE_URL="http://127.0.0.1:$PORT" \
 ANTHROPIC_API_KEY=unused \
+API_TIMEOUT_MS="${API_TIMEOUT_MS:-1800000}" \
 CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 \
 DISABLE_TELEMETRY=1 \
   "$CLAUDE_CODE_DIR/node_modules/.bin/claude" -p "$PROMPT"
