@@ -5,7 +5,10 @@
 # `claude -p` with ANTHROPIC_BASE_URL pointed at the server. Prints Claude Code's answer and
 # exits with its status. Too slow for CI: Claude Code 2.1's first prompt is ~19,600 tokens
 # (system prompt and 24 tools), minutes of prefill on a few busy CPU cores; the prefix cache
-# makes a second run start generating at once.
+# makes a second run start generating at once. CLAUDE_CODE_MAX_OUTPUT_TOKENS (default 256 here)
+# bounds the reply: gemma-3-270m is a base model whose GGUF names only `<eos>` as its end, so it
+# seldom ends a turn, and Claude Code reports a reply cut at `max_tokens` as an error
+# ("Claude's response exceeded the N output token maximum") — which still shows the round trip.
 #
 # Usage: scripts/claude-code.sh ["prompt"]
 #   env: PORT (default 8123), CLAUDE_CODE_DIR, PROFILE (cargo profile, default release)
@@ -40,6 +43,7 @@ done
 ANTHROPIC_BASE_URL="http://127.0.0.1:$PORT" \
 ANTHROPIC_API_KEY=unused \
 API_TIMEOUT_MS="${API_TIMEOUT_MS:-1800000}" \
+CLAUDE_CODE_MAX_OUTPUT_TOKENS="${CLAUDE_CODE_MAX_OUTPUT_TOKENS:-256}" \
 CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 \
 DISABLE_TELEMETRY=1 \
   "$CLAUDE_CODE_DIR/node_modules/.bin/claude" -p "$PROMPT"
