@@ -338,3 +338,21 @@ fn the_anthropic_python_sdk_gets_messages_streams_tools_counts_and_typed_errors(
         String::from_utf8_lossy(&output.stdout)
     );
 }
+
+#[tokio::test]
+async fn output_config_holds_the_text_to_its_json_schema() {
+    let schema = json!({"type": "object",
+                        "properties": {"fruit": {"type": "string", "maxLength": 10}},
+                        "required": ["fruit"], "additionalProperties": false});
+    let (status, message) = post_json(
+        "/v1/messages",
+        hello(json!({"max_tokens": 40,
+                     "output_config": {"format": {"type": "json_schema", "schema": schema},
+                                       "effort": "low"}})),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{message}");
+    let text = message["content"][0]["text"].as_str().unwrap();
+    let value: Value = serde_json::from_str(text).unwrap_or_else(|e| panic!("{text:?}: {e}"));
+    assert!(value["fruit"].is_string(), "{value}");
+}
