@@ -17,6 +17,12 @@ if ! "$VENV/bin/python" -c 'import openai' 2>/dev/null; then
   python3 -m venv "$VENV"
   "$VENV/bin/pip" install --quiet openai
 fi
+# The official anthropic SDK for the Messages API test (crates/server/tests/it/anthropic_messages.rs),
+# which says SKIPPED where it cannot be installed.
+if ! "$VENV/bin/python" -c 'import anthropic' 2>/dev/null; then
+  "$VENV/bin/pip" install --quiet anthropic ||
+    echo "pip could not install anthropic: the Anthropic SDK test will be SKIPPED"
+fi
 # pyzmq and msgpack for the KV-cache event subscriber (crates/server/tests/it/kv_events.rs),
 # which says SKIPPED where they cannot be installed.
 if ! "$VENV/bin/python" -c 'import zmq, msgpack' 2>/dev/null; then

@@ -39,6 +39,9 @@ pub struct ChoiceDelta {
     /// Prompt tokens the engine took from its prefix cache, on the last delta only (when the
     /// engine reported its end).
     pub cached_prompt_tokens: Option<usize>,
+    /// The stop string that ended the choice, on the last delta only (Anthropic's replies
+    /// name it in `stop_sequence`).
+    pub stop_string: Option<String>,
 }
 
 /// Turns token ids into text. Models without a tokenizer (dummy weights) show each id as text,
@@ -212,10 +215,11 @@ impl ChoiceRun {
                 }
                 Some(RequestEvent::Token { token, .. }) => {
                     self.completion_tokens += 1;
-                    let (text, hit_stop) = self.decode(token.token_id);
+                    let (text, stopped) = self.decode(token.token_id);
                     delta.text.push_str(&text);
                     delta.tokens.push(token);
-                    if hit_stop {
+                    if stopped.is_some() {
+                        delta.stop_string = stopped;
                         delta.cached_prompt_tokens = self.end_at_stop_string().await;
                         delta.finish_reason = Some("stop");
                         return Some(delta);
@@ -248,17 +252,17 @@ impl ChoiceRun {
         }
     }
 
-    /// Text for one more token, and whether it completed a stop string.
-    fn decode(&mut self, token_id: u32) -> (String, bool) {
+    /// Text for one more token, and the stop string it completed, if any.
+    fn decode(&mut self, token_id: u32) -> (String, Option<String>) {
         match &mut self.decoder {
             TextDecoder::Detokenizer(detok) => match detok.push(token_id) {
-                Ok(step) => (step.text, step.stopped.is_some()),
+                Ok(step) => (step.text, step.stopped),
                 Err(error) => {
                     tracing::warn!("detokenizing token {token_id} failed: {error}");
-                    (String::new(), false)
+                    (String::new(), None)
                 }
             },
-            TextDecoder::Ids => (format!("{token_id} "), false),
+            TextDecoder::Ids => (format!("{token_id} "), None),
         }
     }
 

@@ -14,6 +14,7 @@ pub mod structured_output;
 pub mod tokenizer;
 mod tokenizer_error;
 
+pub mod anthropic;
 pub mod api_error;
 pub mod api_key;
 pub mod api_server;

@@ -20,7 +20,7 @@ use crate::routes::off_runtime;
 use crate::tool_call_parser::ToolCallParser;
 
 /// The finish reason of a choice whose engine step failed; never shown as a finish reason.
-const ENGINE_FAILED: &str = "error";
+pub const ENGINE_FAILED: &str = "error";
 
 pub async fn generate(
     state: Arc<AppState>,

@@ -26,6 +26,7 @@ use axum::routing::{get, post};
 use axum::{Extension, Router};
 use http_body::{Frame, SizeHint};
 
+use crate::anthropic;
 use crate::api_error::{ApiError, Refusal};
 use crate::api_key;
 use crate::app_state::AppState;
@@ -65,12 +66,30 @@ pub fn router(state: Arc<AppState>) -> Router {
             state.clone(),
             require_api_key,
         ));
+    // Anthropic's Messages API: its own key header (`x-api-key`) and error shape, and
+    // generation admitted like the OpenAI routes'.
+    let anthropic = Router::new()
+        .route(
+            "/v1/messages",
+            post(anthropic::handlers::messages)
+                .route_layer(middleware::from_fn_with_state(state.clone(), admit)),
+        )
+        .route(
+            "/v1/messages/count_tokens",
+            post(anthropic::handlers::count_tokens),
+        )
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            anthropic::errors::require_api_key,
+        ))
+        .layer(middleware::from_fn(anthropic::errors::reshape_errors));
     // `/health`, `/version`, `/metrics` and SGLang's info and load endpoints stay open: each
     // is a cheap read of fixed size, and what polls them (load balancers, routers,
     // orchestrators' probes, Prometheus) holds no API key.
     Router::new()
         .nest("/v1", v1)
         .merge(tokenizing)
+        .merge(anthropic)
         .route("/health", get(info::health))
         .route("/version", get(info::version))
         .route("/metrics", get(info::metrics))

@@ -1,5 +1,6 @@
 //! The server crate's integration tests, one binary (one link) for all of them.
 
+mod anthropic_messages;
 mod api_key;
 mod chat_template;
 mod common;
