@@ -65,9 +65,7 @@ pub async fn messages(
     let mut chat = request.to_chat(false)?;
     let mut body = std::mem::take(&mut chat.body);
     check_fields(&body, Endpoint::Chat)?;
-    state.generation_config.fill(&mut body);
     let tools = ToolRequest::from_request(&body)?;
-    state.limits.check(&body, 1)?;
     let prompt = prompt_ids(&state, chat, tools.clone()).await?;
     let input_tokens = prompt.len();
     // More than the context has room for runs to the context's end (Anthropic's newer
@@ -84,14 +82,7 @@ pub async fn messages(
         }
         _ => "max_tokens",
     };
-    let mut plan = RequestPlan::new(
-        &body,
-        Endpoint::Chat,
-        vec![prompt],
-        state.handle.limits(),
-        &state.limits,
-    )?;
-    state.generation_config.cap_max_tokens(&body, &mut plan);
+    let mut plan = RequestPlan::new(&body, Endpoint::Chat, vec![prompt], &state.plan_rules())?;
     if let Some(tools) = &tools {
         plan_tool_calls(&mut plan, tools, state.tool_call_parser)?;
     }

@@ -401,12 +401,12 @@ fn assistant_turn(blocks: &[Value], at: &str) -> Result<ChatMessage, ApiError> {
     Ok(turn)
 }
 
+/// `tools`, `tool_choice` and `parallel_tool_calls` as the chat body spells them.
+type ChatToolFields = (Option<Value>, Option<Value>, Option<bool>);
+
 /// `tools` and `tool_choice` in OpenAI's spelling (for `ToolRequest`), and whether parallel
 /// calls are allowed (`disable_parallel_tool_use`).
-fn tools(
-    tools: Option<&Value>,
-    choice: Option<&Value>,
-) -> Result<(Option<Value>, Option<Value>, Option<bool>), ApiError> {
+fn tools(tools: Option<&Value>, choice: Option<&Value>) -> Result<ChatToolFields, ApiError> {
     let tools = match tools {
         None | Some(Value::Null) => None,
         Some(Value::Array(list)) => Some(
