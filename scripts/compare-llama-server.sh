@@ -140,7 +140,7 @@ for M in $MODELS; do
       "$THREADS threads, $ORDER, medians over $RUNS run(s) per level and server"
     echo
     header=$(head -1 "$OUT/$M/$(set -- $LEVELS; echo "$1")/table.md")
-    echo "${header/| Users |/| Level |}"
+    echo "$header" | sed 's/^| [^|]* |/| Level |/'
     echo "$header" | awk -F'|' '{ printf "|---|---|"; for (i = 4; i < NF; i++) printf "---:|"; print "" }'
     for L in $LEVELS; do
       case "$L" in
