@@ -74,6 +74,12 @@ compare() {
     tokenmill-first) first=$ours; second=$llama ;;
     *) echo "ORDER must be llama-first or tokenmill-first" >&2; exit 2 ;;
   esac
+  # The last server of the previous compare may still be shutting down, holding the port.
+  local i
+  for i in $(seq 60); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null || break
+    sleep 1
+  done
   "$TM" bench compare --base-url "http://127.0.0.1:$PORT" --server "$first" --server "$second" \
     --runs "$RUNS" --ignore-eos --seed 0 --output-dir "$dir" "$@"
 }
