@@ -19,7 +19,8 @@
 # Each model's outputs land in OUTPUT_DIR/<model>/ (table.md, comparison.json, the charts, each
 # server's sweep and log); docs/llama-cpp-comparison/comparison.png is OUTPUT_DIR/smollm2/'s chart.
 # Builds tokenmill, fetches the default model, builds llama-server and writes the Qwen3 files
-# on first use (scripts/fetch-model.sh, build-llama-server.sh, make-qwen3-gguf.py).
+# on first use (scripts/fetch-model.sh, build-llama-server.sh, make-qwen3-gguf.py,
+# make-shape-gguf.py).
 # Run it on an otherwise idle machine: a busy one measures the neighbours.
 #
 # Real shapes (issue 52, "Measured where users run"): random weights in the real shapes of
@@ -37,7 +38,8 @@
 # table.md, those rows in one table under the date, commit, CPU and file. LAYERS=N writes and
 # measures files cut to their first N layers (make-shape-gguf.py --layers), for smoke tests of
 # this script only, e.g.
-#   LAYERS=2 RUNS=1 OUTPUT_LEN=8 MODELS=llama1b-q4_0 scripts/compare-llama-server.sh /tmp/smoke
+#   LAYERS=2 RUNS=1 OUTPUT_LEN=8 U1_PROMPTS=2 MODELS=llama1b-q4_0 \
+#     scripts/compare-llama-server.sh /tmp/smoke
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT="${1:-$(mktemp -d -t tokenmill-compare.XXXXXX)}"
