@@ -8,13 +8,37 @@
 #
 # ISA flags come from /proc/cpuinfo with GGML_NATIVE=OFF rather than -march=native: some VMs
 # advertise AMX in cpuid but trap on tile instructions (a native build dies with SIGILL), so AMX
-# is always off and every other extension is switched on only when the CPU lists it.
+# is off by default and every other extension is switched on only when the CPU lists it.
+#
+# AMX=1 builds llama.cpp's AMX backend as well (GGML_AMX_TILE, GGML_AMX_INT8 and GGML_AMX_BF16
+# on, the rest as above) into build-amx/ beside build/ (log build-amx.log), from the same source,
+# so both binaries can be compared:
+#
+#   AMX=1 scripts/build-llama-server.sh      # prints .../build-amx/bin/llama-server
+#
+# The AMX backend repacks the matrices it has kernels for (Q4_0, Q4_1, Q8_0, Q4_K, Q5_K, Q6_K,
+# IQ4_XS) into a buffer type of its own, which exists only when the kernel grants the tile state
+# (arch_prctl(ARCH_REQ_XCOMP_PERM); else it prints "AMX is not ready to be used!" and the vector
+# paths run). What is known of it (issue 52): on a 2-core Intel Xeon VM with AMX, this
+# version's AMX build (0.3.36) died with SIGILL at a `tilezero` in ggml_backend_amx_mul_mat,
+# while a program that asks for the tile state itself ran tiles there. On the 2026-12-07 build
+# machine (no amx_* flags in /proc/cpuinfo) it configures and its amx.cpp compiles with gcc 12,
+# but it was neither built whole nor run, as it could not be tested without AMX. Try it on an
+# AMX machine with `$(AMX=1 scripts/build-llama-server.sh) -m FILE` and record whether it
+# serves or traps.
 set -euo pipefail
 VERSION="${LLAMA_CPP_PYTHON_VERSION:-0.3.36}"
 JOBS="${JOBS:-2}"
+AMX="${AMX:-0}"
 CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/tokenmill/llama.cpp/$VERSION"
-BIN="$CACHE/build/bin/llama-server"
-LOG="$CACHE/build.log"
+case "$AMX" in
+  0) SUFFIX="" ;;
+  1) SUFFIX="-amx" ;;
+  *) echo "AMX must be 0 or 1" >&2; exit 2 ;;
+esac
+BUILD="$CACHE/build$SUFFIX"
+BIN="$BUILD/bin/llama-server"
+LOG="$CACHE/build$SUFFIX.log"
 
 if [ -x "$BIN" ]; then
   echo "$BIN"; exit 0
@@ -69,7 +93,12 @@ declare -a ISA=(
   "GGML_AVX512_VNNI avx512_vnni"
   "GGML_AVX512_BF16 avx512_bf16"
 )
-declare -a FLAGS=(-DGGML_NATIVE=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF)
+if [ "$AMX" = 1 ]; then
+  declare -a FLAGS=(-DGGML_NATIVE=OFF -DGGML_AMX_TILE=ON -DGGML_AMX_INT8=ON -DGGML_AMX_BF16=ON)
+  has_all amx_tile amx_int8 || echo "this CPU lists no AMX-TILE/INT8: the AMX build will not use tiles here" >&2
+else
+  declare -a FLAGS=(-DGGML_NATIVE=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF)
+fi
 for entry in "${ISA[@]}"; do
   read -r option needs <<<"$entry"
   # Options differ between llama.cpp versions; pass only those this one declares.
@@ -88,11 +117,10 @@ FLAGS+=(-DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DBUILD_
 echo "cmake flags: ${FLAGS[*]}" >&2
 echo "cmake flags: ${FLAGS[*]}" >>"$LOG"
 
-BUILD="$CACHE/build"
 "$VENV/bin/cmake" -S "$LLAMA" -B "$BUILD" -G Ninja -DCMAKE_MAKE_PROGRAM="$VENV/bin/ninja" \
   "${FLAGS[@]}" >>"$LOG" 2>&1 || { echo "cmake configure failed; see $LOG" >&2; exit 1; }
 # llama-perplexity too: the models page holds our perplexity to its figure on the same text.
 "$VENV/bin/cmake" --build "$BUILD" --target llama-server llama-perplexity -j "$JOBS" >>"$LOG" 2>&1 ||
   { echo "build failed; see $LOG" >&2; exit 1; }
-printf '%s\n' "${FLAGS[@]}" >"$CACHE/cmake-flags.txt"
+printf '%s\n' "${FLAGS[@]}" >"$CACHE/cmake-flags$SUFFIX.txt"
 echo "$BIN"
