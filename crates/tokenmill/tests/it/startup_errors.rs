@@ -241,12 +241,13 @@ fn a_real_model_cut_off_inside_its_tensor_data_is_refused_in_one_line() {
     assert_one_line_error(&["serve", "--model", path, "--port", "0"], path);
 }
 
-#[test]
-fn an_unknown_or_unsupported_cpu_kernel_is_one_line_naming_the_variable() {
+/// `serve` on dummy weights with `TOKENMILL_CPU_KERNEL=kernel`, which must stop it with one
+/// line and status 1: that line.
+fn one_line_kernel_error(kernel: &str) -> String {
     let args = serve_dummy_with(&[]);
     let output = Command::new(env!("CARGO_BIN_EXE_tokenmill"))
         .args(&args)
-        .env("TOKENMILL_CPU_KERNEL", "avx9000")
+        .env("TOKENMILL_CPU_KERNEL", kernel)
         .env_remove("RUST_LOG")
         .output()
         .expect("the binary runs");
@@ -254,9 +255,15 @@ fn an_unknown_or_unsupported_cpu_kernel_is_one_line_naming_the_variable() {
     let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
     assert_eq!(output.status.code(), Some(1), "{stderr}");
     assert_eq!(lines.len(), 1, "{stderr}");
+    lines[0].to_owned()
+}
+
+#[test]
+fn an_unknown_or_unsupported_cpu_kernel_is_one_line_naming_the_variable() {
+    let line = one_line_kernel_error("avx9000");
     assert!(
-        lines[0].starts_with("error: ") && lines[0].contains("TOKENMILL_CPU_KERNEL"),
-        "{stderr}"
+        line.starts_with("error: ") && line.contains("TOKENMILL_CPU_KERNEL"),
+        "{line}"
     );
 }
 
@@ -270,21 +277,8 @@ fn forcing_amx_where_it_cannot_run_is_one_line_saying_why() {
         return;
     }
     let why = CpuKernel::amx_unavailable().expect("AMX is unavailable here");
-    let args = serve_dummy_with(&[]);
-    let output = Command::new(env!("CARGO_BIN_EXE_tokenmill"))
-        .args(&args)
-        .env("TOKENMILL_CPU_KERNEL", "amx_int8")
-        .env_remove("RUST_LOG")
-        .output()
-        .expect("the binary runs");
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
-    assert_eq!(output.status.code(), Some(1), "{stderr}");
-    assert_eq!(lines.len(), 1, "{stderr}");
-    assert!(
-        lines[0].contains("amx_int8") && lines[0].contains(&why),
-        "{stderr}"
-    );
+    let line = one_line_kernel_error("amx_int8");
+    assert!(line.contains("amx_int8") && line.contains(&why), "{line}");
 }
 
 /// The default model with one value overwritten: `bytes` at byte `at` of tensor `name`'s data.
