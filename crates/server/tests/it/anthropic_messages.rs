@@ -6,7 +6,6 @@
 
 use crate::common;
 
-use std::process::Command;
 use std::sync::OnceLock;
 
 use common::*;
@@ -325,24 +324,11 @@ async fn x_api_key_is_honoured_like_the_bearer_token() {
 #[test]
 fn the_anthropic_python_sdk_gets_messages_streams_tools_counts_and_typed_errors() {
     crate::common::skip_without_model!();
-    let python = std::env::var("TOKENMILL_PYTHON").unwrap_or_else(|_| "python3".into());
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/anthropic_sdk.py");
     let base = keyed_server().base_url();
-    let output = Command::new(&python)
-        .args([script, &base, MODEL, "sesame"])
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {python} ({e}): set TOKENMILL_PYTHON"));
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    if output.status.code() == Some(3) {
-        // scripts/test.sh installs `anthropic` where it can; without it there is nothing to run.
-        eprintln!("SKIPPED: `import anthropic` failed with {python}: {stderr}");
-        return;
-    }
-    assert!(
-        output.status.success(),
-        "anthropic_sdk.py failed ({}):\n{stderr}\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stdout)
+    common::python_client::run_client_script(
+        "anthropic_sdk.py",
+        common::python_client::Package::Optional("anthropic"),
+        &[&base, MODEL, "sesame"],
     );
 }
 

@@ -9,8 +9,6 @@
 
 use crate::common;
 
-use std::process::Command;
-
 use common::*;
 use tokenmill_server::api_server::ServerOptions;
 use tokenmill_server::request_limits::RequestLimits;
@@ -21,11 +19,6 @@ const STORED: usize = 4;
 #[test]
 fn the_openai_python_client_creates_streams_chains_and_stores_responses() {
     crate::common::skip_without_model!();
-    // Set by scripts/test.sh (the full tier), where a Python without `openai` fails the test;
-    // unset (the offline tier), the system's Python without it makes the test say SKIPPED.
-    let chosen = std::env::var("TOKENMILL_PYTHON").ok();
-    let python = chosen.clone().unwrap_or_else(|| "python3".into());
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/openai_responses_sdk.py");
     let server = start_server(
         &[],
         ServerOptions {
@@ -36,34 +29,13 @@ fn the_openai_python_client_creates_streams_chains_and_stores_responses() {
             ..ServerOptions::default()
         },
     );
-    let output = Command::new(&python)
-        .args([
-            script,
+    common::python_client::run_client_script(
+        "openai_responses_sdk.py",
+        common::python_client::Package::Required("openai"),
+        &[
             &server.base_url(),
             "SmolLM2-135M-Instruct.Q4_1",
             &STORED.to_string(),
-        ])
-        .output()
-        .unwrap_or_else(|e| {
-            panic!("cannot run {python} ({e}): set TOKENMILL_PYTHON, as scripts/test.sh does")
-        });
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    if chosen.is_none() && output.status.code() == Some(3) {
-        common::model::say_skipped(&format!(
-            "{python} lacks the openai package (scripts/test.sh installs it in a venv)"
-        ));
-        return;
-    }
-    assert_ne!(
-        output.status.code(),
-        Some(3),
-        "`import openai` failed with {python}: {stderr}\n\
-         install it in a venv and point TOKENMILL_PYTHON at its python, as scripts/test.sh does"
-    );
-    assert!(
-        output.status.success(),
-        "openai_responses_sdk.py failed ({}):\n{stderr}\n{}",
-        output.status,
-        String::from_utf8_lossy(&output.stdout)
+        ],
     );
 }

@@ -8,6 +8,7 @@ pub mod reference;
 // Whether a model test runs, skips or fails, as the engine's tests decide it.
 #[path = "../../../../engine/tests/it/common/model.rs"]
 pub mod model;
+pub mod python_client;
 pub mod schema_check;
 
 pub(crate) use model::skip_without_model;
