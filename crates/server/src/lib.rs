@@ -6,6 +6,7 @@ pub mod generation_config;
 mod gguf_metadata;
 pub mod grammar_constraint;
 pub mod grammar_tokenizer;
+pub mod hub;
 pub mod model_loader;
 pub mod model_text_args;
 mod piece_spelling;
