@@ -39,9 +39,9 @@ impl DownloadProgress {
                 bar.set_style(style);
             }
             bar.set_message(file.to_owned());
-            Self::Bar(bar)
+            DownloadProgress::Bar(bar)
         } else {
-            Self::Log(LogProgress {
+            DownloadProgress::Log(LogProgress {
                 file: file.to_owned(),
                 total: 0,
                 done: 0,
@@ -53,16 +53,17 @@ impl DownloadProgress {
     }
 }
 
-impl hf_hub::api::Progress for DownloadProgress {
+/// Borrowed, so one report spans every try of a file.
+impl hf_hub::api::Progress for &mut DownloadProgress {
     // The client calls `init` again when it resumes, then `update` with the bytes already
     // there, so both keep the count absolute.
     fn init(&mut self, size: usize, _filename: &str) {
-        match self {
-            Self::Bar(bar) => {
+        match &mut **self {
+            DownloadProgress::Bar(bar) => {
                 bar.set_length(size as u64);
                 bar.set_position(0);
             }
-            Self::Log(log) => {
+            DownloadProgress::Log(log) => {
                 log.total = size as u64;
                 log.done = 0;
                 if !log.started && log.total >= LOG_PROGRESS_FROM {
@@ -75,9 +76,9 @@ impl hf_hub::api::Progress for DownloadProgress {
     }
 
     fn update(&mut self, size: usize) {
-        match self {
-            Self::Bar(bar) => bar.inc(size as u64),
-            Self::Log(log) => {
+        match &mut **self {
+            DownloadProgress::Bar(bar) => bar.inc(size as u64),
+            DownloadProgress::Log(log) => {
                 log.done += size as u64;
                 if log.total < LOG_PROGRESS_FROM || log.done >= log.total {
                     return;
@@ -99,9 +100,9 @@ impl hf_hub::api::Progress for DownloadProgress {
     }
 
     fn finish(&mut self) {
-        match self {
-            Self::Bar(bar) => bar.finish(),
-            Self::Log(log) => {
+        match &mut **self {
+            DownloadProgress::Bar(bar) => bar.finish(),
+            DownloadProgress::Log(log) => {
                 tracing::info!("downloaded {} ({})", log.file, HumanBytes(log.total))
             }
         }

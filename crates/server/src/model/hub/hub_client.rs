@@ -1,8 +1,9 @@
 //! The Hub over HTTP, through the `hf-hub` crate's blocking client, with what tokenmill adds
-//! around it: retries that resume a cut transfer (the crate keeps a `.part` file and asks
-//! for the rest with `Range`), the sha256 of LFS files checked before a file is used (the
-//! crate checks none: a bad file is taken out of the cache and refused), and the refs laid
-//! out as `huggingface_hub` lays them.
+//! around it: retries that resume a cut transfer (each download call resumes the crate's
+//! `.part` file with `Range`; the crate's own retry loop is left off, as it can resume from
+//! the wrong offset and drops a last try that succeeded), the sha256 of LFS files checked
+//! before a file is used (the crate checks none: a bad file is taken out of the cache and
+//! refused), and the refs laid out as `huggingface_hub` lays them.
 
 use super::download_progress::DownloadProgress;
 use super::hub_cache::HubCache;
@@ -13,9 +14,12 @@ use hf_hub::{Cache, Repo, RepoType};
 use sha2::{Digest, Sha256};
 use std::io::Read;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
-/// Tries of one file after the first, each resuming where the last stopped.
-const DOWNLOAD_RETRIES: usize = 5;
+/// Tries of one file, each resuming where the last stopped.
+const DOWNLOAD_TRIES: u32 = 6;
+/// The pause before the second try; each later one waits this much longer.
+const RETRY_PAUSE: Duration = Duration::from_millis(500);
 
 /// A repository at one revision, as the Hub's API describes it.
 #[derive(Debug, Clone)]
@@ -38,7 +42,7 @@ impl HubClient {
             .with_endpoint(settings.endpoint.clone())
             .with_token(settings.token.clone())
             .with_progress(false)
-            .with_retries(DOWNLOAD_RETRIES)
+            .with_retries(0)
             .with_user_agent("tokenmill", env!("CARGO_PKG_VERSION"))
             .build()?;
         Ok(Self {
@@ -60,11 +64,26 @@ impl HubClient {
     /// Fetches `file` of the repository at `commit` into the cache (its blob, the snapshot's
     /// link) and returns the link, its checksum checked where the Hub gives one.
     pub fn fetch(&self, repo_id: &str, commit: &str, file: &str) -> Result<PathBuf, HubError> {
-        let progress = DownloadProgress::new(file, self.bars);
-        // At the commit, not the branch, so every file comes from the same one.
-        let fetched = self
-            .repo(repo_id, commit)
-            .download_with_progress(file, progress);
+        let mut progress = DownloadProgress::new(file, self.bars);
+        let mut tries = 1;
+        let fetched = loop {
+            // At the commit, not the branch, so every file comes from the same one.
+            let fetched = self
+                .repo(repo_id, commit)
+                .download_with_progress(file, &mut progress)
+                .map_err(HubError::from);
+            match fetched {
+                Err(error) if error.is_unreachable() && tries < DOWNLOAD_TRIES => {
+                    tracing::warn!(
+                        "{file}: {error}; resuming (try {} of {DOWNLOAD_TRIES})",
+                        tries + 1
+                    );
+                    std::thread::sleep(RETRY_PAUSE * tries);
+                    tries += 1;
+                }
+                other => break other,
+            }
+        };
         self.cache.remove_commit_ref(repo_id, commit);
         let link = fetched?;
         if let Err(error) = verify(&link) {
