@@ -72,7 +72,7 @@ fn complete(server: &ServedBinary, name: &str) -> Value {
         .unwrap();
     let url = format!("{}/v1/completions", server.base_url);
     let body = json!({"model": name, "prompt": "Hello", "max_tokens": 4, "temperature": 0,
-                      "ignore_eos": true});
+                      "ignore_eos": true, "logprobs": 1});
     let reply: Value = runtime.block_on(async {
         let response = reqwest::Client::new()
             .post(url)
@@ -246,6 +246,85 @@ fn a_gguf_repo_by_quantization_is_fetched_with_progress_lines_then_reused() {
     complete(&server, &name);
 }
 
+/// `src`'s checkpoint in `dst` with its weights split in two shards and an index, as
+/// `save_pretrained` writes a large model: each shard a safetensors file of its own tensors.
+fn write_sharded_copy(src: &Path, dst: &Path) {
+    for name in ["config.json", "tokenizer.json", "tokenizer_config.json"] {
+        std::fs::copy(src.join(name), dst.join(name)).unwrap();
+    }
+    let bytes = std::fs::read(src.join("model.safetensors")).unwrap();
+    let header_len = u64::from_le_bytes(bytes[..8].try_into().unwrap()) as usize;
+    let header: serde_json::Map<String, Value> =
+        serde_json::from_slice(&bytes[8..8 + header_len]).unwrap();
+    let data = &bytes[8 + header_len..];
+    let mut names: Vec<&String> = header.keys().filter(|k| *k != "__metadata__").collect();
+    names.sort();
+    let half = names.len() / 2;
+    let mut weight_map = serde_json::Map::new();
+    for (shard, part) in [&names[..half], &names[half..]].iter().enumerate() {
+        let file = format!("model-{:05}-of-00002.safetensors", shard + 1);
+        let (mut meta, mut body) = (serde_json::Map::new(), Vec::new());
+        for name in part.iter() {
+            let mut info = header[*name].clone();
+            let offsets = &info["data_offsets"];
+            let (start, end) = (offsets[0].as_u64().unwrap(), offsets[1].as_u64().unwrap());
+            let at = body.len() as u64;
+            body.extend_from_slice(&data[start as usize..end as usize]);
+            info["data_offsets"] = json!([at, at + end - start]);
+            meta.insert(name.to_string(), info);
+            weight_map.insert(name.to_string(), json!(file));
+        }
+        let meta = serde_json::to_vec(&meta).unwrap();
+        let mut out = (meta.len() as u64).to_le_bytes().to_vec();
+        out.extend_from_slice(&meta);
+        out.extend_from_slice(&body);
+        std::fs::write(dst.join(&file), out).unwrap();
+    }
+    let index = json!({"metadata": {"total_size": data.len()}, "weight_map": weight_map});
+    std::fs::write(dst.join("model.safetensors.index.json"), index.to_string()).unwrap();
+}
+
+#[test]
+fn a_sharded_safetensors_repo_fetches_its_index_and_shards_and_answers_as_unsharded() {
+    let zoo = model::zoo("tiny-qwen3");
+    let shards = TempHome::new("shards-src");
+    write_sharded_copy(&zoo, &shards.0);
+    let sharded = "tokenmill-test/tiny-qwen3-sharded";
+    let hub = LocalHub::builder()
+        .folder_repo(TINY, &zoo)
+        .folder_repo(sharded, &shards.0)
+        .start();
+    let home = TempHome::new("shards");
+    let env = hub_env(&hub.endpoint, &home, false);
+    let server = ServedBinary::start_with_env(&["--model", TINY], &env);
+    let whole = complete(&server, TINY);
+    drop(server);
+    hub.clear_requests();
+    let server = ServedBinary::start_with_env(&["--model", sharded], &env);
+    let split = complete(&server, sharded);
+    drop(server);
+    assert_eq!(
+        sorted(hub.downloaded()),
+        [
+            "config.json",
+            "model-00001-of-00002.safetensors",
+            "model-00002-of-00002.safetensors",
+            "model.safetensors.index.json",
+            "tokenizer.json",
+            "tokenizer_config.json"
+        ]
+    );
+    // The same greedy tokens with the same log-probabilities: the same weights.
+    assert_eq!(
+        split["choices"][0]["logprobs"],
+        whole["choices"][0]["logprobs"]
+    );
+    assert!(
+        split["choices"][0]["logprobs"]["token_logprobs"][3].is_number(),
+        "{split}"
+    );
+}
+
 #[test]
 fn offline_with_an_empty_cache_or_no_network_is_one_line_naming_repo_and_cache() {
     let home = TempHome::new("empty");
@@ -326,7 +405,7 @@ fn a_corrupt_download_is_refused_and_not_kept_as_complete() {
 fn a_transfer_cut_part_way_resumes_from_where_it_stopped() {
     let hub = tiny_hub();
     let cut = 100_000;
-    hub.cut_next_download("model.safetensors", cut);
+    hub.cut_downloads("model.safetensors", cut, 1);
     let home = TempHome::new("resume");
     let server =
         ServedBinary::start_with_env(&["--model", TINY], &hub_env(&hub.endpoint, &home, false));
@@ -346,6 +425,40 @@ fn a_transfer_cut_part_way_resumes_from_where_it_stopped() {
         .unwrap()
         .len();
     assert_eq!(weights[1].sent as u64, size - cut as u64);
+}
+
+#[test]
+fn a_transfer_cut_past_every_retry_is_resumed_by_the_next_start() {
+    let hub = tiny_hub();
+    // As many cuts as a start makes tries (6, docs/models.md).
+    let (cut, tries) = (50_000, 6);
+    hub.cut_downloads("model.safetensors", cut, tries);
+    let home = TempHome::new("resume-later");
+    let env = hub_env(&hub.endpoint, &home, false);
+    let (code, stderr) = serve_failure(&["--model", TINY], &env);
+    let cache = home.cache().display().to_string();
+    assert_error_line(code, &stderr, &["model.safetensors", TINY, &cache]);
+    let cuts = hub.downloaded().len();
+    assert_eq!(
+        cuts,
+        3 + tries,
+        "three text files, then each try of the weights"
+    );
+
+    hub.clear_requests();
+    let server = ServedBinary::start_with_env(&["--model", TINY], &env);
+    complete(&server, TINY);
+    let weights: Vec<_> = hub
+        .requests()
+        .into_iter()
+        .filter(|r| r.is_download())
+        .collect();
+    assert_eq!(weights.len(), 1, "{weights:?}");
+    let kept = cut * tries;
+    assert_eq!(
+        weights[0].range.as_deref(),
+        Some(format!("bytes={kept}-").as_str())
+    );
 }
 
 #[test]

@@ -68,8 +68,8 @@ impl HubRequest {
 
 #[derive(Default)]
 struct Faults {
-    /// The next download of this file stops after this many bytes, then the fault is gone.
-    cut_once: Option<(String, usize)>,
+    /// The next downloads of this file, as many as the count, stop after this many bytes.
+    cut: Option<(String, usize, usize)>,
     /// Files served with one byte changed (their headers keep the true sha256).
     corrupt: HashSet<String>,
 }
@@ -226,9 +226,10 @@ impl LocalHub {
             .collect()
     }
 
-    /// The next download of `file` stops after `bytes` bytes by dropping the connection.
-    pub fn cut_next_download(&self, file: &str, bytes: usize) {
-        self.shared.faults.lock().unwrap().cut_once = Some((file.to_owned(), bytes));
+    /// The next `times` downloads of `file` each stop after `bytes` bytes by dropping the
+    /// connection.
+    pub fn cut_downloads(&self, file: &str, bytes: usize, times: usize) {
+        self.shared.faults.lock().unwrap().cut = Some((file.to_owned(), bytes, times));
     }
 
     /// Every download of `file` from now on has one byte changed.
@@ -413,10 +414,13 @@ async fn resolve(
     };
     let (cut, corrupt) = {
         let mut faults = shared.faults.lock().unwrap();
-        let cut = match &faults.cut_once {
-            Some((name, at)) if *name == file && *at < body.len() => {
+        let cut = match &mut faults.cut {
+            Some((name, at, left)) if *name == file && *at < body.len() => {
                 let at = *at;
-                faults.cut_once = None;
+                *left -= 1;
+                if *left == 0 {
+                    faults.cut = None;
+                }
                 Some(at)
             }
             _ => None,
