@@ -55,7 +55,7 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             .await
             .with_context(|| format!("cannot listen on {addr}"))?;
         tracing::info!(
-            "serving {} models ({}) on http://{}; each loads on its first request",
+            "serving {} models ({}) on http://{} (each loads on its first request)",
             registry.names().len(),
             registry.names().join(", "),
             listener.local_addr().unwrap_or(addr),

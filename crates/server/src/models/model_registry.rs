@@ -279,8 +279,12 @@ impl ModelRegistry {
             let started = Instant::now();
             tracing::info!("loading {} from {}", spec.name, spec.source);
             let loaded = tokio::task::spawn_blocking(move || {
-                for resident in evicted {
-                    resident.stop();
+                if !evicted.is_empty() {
+                    for resident in &evicted {
+                        resident.stop();
+                    }
+                    drop(evicted);
+                    give_back_freed_memory();
                 }
                 loader(&load_spec)
             })
@@ -396,5 +400,21 @@ async fn stop_when_idle(resident: Arc<Resident>) {
     while resident.in_flight.load(Ordering::SeqCst) > 0 {
         tokio::time::sleep(SLOT_POLL).await;
     }
-    let _ = tokio::task::spawn_blocking(move || resident.stop()).await;
+    let _ = tokio::task::spawn_blocking(move || {
+        resident.stop();
+        drop(resident);
+        give_back_freed_memory();
+    })
+    .await;
+}
+
+/// Returns the heap a stopped model freed to the OS. glibc keeps freed memory in its
+/// per-thread arenas for reuse: measured on the default model, about 300 MiB of loading
+/// buffers and tokenizer stayed resident after its engine stopped until trimmed.
+fn give_back_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only walks glibc's own arenas under their locks.
+    unsafe {
+        libc::malloc_trim(0);
+    }
 }

@@ -7,5 +7,6 @@ mod engine_bench;
 mod generate_text_flags;
 mod hub_models;
 mod perplexity;
+mod several_models;
 mod shutdown;
 mod startup_errors;
