@@ -88,7 +88,7 @@ fn one_line(error: &anyhow::Error) -> String {
 
 fn run(command: Command) -> anyhow::Result<()> {
     match command {
-        Command::Serve(args) => tokenmill_server::http::api_server::run(args),
+        Command::Serve(args) => tokenmill_server::http::serve_command::run(args),
         Command::Run(args) => chat::run(args),
         Command::Generate(args) => generate::run(args),
         Command::Perplexity(args) => perplexity::run(args),

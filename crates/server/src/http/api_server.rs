@@ -244,10 +244,8 @@ pub fn build_app(state: Arc<AppState>) -> Router {
 }
 
 /// The `serve` command: load, listen, serve until SIGINT/SIGTERM, drain, exit.
+/// One model, loaded before the server listens (`serve_command` picks this or several).
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
-    if args.several_models() {
-        return crate::http::models_server::run(args);
-    }
     let addr = listen_address(&args)?;
     let local = args.hub.localize(&args.engine)?;
     let mut model = model_loader::load_with(&local.engine, &args.text)?;

@@ -7,5 +7,6 @@ pub mod info;
 pub mod models_server;
 pub mod prefix_cache;
 pub mod router;
+pub mod serve_command;
 pub mod sglang;
 pub mod tokenize;
