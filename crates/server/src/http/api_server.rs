@@ -243,8 +243,8 @@ pub fn build_app(state: Arc<AppState>) -> Router {
     router::router(state)
 }
 
-/// The `serve` command: load, listen, serve until SIGINT/SIGTERM, drain, exit.
-/// One model, loaded before the server listens (`serve_command` picks this or several).
+/// The `serve` command with one model (`serve_command` picks it or several): load, listen,
+/// serve until SIGINT/SIGTERM, drain, exit.
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     let addr = listen_address(&args)?;
     let local = args.hub.localize(&args.engine)?;
