@@ -14,7 +14,7 @@ use crate::model::serving_config::ServingConfig;
 use crate::serving::drain::Drain;
 use crate::serving::request_limits::RequestLimits;
 use crate::structured_output::constraint_compiler::ConstraintCompiler;
-use crate::structured_output::structured_output::StructuredOutput;
+use crate::structured_output::StructuredOutput;
 use crate::text::chat_template::ChatTemplate;
 use crate::text::generation_config::GenerationConfig;
 use crate::text::tokenizer::Tokenizer;
