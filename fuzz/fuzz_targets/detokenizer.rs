@@ -7,7 +7,7 @@
 use arbitrary::Arbitrary;
 use libfuzzer_sys::fuzz_target;
 use tokenmill_fuzz::text_side;
-use tokenmill_server::detokenizer::IncrementalDetokenizer;
+use tokenmill_server::text::detokenizer::IncrementalDetokenizer;
 
 #[derive(Debug, Arbitrary)]
 struct Input {

@@ -10,8 +10,8 @@ use std::sync::OnceLock;
 use libfuzzer_sys::fuzz_target;
 use tokenmill_engine::models::checkpoint::{Checkpoint, GgufCheckpoint};
 use tokenmill_engine::{Engine, EngineConfig};
-use tokenmill_server::chat_template::ChatTemplate;
-use tokenmill_server::tokenizer;
+use tokenmill_server::text::chat_template::ChatTemplate;
+use tokenmill_server::text::tokenizer;
 
 /// One scratch file per process, rewritten per input: the readers take a path.
 fn scratch() -> &'static PathBuf {

@@ -7,18 +7,18 @@
 
 use libfuzzer_sys::fuzz_target;
 use tokenmill_fuzz::{engine_limits, text_side};
-use tokenmill_server::api_error::ApiError;
-use tokenmill_server::field_policy::check_fields;
-use tokenmill_server::generation_request::{
+use tokenmill_server::api::api_error::ApiError;
+use tokenmill_server::generate::field_policy::check_fields;
+use tokenmill_server::api::generation_request::{
     chat_messages, prompt_inputs, GenerationRequest, PromptInput,
 };
-use tokenmill_server::json_body::parse_json;
-use tokenmill_server::request_limits::RequestLimits;
-use tokenmill_server::generation_config::GenerationConfig;
-use tokenmill_server::request_plan::{Endpoint, PlanRules, RequestPlan};
-use tokenmill_server::routes::chat_completions::{plan_tool_calls, ChatPrompt};
-use tokenmill_server::tool_call_parser::ToolCallParserKind;
-use tokenmill_server::tool_request::ToolRequest;
+use tokenmill_server::serving::json_body::parse_json;
+use tokenmill_server::serving::request_limits::RequestLimits;
+use tokenmill_server::text::generation_config::GenerationConfig;
+use tokenmill_server::generate::request_plan::{Endpoint, PlanRules, RequestPlan};
+use tokenmill_server::generate::chat_prompt::{plan_tool_calls, ChatPrompt};
+use tokenmill_server::tools::tool_call_parser::ToolCallParserKind;
+use tokenmill_server::tools::tool_request::ToolRequest;
 
 fuzz_target!(|data: &[u8]| {
     let Some((&which, body)) = data.split_first() else {
@@ -49,7 +49,7 @@ fuzz_target!(|data: &[u8]| {
     }
 });
 
-/// What `routes::completions` and `routes::chat_completions` do before `generate`, with the
+/// What `openai::completions` and `openai::chat_completions` do before `generate`, with the
 /// route's tokenizer, template and limits, minus the engine.
 fn plan(endpoint: Endpoint, bytes: &[u8]) -> Result<RequestPlan, ApiError> {
     let text = text_side();

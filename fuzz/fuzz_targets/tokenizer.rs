@@ -9,7 +9,7 @@
 use libfuzzer_sys::fuzz_target;
 use std::sync::OnceLock;
 use tokenmill_fuzz::text_side;
-use tokenmill_server::tokenizer::TokenBytes;
+use tokenmill_server::text::tokenizer::TokenBytes;
 
 /// Whether the vocabulary has a token for byte `b`: byte-level BPE drops the others.
 fn has_token(b: u8) -> bool {

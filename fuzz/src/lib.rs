@@ -4,8 +4,8 @@ use std::sync::{Arc, OnceLock};
 
 use tokenmill_engine::models::checkpoint::default_model_path;
 use tokenmill_engine::EngineLimits;
-use tokenmill_server::chat_template::ChatTemplate;
-use tokenmill_server::tokenizer::{self, Tokenizer};
+use tokenmill_server::text::chat_template::ChatTemplate;
+use tokenmill_server::text::tokenizer::{self, Tokenizer};
 
 pub struct TextSide {
     pub tokenizer: Arc<Tokenizer>,

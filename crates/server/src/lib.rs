@@ -1,41 +1,25 @@
-//! tokenmill server: tokenization, chat templates and streaming detokenization around the engine.
-pub mod chat_template;
-pub mod constraint_compiler;
-pub mod detokenizer;
-pub mod generation_config;
-mod gguf_metadata;
-pub mod grammar_constraint;
-pub mod grammar_tokenizer;
-pub mod model_loader;
-pub mod model_text_args;
-mod piece_spelling;
-mod sentencepiece_bpe;
-pub mod structured_output;
-pub mod tokenizer;
-mod tokenizer_error;
+//! tokenmill server: the HTTP APIs (OpenAI's, Anthropic's) around the engine, and the text
+//! (tokenizer, chat template, detokenizer) that the engine's token ids never carry.
+//!
+//! Rooms from the top down; a room names only rooms beneath it (ARCHITECTURE.md's code map):
+//! `http` serves the routes; `openai` and `anthropic` speak the protocols; `generate` plans a
+//! request and runs it on the engine; `serving` holds the state every handler shares;
+//! `tools`, `structured_output`, `metrics`, `kv_events`, `model`, `api` and `text` below.
+
+pub mod http;
 
 pub mod anthropic;
-pub mod api_error;
-pub mod api_key;
-pub mod api_server;
-pub mod app_state;
-pub mod choice_run;
-pub mod drain;
-pub mod field_policy;
-pub mod generation_request;
-pub mod json_body;
-pub mod kv_event_batch;
-pub mod kv_event_publisher;
-pub mod kv_events_config;
+pub mod openai;
+
+pub mod generate;
+pub mod serving;
+
+pub mod structured_output;
+pub mod tools;
+
+pub mod kv_events;
 pub mod metrics;
-pub mod reasoning_parser;
-pub mod reply_builder;
-pub mod request_limits;
-pub mod request_plan;
-pub mod responses;
-pub mod routes;
-pub mod serving_config;
-pub mod tool_call_parser;
-pub mod tool_grammar;
-pub mod tool_prompt;
-pub mod tool_request;
+pub mod model;
+
+pub mod api;
+pub mod text;

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use serde_json::{json, Value};
-use tokenmill_server::api_server::ServerOptions;
+use tokenmill_server::http::api_server::ServerOptions;
 use tokio::sync::Semaphore;
 
 /// Requests in the soak, unless `TOKENMILL_SOAK_REQUESTS` says more (`scripts/soak.sh`).

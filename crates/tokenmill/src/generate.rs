@@ -4,10 +4,10 @@
 use anyhow::{bail, Context};
 use clap::Args;
 use tokenmill_engine::{EngineArgs, Request, SamplingParams};
-use tokenmill_server::chat_template::ChatMessage;
-use tokenmill_server::generation_config::GenerationConfig;
-use tokenmill_server::model_loader;
-use tokenmill_server::model_text_args::ModelTextArgs;
+use tokenmill_server::model::model_loader;
+use tokenmill_server::model::model_text_args::ModelTextArgs;
+use tokenmill_server::text::chat_template::ChatMessage;
+use tokenmill_server::text::generation_config::GenerationConfig;
 
 #[derive(Args, Debug)]
 pub struct GenerateArgs {

@@ -20,7 +20,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Serve the model over an OpenAI-compatible HTTP API.
-    Serve(tokenmill_server::api_server::ServeArgs),
+    Serve(tokenmill_server::http::api_server::ServeArgs),
     /// Generate completions for prompts, batched through the engine.
     Generate(generate::GenerateArgs),
     /// A text's perplexity, computed as llama.cpp's `llama-perplexity` computes it.
@@ -78,7 +78,7 @@ fn one_line(error: &anyhow::Error) -> String {
 
 fn run(command: Command) -> anyhow::Result<()> {
     match command {
-        Command::Serve(args) => tokenmill_server::api_server::run(args),
+        Command::Serve(args) => tokenmill_server::http::api_server::run(args),
         Command::Generate(args) => generate::run(args),
         Command::Perplexity(args) => perplexity::run(args),
         Command::Bench(BenchCommand::Latency(args)) => engine_bench::latency(args),

@@ -13,8 +13,8 @@ use anyhow::{bail, ensure, Context};
 use clap::Args;
 use std::path::PathBuf;
 use tokenmill_engine::{EngineArgs, Request, SamplingParams};
-use tokenmill_server::model_loader;
-use tokenmill_server::model_text_args::ModelTextArgs;
+use tokenmill_server::model::model_loader;
+use tokenmill_server::model::model_text_args::ModelTextArgs;
 
 #[derive(Args, Debug)]
 pub struct PerplexityArgs {

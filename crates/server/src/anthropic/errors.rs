@@ -11,9 +11,9 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use serde_json::{json, Value};
 
-use crate::api_error::ApiError;
-use crate::api_key::{constant_time_eq, sent_key_matches};
-use crate::app_state::AppState;
+use crate::api::api_error::ApiError;
+use crate::serving::api_key::{constant_time_eq, sent_key_matches};
+use crate::serving::app_state::AppState;
 
 /// Error bodies are a few hundred bytes; anything larger is passed on untouched.
 const MAX_ERROR_BODY: usize = 64 * 1024;

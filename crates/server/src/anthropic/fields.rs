@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use crate::api_error::ApiError;
+use crate::api::api_error::ApiError;
 
 /// Accepted and read by no one: prompt caching is automatic here (`cache_control` marks
 /// nothing the prefix cache does not already keep), and a latency tier or the inference

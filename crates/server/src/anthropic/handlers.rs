@@ -15,17 +15,17 @@ use serde_json::{json, Value};
 use super::errors::engine_failed_event;
 use super::reply::{message_id, BlockStream, MessageReply};
 use super::request::{ChatRequest, MessagesRequest};
-use crate::api_error::ApiError;
-use crate::app_state::AppState;
-use crate::choice_run::ChoiceRun;
-use crate::field_policy::check_fields;
-use crate::json_body::JsonBody;
-use crate::reply_builder::ChoiceTotal;
-use crate::request_plan::{Endpoint, RequestPlan};
-use crate::routes::chat_completions::{plan_tool_calls, ChatPrompt};
-use crate::routes::generation::{start_runs, ENGINE_FAILED};
-use crate::routes::off_runtime;
-use crate::tool_request::ToolRequest;
+use crate::api::api_error::ApiError;
+use crate::generate::chat_prompt::{plan_tool_calls, ChatPrompt};
+use crate::generate::choice_run::ChoiceRun;
+use crate::generate::choice_total::ChoiceTotal;
+use crate::generate::engine_runs::{start_runs, ENGINE_FAILED};
+use crate::generate::field_policy::check_fields;
+use crate::generate::request_plan::{Endpoint, PlanRules, RequestPlan};
+use crate::serving::app_state::AppState;
+use crate::serving::json_body::JsonBody;
+use crate::serving::off_runtime::off_runtime;
+use crate::tools::tool_request::ToolRequest;
 
 /// Anthropic clients name Claude models (Claude Code asks for several): a `claude-*` name is
 /// taken to mean the one model served; any other name must be the served one.
@@ -82,7 +82,7 @@ pub async fn messages(
         }
         _ => "max_tokens",
     };
-    let mut plan = RequestPlan::new(&body, Endpoint::Chat, vec![prompt], &state.plan_rules())?;
+    let mut plan = RequestPlan::new(&body, Endpoint::Chat, vec![prompt], &PlanRules::of(&state))?;
     if let Some(tools) = &tools {
         plan_tool_calls(&mut plan, tools, state.tool_call_parser)?;
     }

@@ -8,9 +8,10 @@
 
 use serde_json::{json, Value};
 
-use crate::choice_run::ChoiceDelta;
-use crate::reply_builder::{unique_suffix, ChoiceTotal};
-use crate::tool_call_parser::ToolCall;
+use crate::generate::choice_run::ChoiceDelta;
+use crate::generate::choice_total::ChoiceTotal;
+use crate::generate::reply_id::unique_suffix;
+use crate::tools::tool_call_parser::ToolCall;
 
 /// Anthropic's `stop_reason` for a choice's finish reason (and the stop string that ended
 /// it, which Anthropic reports as `stop_sequence`). A reply the server cut short while

@@ -11,9 +11,9 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 
-use crate::api_error::ApiError;
-use crate::chat_template::ChatMessage;
-use crate::generation_request::GenerationRequest;
+use crate::api::api_error::ApiError;
+use crate::api::generation_request::GenerationRequest;
+use crate::text::chat_template::ChatMessage;
 
 /// The fields the request type models, each honoured (or, for `metadata`, accepted as
 /// bookkeeping that changes nothing); docs/api.md describes each.

@@ -11,7 +11,7 @@ use std::sync::OnceLock;
 use common::*;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
-use tokenmill_server::api_server::{ServerHandle, ServerOptions};
+use tokenmill_server::http::api_server::{ServerHandle, ServerOptions};
 
 const MODEL: &str = "SmolLM2-135M-Instruct.Q4_1";
 

@@ -8,7 +8,7 @@ use std::sync::OnceLock;
 
 use common::start_server;
 use serde_json::{json, Value};
-use tokenmill_server::api_server::{ServerHandle, ServerOptions};
+use tokenmill_server::http::api_server::{ServerHandle, ServerOptions};
 
 const KEY: &str = "sesame";
 

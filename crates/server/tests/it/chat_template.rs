@@ -2,8 +2,8 @@
 
 use crate::common::reference;
 
-use tokenmill_server::chat_template::{ChatMessage, ChatTemplate, ChatTemplateError};
-use tokenmill_server::tokenizer::{from_gguf_file, Tokenizer};
+use tokenmill_server::text::chat_template::{ChatMessage, ChatTemplate, ChatTemplateError};
+use tokenmill_server::text::tokenizer::{from_gguf_file, Tokenizer};
 
 /// SmolLM2's template inserts this turn whenever the conversation does not open with a system message.
 const SMOLLM2_DEFAULT_SYSTEM: &str =

@@ -9,7 +9,7 @@ use clap::Parser;
 use common::*;
 use serde::Deserialize;
 use serde_yaml::Value;
-use tokenmill_server::api_server::ServeArgs;
+use tokenmill_server::http::api_server::ServeArgs;
 use tokenmill_server::metrics::MetricsCompat;
 
 const DEPLOYMENT: &str = include_str!(concat!(

@@ -11,7 +11,7 @@ use common::*;
 use serde_json::{json, Value};
 use tokenmill_engine::core::engine_handle::MAX_CONSECUTIVE_STEP_FAILURES;
 use tokenmill_engine::EngineError;
-use tokenmill_server::api_server::{spawn_server, ServerHandle, ServerOptions};
+use tokenmill_server::http::api_server::{spawn_server, ServerHandle, ServerOptions};
 
 /// A server whose engine runs `fault(step number)` before every forward pass.
 fn server_with_fault(

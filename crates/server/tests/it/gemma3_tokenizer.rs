@@ -16,8 +16,8 @@ use std::sync::{Arc, OnceLock};
 
 use candle_core::quantized::gguf_file::Value;
 use serde::Deserialize;
-use tokenmill_server::detokenizer::IncrementalDetokenizer;
-use tokenmill_server::tokenizer::{from_gguf_file, TokenBytes, Tokenizer};
+use tokenmill_server::text::detokenizer::IncrementalDetokenizer;
+use tokenmill_server::text::tokenizer::{from_gguf_file, TokenBytes, Tokenizer};
 
 /// Where `scripts/fetch-gemma3.sh` caches the file (`TOKENMILL_GEMMA3_GGUF` names another).
 fn gguf_path() -> PathBuf {

@@ -367,7 +367,7 @@ async fn metrics_count_tokens_and_finished_requests() {
 #[tokio::test]
 async fn a_server_with_an_itl_target_reports_its_steps_in_metrics() {
     crate::common::skip_without_model!();
-    use tokenmill_server::api_server::ServerOptions;
+    use tokenmill_server::http::api_server::ServerOptions;
     let server = tokio::task::spawn_blocking(|| {
         start_server(&["--target-itl-ms", "1000"], ServerOptions::default())
     })
@@ -407,7 +407,7 @@ async fn a_server_with_an_itl_target_reports_its_steps_in_metrics() {
 #[tokio::test]
 async fn prompt_tokens_details_report_the_prompt_tokens_the_prefix_cache_served() {
     crate::common::skip_without_model!();
-    use tokenmill_server::api_server::ServerOptions;
+    use tokenmill_server::http::api_server::ServerOptions;
     let server = tokio::task::spawn_blocking(|| {
         start_server(
             &[],

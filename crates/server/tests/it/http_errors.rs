@@ -6,7 +6,7 @@ use common::*;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 use std::sync::OnceLock;
-use tokenmill_server::api_server::{ServerHandle, ServerOptions};
+use tokenmill_server::http::api_server::{ServerHandle, ServerOptions};
 
 fn assert_error_body(body: &Value, context: &str) {
     let error = &body["error"];

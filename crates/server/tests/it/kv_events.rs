@@ -11,9 +11,9 @@
 use std::process::Command;
 
 use clap::Parser;
-use tokenmill_server::api_server::{spawn_server, ServeArgs};
-use tokenmill_server::kv_events_config::EventEncoding;
-use tokenmill_server::model_loader;
+use tokenmill_server::http::api_server::{spawn_server, ServeArgs};
+use tokenmill_server::kv_events::kv_events_config::EventEncoding;
+use tokenmill_server::model::model_loader;
 
 #[derive(Parser)]
 struct Cli {

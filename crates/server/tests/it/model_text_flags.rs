@@ -8,9 +8,9 @@ use std::path::{Path, PathBuf};
 
 use clap::Parser;
 use serde_json::{json, Value};
-use tokenmill_server::api_server::{spawn_server, ServeArgs, ServerHandle, ServerOptions};
-use tokenmill_server::model_loader::{self, LoadedModel};
-use tokenmill_server::tokenizer::{from_gguf_file, Tokenizer};
+use tokenmill_server::http::api_server::{spawn_server, ServeArgs, ServerHandle, ServerOptions};
+use tokenmill_server::model::model_loader::{self, LoadedModel};
+use tokenmill_server::text::tokenizer::{from_gguf_file, Tokenizer};
 
 #[derive(Parser)]
 struct Cli {

@@ -10,8 +10,8 @@
 use crate::common;
 
 use common::*;
-use tokenmill_server::api_server::ServerOptions;
-use tokenmill_server::request_limits::RequestLimits;
+use tokenmill_server::http::api_server::ServerOptions;
+use tokenmill_server::serving::request_limits::RequestLimits;
 
 /// Small, so the script can push a response out of the store.
 const STORED: usize = 4;

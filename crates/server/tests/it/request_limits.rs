@@ -187,8 +187,8 @@ async fn tool_messages_reach_the_chat_template() {
 async fn a_body_that_stops_arriving_gets_408_instead_of_holding_the_connection() {
     crate::common::skip_without_model!();
     use std::io::{Read, Write};
-    use tokenmill_server::api_server::ServerOptions;
-    use tokenmill_server::request_limits::RequestLimits;
+    use tokenmill_server::http::api_server::ServerOptions;
+    use tokenmill_server::serving::request_limits::RequestLimits;
 
     let options = ServerOptions {
         request_limits: RequestLimits {

@@ -7,8 +7,8 @@ use crate::common;
 use common::*;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
-use tokenmill_server::api_server::ServerOptions;
-use tokenmill_server::request_limits::RequestLimits;
+use tokenmill_server::http::api_server::ServerOptions;
+use tokenmill_server::serving::request_limits::RequestLimits;
 
 async fn create(body: Value) -> (StatusCode, Value) {
     post_json("/v1/responses", body).await

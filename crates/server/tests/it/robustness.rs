@@ -7,13 +7,13 @@ use proptest::prelude::*;
 use serde_json::{json, Value};
 use std::sync::{Arc, OnceLock};
 use tokenmill_engine::EngineLimits;
-use tokenmill_server::detokenizer::IncrementalDetokenizer;
-use tokenmill_server::generation_config::GenerationConfig;
-use tokenmill_server::generation_request::GenerationRequest;
-use tokenmill_server::json_body::parse_json;
-use tokenmill_server::request_limits::RequestLimits;
-use tokenmill_server::request_plan::{Endpoint, PlanRules, RequestPlan};
-use tokenmill_server::tokenizer::{from_gguf_file, Tokenizer};
+use tokenmill_server::api::generation_request::GenerationRequest;
+use tokenmill_server::generate::request_plan::{Endpoint, PlanRules, RequestPlan};
+use tokenmill_server::serving::json_body::parse_json;
+use tokenmill_server::serving::request_limits::RequestLimits;
+use tokenmill_server::text::detokenizer::IncrementalDetokenizer;
+use tokenmill_server::text::generation_config::GenerationConfig;
+use tokenmill_server::text::tokenizer::{from_gguf_file, Tokenizer};
 
 /// The default model's tokenizer, or `None` where the model is absent and may be (each case
 /// then passes at once, and the test says SKIPPED: `common/model.rs`).

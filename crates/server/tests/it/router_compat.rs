@@ -10,9 +10,9 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use serde_json::{json, Value};
-use tokenmill_server::api_server::{ServerHandle, ServerOptions};
-use tokenmill_server::chat_template::ChatMessage;
-use tokenmill_server::reasoning_parser::ReasoningParserKind;
+use tokenmill_server::http::api_server::{ServerHandle, ServerOptions};
+use tokenmill_server::text::chat_template::ChatMessage;
+use tokenmill_server::tools::reasoning_parser::ReasoningParserKind;
 
 /// The fields sglang-router 0.3.2 adds to every completions request (captured by pointing it
 /// at a listener that logs request bodies); vllm-router 0.1.17 adds the same ones.

@@ -8,7 +8,7 @@ use std::sync::OnceLock;
 use common::*;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
-use tokenmill_server::api_server::{ServerHandle, ServerOptions};
+use tokenmill_server::http::api_server::{ServerHandle, ServerOptions};
 
 /// A second server on the fully f32 path, with a token budget so small that every prompt here
 /// is prefilled in several chunks.

@@ -11,10 +11,10 @@ use clap::Parser;
 use serde::Deserialize;
 use serde_json::json;
 use tokenmill_engine::EngineArgs;
-use tokenmill_server::api_server::{spawn_server, ServerHandle, ServerOptions};
-use tokenmill_server::detokenizer::IncrementalDetokenizer;
-use tokenmill_server::model_loader;
-use tokenmill_server::tokenizer::{from_gguf_file, Tokenizer, TokenizerError};
+use tokenmill_server::http::api_server::{spawn_server, ServerHandle, ServerOptions};
+use tokenmill_server::model::model_loader;
+use tokenmill_server::text::detokenizer::IncrementalDetokenizer;
+use tokenmill_server::text::tokenizer::{from_gguf_file, Tokenizer, TokenizerError};
 
 fn fixture_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/spm")

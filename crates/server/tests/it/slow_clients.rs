@@ -11,8 +11,8 @@ use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use common::start_server;
-use tokenmill_server::api_server::{ServerHandle, ServerOptions};
-use tokenmill_server::request_limits::RequestLimits;
+use tokenmill_server::http::api_server::{ServerHandle, ServerOptions};
+use tokenmill_server::serving::request_limits::RequestLimits;
 
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(1);
 const BODY_LIMIT: usize = 4096;

@@ -9,7 +9,7 @@ use common::{streamed_finish_reason, streamed_text};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 use std::sync::OnceLock;
-use tokenmill_server::api_server::{ServerHandle, ServerOptions};
+use tokenmill_server::http::api_server::{ServerHandle, ServerOptions};
 use tokenmill_server::metrics::MetricsCompat;
 
 const NGRAM: &str =
@@ -167,7 +167,7 @@ async fn a_bad_speculative_config_is_refused_at_startup_with_its_reason() {
             engine: tokenmill_engine::EngineArgs,
         }
         let cli = <Cli as clap::Parser>::parse_from(args);
-        let err = tokenmill_server::model_loader::load(&cli.engine)
+        let err = tokenmill_server::model::model_loader::load(&cli.engine)
             .err()
             .expect("refused");
         let text = err.to_string();

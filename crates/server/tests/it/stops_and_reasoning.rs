@@ -7,8 +7,8 @@ use std::sync::OnceLock;
 
 use common::*;
 use serde_json::{json, Value};
-use tokenmill_server::api_server::{ServerHandle, ServerOptions};
-use tokenmill_server::reasoning_parser::ReasoningParserKind;
+use tokenmill_server::http::api_server::{ServerHandle, ServerOptions};
+use tokenmill_server::tools::reasoning_parser::ReasoningParserKind;
 
 const PROMPT: &str = "The capital of France is";
 const MAX_TOKENS: usize = 24;

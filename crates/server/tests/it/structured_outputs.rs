@@ -13,8 +13,8 @@ use futures_util::future::join_all;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 use tokenmill_engine::EngineArgs;
-use tokenmill_server::api_server::{spawn_server, ServerHandle, ServerOptions};
-use tokenmill_server::model_loader;
+use tokenmill_server::http::api_server::{spawn_server, ServerHandle, ServerOptions};
+use tokenmill_server::model::model_loader;
 
 /// Schemas with nested objects, bounded arrays, enums, bounded numbers, optional fields and
 /// `$ref`s, each with a prompt that invites it.

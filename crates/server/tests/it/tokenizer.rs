@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use crate::common::reference;
 use candle_core::quantized::gguf_file::Value;
 
-use tokenmill_server::tokenizer::{from_gguf_file, TokenBytes, Tokenizer, TokenizerError};
+use tokenmill_server::text::tokenizer::{from_gguf_file, TokenBytes, Tokenizer, TokenizerError};
 
 fn real_tokenizer() -> Tokenizer {
     from_gguf_file(&reference::model_path())
@@ -310,7 +310,7 @@ fn hf_directory_reads_bos_and_eos_from_tokenizer_config() {
     )
     .unwrap();
     let tokenizer = Tokenizer::from_hf_dir(&dir).unwrap();
-    let template = tokenmill_server::tokenizer::hf_chat_template(&dir).unwrap();
+    let template = tokenmill_server::text::tokenizer::hf_chat_template(&dir).unwrap();
     std::fs::remove_dir_all(&dir).unwrap();
 
     assert_eq!(
@@ -347,7 +347,7 @@ fn hf_tokenizer_json() -> String {
 mod streaming {
     use std::sync::Arc;
 
-    use tokenmill_server::detokenizer::IncrementalDetokenizer;
+    use tokenmill_server::text::detokenizer::IncrementalDetokenizer;
 
     use super::real_tokenizer;
 

@@ -13,8 +13,8 @@ use std::sync::OnceLock;
 
 use common::*;
 use serde_json::{json, Value};
-use tokenmill_server::api_server::{ServerHandle, ServerOptions};
-use tokenmill_server::tool_call_parser::ToolCallParserKind;
+use tokenmill_server::http::api_server::{ServerHandle, ServerOptions};
+use tokenmill_server::tools::tool_call_parser::ToolCallParserKind;
 
 fn weather_schema() -> Value {
     json!({

@@ -22,7 +22,7 @@ fn matrix_bytes_in_file(path: &std::path::Path) -> usize {
 /// `bench latency` on the default model (16 prompt tokens, one measured run): the model's
 /// path and what the command printed.
 fn bench_latency(output_len: &str) -> (std::path::PathBuf, String) {
-    let model = tokenmill_server::model_loader::default_model_path();
+    let model = tokenmill_server::model::model_loader::default_model_path();
     assert!(
         model.exists(),
         "the default model {} is missing: run scripts/fetch-model.sh",

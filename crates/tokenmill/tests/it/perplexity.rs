@@ -36,7 +36,7 @@ fn final_estimate(stdout: &str) -> f64 {
 #[test]
 fn the_default_model_finds_english_prose_far_from_random() {
     crate::common::skip_without_model!();
-    let model = tokenmill_server::model_loader::default_model_path();
+    let model = tokenmill_server::model::model_loader::default_model_path();
     assert!(
         model.exists(),
         "the default model {} is missing: run scripts/fetch-model.sh",
@@ -99,7 +99,7 @@ fn a_text_shorter_than_two_chunks_is_refused_with_its_length() {
     std::fs::create_dir_all(&dir).unwrap();
     let short = dir.join("short.txt");
     std::fs::write(&short, "Alice was beginning to get very tired.\n").unwrap();
-    let model = tokenmill_server::model_loader::default_model_path();
+    let model = tokenmill_server::model::model_loader::default_model_path();
     let (code, _, stderr) = perplexity(&[
         "--model",
         model.to_str().unwrap(),

@@ -233,7 +233,7 @@ fn each_bad_model_file_is_one_line_naming_the_file_and_exit_status_1() {
 #[test]
 fn a_real_model_cut_off_inside_its_tensor_data_is_refused_in_one_line() {
     crate::common::skip_without_model!();
-    let model = tokenmill_server::model_loader::default_model_path();
+    let model = tokenmill_server::model::model_loader::default_model_path();
     let bytes = std::fs::read(&model)
         .unwrap_or_else(|e| panic!("{}: {e}; run scripts/fetch-model.sh", model.display()));
     let path = temp_model("cut-off.gguf", &bytes[..bytes.len() / 2]);
@@ -284,7 +284,7 @@ fn forcing_amx_where_it_cannot_run_is_one_line_saying_why() {
 /// The default model with one value overwritten: `bytes` at byte `at` of tensor `name`'s data.
 /// Returns the tensor's type too, so a test can pick where the value goes.
 fn model_with_value(name: &str, at: impl Fn(GgmlDType) -> usize, bytes: &[u8]) -> Vec<u8> {
-    let model = tokenmill_server::model_loader::default_model_path();
+    let model = tokenmill_server::model::model_loader::default_model_path();
     let mut file = std::fs::read(&model)
         .unwrap_or_else(|e| panic!("{}: {e}; run scripts/fetch-model.sh", model.display()));
     let content = Content::read(&mut std::io::Cursor::new(&file)).unwrap();

@@ -19,10 +19,10 @@ use clap::Parser;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 use tokenmill_engine::{Engine, EngineArgs, Request, SamplingParams};
-use tokenmill_server::api_server::{spawn_server, ServerHandle, ServerOptions};
-use tokenmill_server::chat_template::{ChatMessage, ChatTemplate};
-use tokenmill_server::model_loader::{self, LoadedModel};
-use tokenmill_server::tokenizer::Tokenizer;
+use tokenmill_server::http::api_server::{spawn_server, ServerHandle, ServerOptions};
+use tokenmill_server::model::model_loader::{self, LoadedModel};
+use tokenmill_server::text::chat_template::{ChatMessage, ChatTemplate};
+use tokenmill_server::text::tokenizer::Tokenizer;
 
 /// A pool of 512 blocks of 16 tokens keeps each engine small; prompts and outputs here are short.
 const TEST_ENGINE_FLAGS: [&str; 2] = ["--num-kv-blocks", "512"];
