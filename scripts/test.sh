@@ -29,6 +29,13 @@ if ! "$VENV/bin/python" -c 'import zmq, msgpack' 2>/dev/null; then
   "$VENV/bin/pip" install --quiet pyzmq msgpack ||
     echo "pip could not install pyzmq and msgpack: the KV-event subscriber test will be SKIPPED"
 fi
+# The official huggingface_hub client, which fetches from the local Hub the model-by-name tests
+# start and shares its cache with tokenmill (crates/tokenmill/tests/it/hub_models.rs); that
+# test says SKIPPED where it cannot be installed.
+if ! "$VENV/bin/python" -c 'import huggingface_hub' 2>/dev/null; then
+  "$VENV/bin/pip" install --quiet huggingface_hub ||
+    echo "pip could not install huggingface_hub: the Hub client cross-check will be SKIPPED"
+fi
 if ! "$VENV/bin/python" -c 'import sglang_router, vllm_router' 2>/dev/null; then
   "$VENV/bin/pip" install --quiet sglang-router==0.3.2 vllm-router==0.1.17 ||
     echo "note: the routers could not be installed; tests/it/routers.rs will say SKIPPED"

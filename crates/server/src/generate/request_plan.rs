@@ -256,6 +256,12 @@ fn sampling_params(
     vocab_size: usize,
 ) -> Result<SamplingParams, ApiError> {
     let defaults = SamplingParams::default();
+    let ignore_eos = body.ignore_eos.unwrap_or(false);
+    let model_stops: &[u32] = if ignore_eos {
+        &[]
+    } else {
+        &file.stop_token_ids
+    };
     let min_tokens = match body.min_tokens.unwrap_or(0) {
         v if v < 0 => {
             return Err(ApiError::bad_param(
@@ -282,8 +288,16 @@ fn sampling_params(
         presence_penalty: body.presence_penalty.unwrap_or(defaults.presence_penalty),
         max_tokens: defaults.max_tokens,
         min_tokens,
-        stop_token_ids: body.stop_token_ids.iter().flatten().copied().collect(),
-        ignore_eos: body.ignore_eos.unwrap_or(false),
+        // The model's other end-of-turn ids stop a reply as EOS does, and `ignore_eos` lifts
+        // them with it (vLLM treats generation_config's EOS ids so).
+        stop_token_ids: body
+            .stop_token_ids
+            .iter()
+            .flatten()
+            .copied()
+            .chain(model_stops.iter().copied())
+            .collect(),
+        ignore_eos,
         logprobs: match endpoint {
             Endpoint::Completions => completion_logprobs(body.logprobs.as_ref())?,
             Endpoint::Chat => chat_logprobs(body.logprobs.as_ref(), body.top_logprobs)?,

@@ -24,6 +24,7 @@ use crate::http::router;
 use crate::kv_events::kv_event_publisher::KvEventPublisher;
 use crate::kv_events::kv_events_config::KvEventsConfig;
 use crate::metrics::{Metrics, MetricsCompat};
+use crate::model::hub::HubArgs;
 use crate::model::model_loader::{self, LoadedModel};
 use crate::model::model_text_args::ModelTextArgs;
 use crate::serving::app_state::AppState;
@@ -40,12 +41,15 @@ pub struct ServeArgs {
     pub engine: EngineArgs,
     #[command(flatten)]
     pub text: ModelTextArgs,
+    #[command(flatten)]
+    pub hub: HubArgs,
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1")]
     pub host: String,
     #[arg(long, default_value_t = 8000)]
     pub port: u16,
-    /// The model name clients send and see (default: the model file's stem).
+    /// The model name clients send and see (default: the Hub name as given to --model, else
+    /// the model file's stem).
     #[arg(long)]
     pub served_model_name: Option<String>,
     /// Require `Authorization: Bearer KEY` on every /v1 route and on /tokenize and /detokenize
@@ -234,8 +238,10 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         .with_context(|| format!("cannot resolve --host {}", args.host))?
         .next()
         .with_context(|| format!("--host {} resolves to no address", args.host))?;
-    let mut model = model_loader::load_with(&args.engine, &args.text)?;
-    let options = args.options();
+    let local = args.hub.localize(&args.engine)?;
+    let mut model = model_loader::load_with(&local.engine, &args.text)?;
+    let mut options = args.options();
+    options.served_model_name = options.served_model_name.or(local.hub_name);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

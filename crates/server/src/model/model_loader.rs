@@ -5,6 +5,7 @@
 use crate::model::model_text_args::ModelTextArgs;
 use crate::model::serving_config::ServingConfig;
 use crate::text::chat_template::ChatTemplate;
+use crate::text::end_of_turn::end_of_turn_ids;
 use crate::text::generation_config::{GenerationConfig, GenerationConfigSource};
 use crate::text::tokenizer::{self, Tokenizer};
 use anyhow::{bail, Context};
@@ -99,7 +100,7 @@ pub fn load_with(args: &EngineArgs, text: &ModelTextArgs) -> anyhow::Result<Load
         ),
         (None, _) => None,
     };
-    let generation_config = match named_config {
+    let mut generation_config = match named_config {
         Some(config) => config,
         None => GenerationConfig::load(&GenerationConfigSource::Auto, checkpoint)?,
     };
@@ -109,6 +110,21 @@ pub fn load_with(args: &EngineArgs, text: &ModelTextArgs) -> anyhow::Result<Load
             origin.display(),
             generation_config.settings().join(", ")
         );
+    }
+    if let Some(tokenizer) = &tokenizer {
+        let eos = &loaded.engine.limits().eos_token_ids;
+        let ends = end_of_turn_ids(tokenizer, eos);
+        if !ends.is_empty() {
+            let named: Vec<String> = ends
+                .iter()
+                .map(|&id| format!("{} ({id})", tokenizer.id_to_token(id).unwrap_or_default()))
+                .collect();
+            tracing::info!(
+                "a reply also ends at {} (`ignore_eos` lifts it)",
+                named.join(", ")
+            );
+        }
+        generation_config.also_stop_at(ends);
     }
     let model_path = checkpoint.map(|path| path.display().to_string());
     let config = ServingConfig::new(args, loaded.engine.limits(), model_path)?;

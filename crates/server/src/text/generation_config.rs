@@ -46,6 +46,11 @@ pub struct GenerationConfig {
     pub repetition_penalty: Option<f32>,
     /// `max_new_tokens`: a cap on a reply that asks for no length of its own.
     pub max_new_tokens: Option<usize>,
+    /// Ids that end a reply besides the engine's EOS, as EOS does (a request's `ignore_eos`
+    /// turns them off too): the file's `eos_token_id` list and the tokenizer's end-of-turn
+    /// control tokens (`EndOfTurn`). A chat model whose file names only `<eos>` as EOS still
+    /// ends its turn at `<end_of_turn>`.
+    pub stop_token_ids: Vec<u32>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -118,6 +123,7 @@ impl GenerationConfig {
             max_new_tokens: reader
                 .integer("max_new_tokens", "an integer >= 1", |v| v >= 1)?
                 .map(|v| v as usize),
+            stop_token_ids: reader.token_ids("eos_token_id")?,
         })
     }
 
@@ -146,7 +152,18 @@ impl GenerationConfig {
                     .iter()
                     .filter_map(|(key, v)| v.map(|v| format!("{key}={v}"))),
             )
+            .chain(
+                (!self.stop_token_ids.is_empty())
+                    .then(|| format!("stop_token_ids={:?}", self.stop_token_ids)),
+            )
             .collect()
+    }
+
+    /// Adds `ids` to the ids that end a reply (kept sorted, each once).
+    pub fn also_stop_at(&mut self, ids: impl IntoIterator<Item = u32>) {
+        self.stop_token_ids.extend(ids);
+        self.stop_token_ids.sort_unstable();
+        self.stop_token_ids.dedup();
     }
 }
 
@@ -190,6 +207,23 @@ impl Reader<'_> {
         }
     }
 
+    /// One id or a list of them (transformers writes either).
+    fn token_ids(&self, key: &'static str) -> Result<Vec<u32>, GenerationConfigError> {
+        const EXPECTED: &str = "a token id or a list of token ids";
+        let Some(value) = self.value(key) else {
+            return Ok(Vec::new());
+        };
+        let id = |v: &Value| v.as_u64().and_then(|v| u32::try_from(v).ok());
+        let ids = match value {
+            Value::Array(items) => items.iter().map(id).collect::<Option<Vec<_>>>(),
+            one => id(one).map(|v| vec![v]),
+        };
+        let mut ids = ids.ok_or_else(|| self.bad(key, value, EXPECTED))?;
+        ids.sort_unstable();
+        ids.dedup();
+        Ok(ids)
+    }
+
     fn integer(
         &self,
         key: &'static str,
@@ -229,7 +263,7 @@ mod tests {
     }
 
     #[test]
-    fn the_six_keys_are_read_and_others_are_ignored() {
+    fn the_seven_keys_are_read_and_others_are_ignored() {
         let dir = scratch("keys");
         write(
             &dir,
@@ -245,6 +279,7 @@ mod tests {
         assert_eq!(config.min_p, Some(0.05));
         assert_eq!(config.repetition_penalty, Some(1.1));
         assert_eq!(config.max_new_tokens, Some(32));
+        assert_eq!(config.stop_token_ids, vec![1, 106]);
         assert_eq!(config.origin, Some(dir.join(FILE_NAME)));
     }
 
@@ -305,6 +340,7 @@ mod tests {
             min_p: Some(0.1),
             repetition_penalty: Some(1.3),
             max_new_tokens: Some(5),
+            stop_token_ids: vec![7],
         }
     }
 
@@ -362,5 +398,38 @@ mod tests {
         assert_eq!(params.max_tokens, 9);
         let newer = &planned(json!({"max_completion_tokens": 7})).requests[0].params;
         assert_eq!(newer.max_tokens, 7);
+    }
+
+    #[test]
+    fn the_files_stop_ids_join_the_requests_unless_it_ignores_eos() {
+        let params = &planned(json!({"stop_token_ids": [3]})).requests[0].params;
+        assert_eq!(
+            params.stop_token_ids.iter().copied().collect::<Vec<_>>(),
+            [3, 7]
+        );
+        let ignoring =
+            &planned(json!({"stop_token_ids": [3], "ignore_eos": true})).requests[0].params;
+        assert_eq!(
+            ignoring.stop_token_ids.iter().copied().collect::<Vec<_>>(),
+            [3]
+        );
+    }
+
+    #[test]
+    fn a_single_eos_id_is_read_as_a_list_and_a_bad_one_is_named() {
+        let dir = scratch("eos");
+        write(&dir, json!({"eos_token_id": 2}));
+        let source = GenerationConfigSource::Folder(dir.clone());
+        assert_eq!(
+            GenerationConfig::load(&source, None)
+                .unwrap()
+                .stop_token_ids,
+            vec![2]
+        );
+        write(&dir, json!({"eos_token_id": [2, "x"]}));
+        let err = GenerationConfig::load(&source, None)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("eos_token_id"), "{err}");
     }
 }

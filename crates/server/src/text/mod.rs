@@ -4,6 +4,7 @@
 
 pub mod chat_template;
 pub mod detokenizer;
+pub mod end_of_turn;
 pub mod generation_config;
 mod gguf_metadata;
 mod piece_spelling;

@@ -193,6 +193,15 @@ impl Tokenizer {
         self.inner.token_to_id(token)
     }
 
+    /// The id of `content` when the vocabulary holds it as a control (special) token.
+    pub fn control_token_id(&self, content: &str) -> Option<u32> {
+        self.inner
+            .get_added_tokens_decoder()
+            .into_iter()
+            .find(|(_, token)| token.special && token.content == content)
+            .map(|(id, _)| id)
+    }
+
     /// What each id adds to the text, indexed by id (ids the tokenizer lacks are empty text).
     /// Grammar constraints need raw bytes: a byte-level piece can hold half a character.
     pub fn token_bytes(&self) -> Vec<TokenBytes> {

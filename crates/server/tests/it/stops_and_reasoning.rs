@@ -114,3 +114,23 @@ async fn with_a_reasoning_parser_an_answer_without_a_think_block_is_all_content(
         .iter()
         .all(|c| c["choices"][0]["delta"].get("reasoning_content").is_none()));
 }
+
+#[tokio::test]
+async fn a_reply_ends_at_the_models_other_end_of_turn_token_unless_it_ignores_eos() {
+    crate::common::skip_without_model!();
+    // SmolLM2's file names `<|im_end|>` (2) as its EOS; its `<|endoftext|>` (0) is a control
+    // token that ends a turn too. The bias makes it every step's greedy token.
+    let body = |ignore_eos: bool| {
+        json!({"prompt": PROMPT, "max_tokens": 5, "temperature": 0,
+               "logit_bias": {"0": 100}, "ignore_eos": ignore_eos})
+    };
+    let (status, reply) = post_json("/v1/completions", body(false)).await;
+    assert_eq!(status, 200, "{reply}");
+    assert_eq!(reply["choices"][0]["finish_reason"], "stop", "{reply}");
+    assert_eq!(reply["usage"]["completion_tokens"], 1, "{reply}");
+    assert_eq!(reply["choices"][0]["text"], "", "{reply}");
+    let (status, reply) = post_json("/v1/completions", body(true)).await;
+    assert_eq!(status, 200, "{reply}");
+    assert_eq!(reply["choices"][0]["finish_reason"], "length", "{reply}");
+    assert_eq!(reply["usage"]["completion_tokens"], 5, "{reply}");
+}

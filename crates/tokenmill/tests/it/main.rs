@@ -5,6 +5,7 @@ mod bench_spawn_signals;
 mod common;
 mod engine_bench;
 mod generate_text_flags;
+mod hub_models;
 mod perplexity;
 mod shutdown;
 mod startup_errors;

@@ -9,6 +9,11 @@ pub mod spawned_process;
 #[path = "../../../../engine/tests/it/common/model.rs"]
 pub mod model;
 
+// The official Python clients' scripts, run as the server's tests run them.
+pub mod local_hub;
+#[path = "../../../../server/tests/it/common/python_client.rs"]
+pub mod python_client;
+
 pub(crate) use model::skip_without_model;
 
 use std::io::{BufRead, BufReader};
@@ -19,6 +24,8 @@ use std::time::{Duration, Instant};
 pub struct ServedBinary {
     child: Child,
     pub base_url: String,
+    /// Every line of its log so far.
+    pub log: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 impl ServedBinary {
@@ -26,22 +33,34 @@ impl ServedBinary {
     /// it listens on. Its log goes to this test's stderr, prefixed `server:`.
     pub fn start(args: &[&str]) -> Self {
         let model = model::path();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_tokenmill"))
+        let model = model.to_str().expect("a UTF-8 model path");
+        let args: Vec<&str> = args.iter().copied().chain(["--model", model]).collect();
+        Self::start_with_env(&args, &[])
+    }
+
+    /// `tokenmill serve --port 0 <args>` with these environment variables set, returned once
+    /// it logs the address it listens on.
+    pub fn start_with_env(args: &[&str], env: &[(&str, &std::ffi::OsStr)]) -> Self {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_tokenmill"));
+        command
             .args(["serve", "--port", "0"])
             .args(args)
-            .arg("--model")
-            .arg(&model)
             .env("RUST_LOG", "info")
             .env("NO_COLOR", "1")
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("the binary runs");
+            .stderr(Stdio::piped());
+        for (name, value) in env {
+            command.env(name, value);
+        }
+        let mut child = command.spawn().expect("the binary runs");
         let stderr = child.stderr.take().unwrap();
         let (addr_tx, addr_rx) = mpsc::channel();
+        let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let kept = log.clone();
         // Reads the log to its end, so the server never blocks on a full pipe.
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
                 eprintln!("server: {line}");
+                kept.lock().unwrap().push(line.clone());
                 if let Some(rest) = line.split("on http://").nth(1) {
                     let addr = rest.split_whitespace().next().unwrap_or_default();
                     let _ = addr_tx.send(format!("http://{addr}"));
@@ -51,7 +70,11 @@ impl ServedBinary {
         let base_url = addr_rx
             .recv_timeout(Duration::from_secs(120))
             .expect("the server logs the address it listens on");
-        Self { child, base_url }
+        Self {
+            child,
+            base_url,
+            log,
+        }
     }
 
     /// Sends SIGTERM, as an orchestrator stopping the server would.
