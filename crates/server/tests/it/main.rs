@@ -7,6 +7,7 @@ mod common;
 mod concurrent_streams;
 mod deploy_manifests;
 mod disconnect;
+mod embeddings_api;
 mod engine_failures;
 mod fair_prefill;
 mod gemma3_tokenizer;
