@@ -6,9 +6,7 @@
 # exits with its status. Too slow for CI: Claude Code 2.1's first prompt is ~19,600 tokens
 # (system prompt and 24 tools), minutes of prefill on a few busy CPU cores; the prefix cache
 # makes a second run start generating at once. CLAUDE_CODE_MAX_OUTPUT_TOKENS (default 256 here)
-# bounds the reply: gemma-3-270m is a base model whose GGUF names only `<eos>` as its end, so it
-# seldom ends a turn, and Claude Code reports a reply cut at `max_tokens` as an error
-# ("Claude's response exceeded the N output token maximum") — which still shows the round trip.
+# bounds the reply; the reply ends sooner where the model closes its turn (`<end_of_turn>`).
 #
 # Usage: scripts/claude-code.sh ["prompt"]
 #   env: PORT (default 8123), CLAUDE_CODE_DIR, PROFILE (cargo profile, default release)

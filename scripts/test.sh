@@ -23,6 +23,12 @@ if ! "$VENV/bin/python" -c 'import anthropic' 2>/dev/null; then
   "$VENV/bin/pip" install --quiet anthropic ||
     echo "pip could not install anthropic: the Anthropic SDK test will be SKIPPED"
 fi
+# LangChain's OpenAI client for its test (crates/server/tests/it/langchain_client.rs), which
+# says SKIPPED where it cannot be installed.
+if ! "$VENV/bin/python" -c 'import langchain_openai' 2>/dev/null; then
+  "$VENV/bin/pip" install --quiet langchain-openai ||
+    echo "pip could not install langchain-openai: the LangChain client test will be SKIPPED"
+fi
 # pyzmq and msgpack for the KV-cache event subscriber (crates/server/tests/it/kv_events.rs),
 # which says SKIPPED where they cannot be installed.
 if ! "$VENV/bin/python" -c 'import zmq, msgpack' 2>/dev/null; then

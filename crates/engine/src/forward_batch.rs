@@ -35,6 +35,9 @@ pub struct BatchSeq {
     pub draft_rows: usize,
     /// Rows before the sampled one whose logits are wanted too (prompt logprobs); usually empty.
     pub prompt_logit_rows: Range<usize>,
+    /// Rows whose final hidden states (after the output norm, before the output layer) are
+    /// wanted: an embedding request's, which never samples. Usually empty.
+    pub hidden_rows: Range<usize>,
 }
 
 impl ForwardBatch {
@@ -59,6 +62,25 @@ impl ForwardBatch {
         let mut rows = Vec::new();
         self.logit_rows_into(&mut rows);
         rows
+    }
+
+    /// Rows whose final hidden states are returned, in `seqs` order (see
+    /// [`BatchSeq::hidden_rows`]). Written into `rows`, so a step reuses the buffer.
+    pub fn hidden_rows_into(&self, rows: &mut Vec<usize>) {
+        rows.clear();
+        for s in &self.seqs {
+            rows.extend(s.hidden_rows.clone());
+        }
+    }
+
+    /// Returns the final hidden states of the last pushed sequence's rows `within` (offsets
+    /// into its chunk) instead of logits: it must not sample.
+    pub fn want_hidden(&mut self, within: Range<usize>) {
+        if let Some(seq) = self.seqs.last_mut() {
+            debug_assert!(!seq.sample && seq.prompt_logit_rows.is_empty());
+            let first = seq.rows.start;
+            seq.hidden_rows = first + within.start..first + within.end;
+        }
     }
 
     /// Also computes logits for the last pushed sequence's rows `within` (offsets into its
@@ -126,6 +148,7 @@ impl ForwardBatch {
             sample,
             draft_rows: 0,
             prompt_logit_rows: first..first,
+            hidden_rows: first..first,
         });
     }
 }

@@ -31,6 +31,8 @@ pub fn collect_completion(mut rx: UnboundedReceiver<RequestEvent>) -> Option<Com
         match event {
             RequestEvent::PromptLogprobs { logprobs } => prompt_logprobs.extend(logprobs),
             RequestEvent::Token { token, .. } => tokens.push(token),
+            // Only embedding requests send one; a completion has none.
+            RequestEvent::Embedding { .. } => {}
             RequestEvent::Finished {
                 reason,
                 prompt_tokens,

@@ -19,7 +19,9 @@ use crate::sample::sampled_token::SampledToken;
 use crate::sample::sampling_params::SamplingParams;
 use crate::sample::token_constraint::ConstraintError;
 use crate::sched::moe_expert_stats::MoeExpertStats;
-use crate::sched::request::{FinishReason, Request, RequestEvent, RequestTimings, SeqId};
+use crate::sched::request::{
+    EmbedRequest, EngineRequest, FinishReason, Request, RequestEvent, RequestTimings, SeqId,
+};
 use crate::sched::scheduler::{Scheduler, SchedulerConfig};
 use crate::sched::scheduler_output::{SchedulerOutput, SeqUpdate};
 use crate::sched::scheduler_stats::SchedulerStats;
@@ -273,21 +275,40 @@ impl Engine {
         Ok((id, rx))
     }
 
-    /// Queues a request whose channel and arrival time the caller made.
+    /// Queues an embedding request; its vector arrives on the returned receiver
+    /// ([`RequestEvent::Embedding`], then `Finished`).
+    pub fn add_embedding(
+        &mut self,
+        req: EmbedRequest,
+    ) -> Result<(SeqId, UnboundedReceiver<RequestEvent>)> {
+        let (tx, rx) = unbounded_channel();
+        let id = self.enqueue(req, tx, Instant::now())?;
+        Ok((id, rx))
+    }
+
+    /// Queues a request (to generate or to embed) whose channel and arrival time the
+    /// caller made.
     pub fn enqueue(
         &mut self,
-        req: Request,
+        req: impl Into<EngineRequest>,
         events: UnboundedSender<RequestEvent>,
         arrival: Instant,
     ) -> Result<SeqId> {
-        self.limits.validate(&req)?;
+        let req = req.into();
+        self.limits.validate_request(&req)?;
         if self.scheduler.num_waiting() >= self.limits.max_waiting {
             return Err(EngineError::Overloaded(self.limits.max_waiting));
         }
         let id = SeqId(self.next_seq);
         self.next_seq += 1;
-        let seed = req.params.seed.unwrap_or_else(|| self.seeds.random());
-        self.scheduler.add(Sequence::new(id, req, seed, arrival));
+        let seq = match req {
+            EngineRequest::Generate(req) => {
+                let seed = req.params.seed.unwrap_or_else(|| self.seeds.random());
+                Sequence::new(id, *req, seed, arrival)
+            }
+            EngineRequest::Embed(req) => Sequence::embedding(id, req, arrival),
+        };
+        self.scheduler.add(seq);
         self.streams.insert(id, events);
         Ok(id)
     }
@@ -323,6 +344,9 @@ impl Engine {
             moe.observe(active);
         }
         clock.lap(&mut times.forward);
+        let hidden_size = self.runner.model().config().hidden_size;
+        self.scheduler
+            .pool_hidden(&out, self.runner.hidden(), hidden_size);
         let (prompt_scores, sampled) = self.sample(&out, self.runner.logits());
         clock.lap(&mut times.sample);
         // Before `update`: the prompt's scores reach a stream ahead of the token sampled after it.
@@ -516,6 +540,11 @@ impl Engine {
             spec.proposer.finished(seq.id, &seq.tokens, seq.prompt_len);
         }
         if let Some(tx) = self.streams.remove(&seq.id) {
+            if let (Some(pool), Some(FinishReason::Stop)) = (&seq.pool, seq.finish) {
+                let _ = tx.send(RequestEvent::Embedding {
+                    values: pool.vector(),
+                });
+            }
             let _ = tx.send(RequestEvent::Finished {
                 reason: seq.finish.unwrap_or(FinishReason::Abort),
                 prompt_tokens: seq.prompt_len,
@@ -537,6 +566,36 @@ impl Engine {
         for id in gone {
             self.abort(id);
         }
+    }
+
+    /// Embeds `requests` (offline): runs them to completion and returns their vectors in
+    /// request order.
+    pub fn embed(&mut self, requests: Vec<EmbedRequest>) -> Result<Vec<Vec<f32>>> {
+        let mut receivers = Vec::with_capacity(requests.len());
+        for req in requests {
+            receivers.push(self.add_embedding(req)?.1);
+        }
+        while self.has_unfinished() {
+            self.step()?;
+        }
+        receivers
+            .into_iter()
+            .map(|mut rx| {
+                while let Ok(event) = rx.try_recv() {
+                    match event {
+                        RequestEvent::Embedding { values } => return Ok(values),
+                        RequestEvent::Finished { reason, .. } => {
+                            return Err(EngineError::InvalidRequest(format!(
+                                "the embedding ended without a vector ({})",
+                                reason.as_str()
+                            )))
+                        }
+                        _ => {}
+                    }
+                }
+                Err(EngineError::EngineStopped)
+            })
+            .collect()
     }
 
     /// Runs requests to completion (offline batch inference), in request order.

@@ -9,7 +9,7 @@
 use crate::core::engine::Engine;
 use crate::core::engine_limits::EngineLimits;
 use crate::error::{EngineError, Result};
-use crate::sched::request::{Request, RequestEvent, SeqId};
+use crate::sched::request::{EmbedRequest, EngineRequest, Request, RequestEvent, SeqId};
 use crate::sched::scheduler_stats::SchedulerStats;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -22,7 +22,7 @@ use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 enum Command {
     /// Queues every request or none of them.
     Add {
-        requests: Vec<(Request, UnboundedSender<RequestEvent>)>,
+        requests: Vec<(EngineRequest, UnboundedSender<RequestEvent>)>,
         arrival: Instant,
         /// Where the ids (or the reason for refusal) go.
         reply: Sender<Result<Vec<SeqId>>>,
@@ -141,8 +141,19 @@ impl EngineHandle {
     /// Validates and queues several requests (the choices of one API request) in one trip to
     /// the engine thread: all of them are queued, or none and the reason is returned.
     pub fn add_requests(&self, requests: Vec<Request>) -> Result<Vec<RequestStream>> {
+        self.queue(requests.into_iter().map(EngineRequest::from).collect())
+    }
+
+    /// Validates and queues embedding requests (the inputs of one API request) in one trip
+    /// to the engine thread, all or none, as [`add_requests`](Self::add_requests) does.
+    /// Each stream ends with [`RequestEvent::Embedding`] and `Finished`.
+    pub fn add_embeddings(&self, requests: Vec<EmbedRequest>) -> Result<Vec<RequestStream>> {
+        self.queue(requests.into_iter().map(EngineRequest::from).collect())
+    }
+
+    fn queue(&self, requests: Vec<EngineRequest>) -> Result<Vec<RequestStream>> {
         for request in &requests {
-            self.limits.validate(request)?;
+            self.limits.validate_request(request)?;
         }
         if self.stats().num_waiting + requests.len() > self.limits.max_waiting {
             return Err(EngineError::Overloaded(self.limits.max_waiting));
@@ -303,7 +314,7 @@ fn failure_backoff(failures: u32) -> Duration {
 /// Queues every request or, if the queue lacks room or one is refused, none.
 fn enqueue_all(
     engine: &mut Engine,
-    requests: Vec<(Request, UnboundedSender<RequestEvent>)>,
+    requests: Vec<(EngineRequest, UnboundedSender<RequestEvent>)>,
     arrival: Instant,
 ) -> Result<Vec<SeqId>> {
     let max_waiting = engine.limits().max_waiting;

@@ -3,7 +3,7 @@
 
 use crate::config::KvCapacity;
 use crate::error::{EngineError, Result};
-use crate::sched::request::Request;
+use crate::sched::request::{EmbedRequest, EngineRequest, Request};
 
 /// Static facts about a loaded engine that callers validate requests against.
 #[derive(Debug, Clone)]
@@ -20,19 +20,55 @@ pub struct EngineLimits {
 }
 
 impl EngineLimits {
-    /// Checks a request against the model and pool before it is queued.
-    pub fn validate(&self, req: &Request) -> Result<()> {
+    /// Checks a request of either kind before it is queued.
+    pub fn validate_request(&self, req: &EngineRequest) -> Result<()> {
+        match req {
+            EngineRequest::Generate(req) => self.validate(req),
+            EngineRequest::Embed(req) => self.validate_embedding(req),
+        }
+    }
+
+    /// Checks an embedding request: a prompt of known ids that fits the context (it
+    /// generates nothing, so it may fill it) and the pool.
+    pub fn validate_embedding(&self, req: &EmbedRequest) -> Result<()> {
+        self.validate_prompt(&req.prompt)?;
+        if req.prompt.len() > self.max_model_len {
+            return Err(EngineError::InvalidRequest(format!(
+                "the input has {} tokens but max_model_len is {}",
+                req.prompt.len(),
+                self.max_model_len
+            )));
+        }
+        if req.prompt.len() > self.kv_capacity.one_sequence {
+            return Err(EngineError::InvalidRequest(format!(
+                "the input needs {} tokens of KV cache but the pool holds {} for one sequence",
+                req.prompt.len(),
+                self.kv_capacity.one_sequence
+            )));
+        }
+        Ok(())
+    }
+
+    /// A prompt is not empty and names only ids of the vocabulary.
+    fn validate_prompt(&self, prompt: &[u32]) -> Result<()> {
         let bad = |m: String| Err(EngineError::InvalidRequest(m));
-        req.params.validate()?;
-        if req.prompt.is_empty() {
+        if prompt.is_empty() {
             return bad("the prompt is empty".into());
         }
-        if let Some(&t) = req.prompt.iter().find(|&&t| t as usize >= self.vocab_size) {
+        if let Some(&t) = prompt.iter().find(|&&t| t as usize >= self.vocab_size) {
             return bad(format!(
                 "token id {t} is outside the vocabulary (size {})",
                 self.vocab_size
             ));
         }
+        Ok(())
+    }
+
+    /// Checks a request against the model and pool before it is queued.
+    pub fn validate(&self, req: &Request) -> Result<()> {
+        let bad = |m: String| Err(EngineError::InvalidRequest(m));
+        req.params.validate()?;
+        self.validate_prompt(&req.prompt)?;
         if let Some(t) = req.params.logit_bias.max_token_id() {
             if t as usize >= self.vocab_size {
                 return bad(format!(

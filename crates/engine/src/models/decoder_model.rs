@@ -259,11 +259,28 @@ impl DecoderModel {
         kv: &mut KvCache,
         logits: &mut Vec<f32>,
     ) -> Result<()> {
+        // Empty, so it allocates nothing unless the batch asks for hidden states.
+        let mut hidden = Vec::new();
+        self.forward_outputs_into(batch, kv, logits, &mut hidden)
+    }
+
+    /// [`forward_into`](Self::forward_into), also writing into `hidden` the final hidden
+    /// states (`[batch.hidden_rows().len(), hidden]`, after the output norm) of the rows an
+    /// embedding request asked for ([`ForwardBatch::want_hidden`]). Those rows get no logits.
+    pub fn forward_outputs_into(
+        &self,
+        batch: &ForwardBatch,
+        kv: &mut KvCache,
+        logits: &mut Vec<f32>,
+        hidden: &mut Vec<f32>,
+    ) -> Result<()> {
         let mut guard = self.scratch.lock().unwrap_or_else(|e| e.into_inner());
         let s = &mut *guard;
         let (t, h) = (batch.num_tokens(), self.config.hidden_size);
         batch.logit_rows_into(&mut s.sample_rows);
-        s.resize(self.scratch_shape(), t, s.sample_rows.len());
+        batch.hidden_rows_into(&mut s.hidden_rows);
+        let outputs = s.sample_rows.len() + s.hidden_rows.len();
+        s.resize(self.scratch_shape(), t, outputs);
         // 1. Embed: x [T, hidden]
         self.token_embd.lookup_into(&batch.token_ids, &mut s.x);
         if let Some(scale) = self.embed_scale {
@@ -282,7 +299,7 @@ impl DecoderModel {
             self.attend(block, layer, batch, kv, s)?;
             // (A sparse last layer keeps every row: its routing is reported for each.)
             if layer == last && matches!(block.ffn, FeedForward::Dense { .. }) {
-                rows = keep_logit_rows(s, t, h, q_width);
+                rows = keep_output_rows(s, t, h, q_width);
             }
             let out = OutputProjection {
                 linear: &block.attn_output,
@@ -296,14 +313,20 @@ impl DecoderModel {
             )?;
             self.feed_forward(block, layer, rows, s)?;
         }
-        // 3. Logits only for the rows that sample or score a prompt: [S, hidden] → [S, vocab]
-        for (dst, &r) in s.last.chunks_exact_mut(h).zip(&s.sample_rows) {
+        // 3. The final norm of the rows that sample or score a prompt, then of the rows whose
+        //    hidden states are wanted: [S + H, hidden]. Logits only for the first S.
+        let rows_out = s.sample_rows.iter().chain(&s.hidden_rows);
+        for (dst, &r) in s.last.chunks_exact_mut(h).zip(rows_out) {
             dst.copy_from_slice(&s.x[r * h..(r + 1) * h]);
         }
         self.output_norm.forward_inplace(&mut s.last);
-        logits.resize(s.sample_rows.len() * self.config.vocab_size, 0.0);
+        let sampled = s.sample_rows.len();
+        let (last, states) = s.last.split_at(sampled * h);
+        hidden.clear();
+        hidden.extend_from_slice(states);
+        logits.resize(sampled * self.config.vocab_size, 0.0);
         self.output
-            .forward_into(&s.last, s.sample_rows.len(), logits, &mut s.quantized)
+            .forward_into(last, sampled, logits, &mut s.quantized)
     }
 
     /// Grows the scratch to batches of `tokens` tokens, `samples` of them sampling, so even
@@ -467,26 +490,49 @@ impl DecoderModel {
     }
 }
 
-/// Moves the rows whose logits are wanted (`s.sample_rows`, ascending) to the front of the
-/// residual `x` (`[t, hidden]`) and the attention output `attn` (`[t, attn_width]`), renumbers
-/// them `0..S`, and returns how many rows the last layer goes on with: `S`, or all `t` when
-/// every row is wanted.
-fn keep_logit_rows(s: &mut ForwardScratch, t: usize, hidden: usize, attn_width: usize) -> usize {
-    let n = s.sample_rows.len();
-    // Strictly ascending, so row `r` moves to `i ≤ r` before any later row overwrites it.
-    let ascending = s.sample_rows.windows(2).all(|w| w[0] < w[1]);
-    if n == t || !ascending {
+/// Moves the rows the last layer must finish, those whose logits are wanted
+/// (`s.sample_rows`) and those whose hidden states are (`s.hidden_rows`), each list ascending
+/// and the two disjoint, to the front of the residual `x` (`[t, hidden]`) and the attention
+/// output `attn` (`[t, attn_width]`) in row order, renumbers both lists to the rows' new
+/// places, and returns how many rows the last layer goes on with: that count, or all `t`
+/// (nothing moved) when every row is wanted or the lists are not so ordered.
+fn keep_output_rows(s: &mut ForwardScratch, t: usize, hidden: usize, attn_width: usize) -> usize {
+    let (logit_rows, hidden_rows) = (s.sample_rows.len(), s.hidden_rows.len());
+    let n = logit_rows + hidden_rows;
+    let ascending = |rows: &[usize]| rows.windows(2).all(|w| w[0] < w[1]);
+    let disjoint = || {
+        let (mut a, mut b) = (0, 0);
+        while a < logit_rows && b < hidden_rows {
+            match s.sample_rows[a].cmp(&s.hidden_rows[b]) {
+                std::cmp::Ordering::Less => a += 1,
+                std::cmp::Ordering::Greater => b += 1,
+                std::cmp::Ordering::Equal => return false,
+            }
+        }
+        true
+    };
+    if n >= t || !ascending(&s.sample_rows) || !ascending(&s.hidden_rows) || !disjoint() {
         return t;
     }
-    for (i, &r) in s.sample_rows.iter().enumerate() {
+    // Merged in ascending order, row `r` moves to `i ≤ r` before any later row overwrites it.
+    let (mut a, mut b) = (0, 0);
+    for i in 0..n {
+        let from_logits =
+            b == hidden_rows || (a < logit_rows && s.sample_rows[a] < s.hidden_rows[b]);
+        let slot = if from_logits {
+            a += 1;
+            &mut s.sample_rows[a - 1]
+        } else {
+            b += 1;
+            &mut s.hidden_rows[b - 1]
+        };
+        let r = std::mem::replace(slot, i);
         if i != r {
             s.x.copy_within(r * hidden..(r + 1) * hidden, i * hidden);
             s.attn
                 .copy_within(r * attn_width..(r + 1) * attn_width, i * attn_width);
         }
     }
-    s.sample_rows.clear();
-    s.sample_rows.extend(0..n);
     n
 }
 

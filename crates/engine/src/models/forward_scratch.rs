@@ -22,10 +22,13 @@ pub struct ForwardScratch {
     pub gate: Vec<f32>,
     pub up: Vec<f32>,
     pub act: Vec<f32>,
-    /// `[S, hidden]` final hidden states of the rows that sample.
+    /// `[S + H, hidden]` final hidden states of the rows that sample (or score a prompt),
+    /// then of the rows whose hidden states are returned.
     pub last: Vec<f32>,
-    /// Which rows sample.
+    /// Which rows sample (or score a prompt).
     pub sample_rows: Vec<usize>,
+    /// Which rows' final hidden states are returned (embedding requests).
+    pub hidden_rows: Vec<usize>,
     /// Quantized activations, lent to every matmul.
     pub quantized: QuantizedActivations,
     /// The mixture of experts' activations (sparse models only).

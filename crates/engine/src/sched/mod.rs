@@ -3,6 +3,7 @@
 //! `ForwardBatch` (crate::forward_batch) it lays out for the worker.
 
 pub mod draft_acceptance;
+pub mod hidden_pool;
 pub mod moe_expert_stats;
 pub mod prefill_slots;
 pub mod request;

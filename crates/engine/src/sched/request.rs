@@ -1,5 +1,6 @@
 //! What crosses the engine's boundary: requests in, per-request events out.
 
+use crate::config::PoolerConfig;
 use crate::sample::sampled_token::SampledToken;
 use crate::sample::sampling_params::SamplingParams;
 use crate::sample::token_constraint::ConstraintCell;
@@ -17,6 +18,37 @@ pub struct Request {
     pub priority: i32,
     /// Which tokens may come next (structured output); `None` allows any.
     pub constraint: Option<ConstraintCell>,
+}
+
+/// A prefill-only request: its prompt runs through the model like any prompt (in chunks,
+/// under the one token budget), nothing is decoded, its pages are freed as its last chunk
+/// is done, and it ends with the pooled final hidden state ([`RequestEvent::Embedding`]).
+#[derive(Debug, Clone)]
+pub struct EmbedRequest {
+    pub prompt: Vec<u32>,
+    pub pooling: PoolerConfig,
+    /// Lower runs first under the priority policy, as for [`Request`].
+    pub priority: i32,
+}
+
+/// What a queued request asks the engine for.
+#[derive(Debug, Clone)]
+pub enum EngineRequest {
+    /// Boxed: a request's sampling settings are ten times an embedding request's size.
+    Generate(Box<Request>),
+    Embed(EmbedRequest),
+}
+
+impl From<Request> for EngineRequest {
+    fn from(request: Request) -> Self {
+        Self::Generate(Box::new(request))
+    }
+}
+
+impl From<EmbedRequest> for EngineRequest {
+    fn from(request: EmbedRequest) -> Self {
+        Self::Embed(request)
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,6 +106,11 @@ pub enum RequestEvent {
     Token {
         token: SampledToken,
         time: Instant,
+    },
+    /// An embedding request's pooled vector (`hidden_size` wide), sent just before its
+    /// `Finished` (which then says `Stop`); a request that fails or is aborted has none.
+    Embedding {
+        values: Vec<f32>,
     },
     Finished {
         reason: FinishReason,

@@ -465,6 +465,9 @@ impl Scheduler {
         self.free_blocks(&mut seq);
         seq.num_computed = 0;
         seq.drafts.clear();
+        if let Some(pool) = &mut seq.pool {
+            pool.reset();
+        }
         seq.num_preemptions += 1;
         self.stats.num_preemptions += 1;
         out.preempted.push(seq.id);
@@ -537,12 +540,13 @@ impl Scheduler {
             } else {
                 Vec::new()
             };
-            // Cached positions would have no logits to score the prompt with. At least one
-            // token must be computed to produce logits; recomputing a whole block (never
-            // writing into a shared one) keeps cached blocks read-only.
-            let most = match seq.pending_prompt_logits().is_empty() {
-                true => (seq.tokens.len() - 1) / bs,
-                false => 0,
+            // Cached positions would have no logits to score the prompt with, nor hidden
+            // states to average. At least one token must be computed to produce logits (or
+            // the last hidden state); recomputing a whole block (never writing into a shared
+            // one) keeps cached blocks read-only.
+            let most = match seq.needs_every_position() {
+                false => (seq.tokens.len() - 1) / bs,
+                true => 0,
             };
             let hit = self.blocks.lookup_prefix(&seq.tokens, &hashes, most);
             let cached = hit.blocks * bs;
@@ -626,6 +630,15 @@ impl Scheduler {
                 continue;
             }
             let tokens = &seq.tokens[chunk.start..end];
+            if let Some(pool) = &seq.pool {
+                // Prefill-only: its rows give hidden states, never a token.
+                chunk.sample = false;
+                out.batch
+                    .push_chunk(tokens, chunk.start, &seq.block_tables, bs, false);
+                out.batch
+                    .want_hidden(pool.wanted(chunk.start, chunk.len, seq.prompt_len));
+                continue;
+            }
             out.batch
                 .push_chunk(tokens, chunk.start, &seq.block_tables, bs, chunk.sample);
             let wanted = seq.pending_prompt_logits();

@@ -6,7 +6,8 @@ use crate::kv::block_table::BlockTable;
 use crate::sample::sampling_params::SamplingParams;
 use crate::sample::token_constraint::ConstraintCell;
 use crate::sched::draft_acceptance::DraftAcceptance;
-use crate::sched::request::{FinishReason, Request, RequestTimings, SeqId};
+use crate::sched::hidden_pool::HiddenPool;
+use crate::sched::request::{EmbedRequest, FinishReason, Request, RequestTimings, SeqId};
 
 #[derive(Debug, Clone)]
 pub struct Sequence {
@@ -44,6 +45,9 @@ pub struct Sequence {
     pub drafts: Vec<u32>,
     /// How often this sequence's drafts have been accepted, for sizing its next verify.
     pub acceptance: DraftAcceptance,
+    /// An embedding request's pool of final hidden states; `None` for a generate request.
+    /// Such a sequence is prefill-only: it never samples and ends when its prompt is done.
+    pub pool: Option<HiddenPool>,
 }
 
 impl Sequence {
@@ -68,7 +72,32 @@ impl Sequence {
             timings: RequestTimings::new(arrival),
             drafts: Vec::new(),
             acceptance: DraftAcceptance::default(),
+            pool: None,
         }
+    }
+
+    /// A new waiting embedding sequence: its prompt, nothing to generate.
+    pub fn embedding(id: SeqId, req: EmbedRequest, arrival: std::time::Instant) -> Self {
+        let prompt = Request {
+            prompt: req.prompt,
+            params: SamplingParams::greedy(0),
+            priority: req.priority,
+            constraint: None,
+        };
+        Self {
+            pool: Some(HiddenPool::new(req.pooling)),
+            ..Self::new(id, prompt, 0, arrival)
+        }
+    }
+
+    /// Whether no prompt position may come from the prefix cache: cached positions have no
+    /// logits to score a prompt with, and no hidden state to add to a mean.
+    pub fn needs_every_position(&self) -> bool {
+        !self.pending_prompt_logits().is_empty()
+            || self
+                .pool
+                .as_ref()
+                .is_some_and(HiddenPool::needs_every_position)
     }
 
     pub fn output(&self) -> &[u32] {

@@ -12,6 +12,9 @@ pub struct ModelRunner {
     kv_cache: KvCache,
     /// The last step's logits; the buffer is reused step after step.
     logits: Logits,
+    /// The last step's final hidden states of the rows embedding requests asked for
+    /// (`[H, hidden]`, in batch order); empty when none did.
+    hidden: Vec<f32>,
 }
 
 /// Logits `[rows, vocab]`, one row per sampling sequence of the batch, in batch order.
@@ -50,6 +53,7 @@ impl ModelRunner {
             model,
             kv_cache,
             logits,
+            hidden: Vec::new(),
         }
     }
 
@@ -64,13 +68,20 @@ impl ModelRunner {
         self.logits.data.reserve(seqs * self.logits.vocab);
     }
 
-    /// Runs one forward pass; its logits stay readable through [`logits`](Self::logits).
+    /// Runs one forward pass; its logits stay readable through [`logits`](Self::logits),
+    /// and the hidden states embedding requests asked for through [`hidden`](Self::hidden).
     pub fn execute(&mut self, batch: &ForwardBatch) -> Result<&Logits> {
         let (model, kv, logits) = (&self.model, &mut self.kv_cache, &mut self.logits.data);
         // The pass's parallel loops run on the compute pool, whose helpers spin between
         // them (`compute_pool`), so this thread calls it directly.
-        model.forward_into(batch, kv, logits)?;
+        model.forward_outputs_into(batch, kv, logits, &mut self.hidden)?;
         Ok(&self.logits)
+    }
+
+    /// The final hidden states of the last [`execute`](Self::execute)'s wanted rows
+    /// ([`ForwardBatch::hidden_rows_into`]), `hidden_size` floats each.
+    pub fn hidden(&self) -> &[f32] {
+        &self.hidden
     }
 
     /// Backs the next slice of the KV pool's pages ([`KvCache::fault_in_next`]); `false`

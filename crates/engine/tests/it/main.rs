@@ -6,6 +6,7 @@ mod batching;
 mod block_reuse;
 mod checkpoint_formats;
 mod common;
+mod embeddings;
 mod engine_config;
 mod fair_prefill;
 mod gemma3_real_file;

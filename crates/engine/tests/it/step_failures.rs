@@ -31,7 +31,9 @@ fn finish_reason(handle: &EngineHandle) -> FinishReason {
     loop {
         match stream.events.blocking_recv().expect("the request ends") {
             RequestEvent::Finished { reason, .. } => return reason,
-            RequestEvent::Token { .. } | RequestEvent::PromptLogprobs { .. } => {}
+            RequestEvent::Token { .. }
+            | RequestEvent::PromptLogprobs { .. }
+            | RequestEvent::Embedding { .. } => {}
         }
     }
 }

@@ -115,14 +115,28 @@ pub enum PromptInput {
     Tokens(Vec<u32>),
 }
 
-const PROMPT_SHAPES: &str =
-    "`prompt` must be a string, a list of strings, a list of token ids or a list of token-id lists";
-
 /// Splits `prompt` into the prompts it holds (one completion choice set per prompt).
 pub fn prompt_inputs(prompt: Option<&Value>) -> Result<Vec<PromptInput>, ApiError> {
-    let bad = || ApiError::bad_param("prompt", PROMPT_SHAPES);
-    let prompt = prompt.ok_or_else(|| ApiError::bad_param("prompt", "`prompt` is required"))?;
-    let inputs = match prompt {
+    text_or_token_inputs("prompt", prompt)
+}
+
+/// Splits the field `name` (`prompt`, or an embedding request's `input`) into the inputs it
+/// holds: a string, a list of strings, a list of token ids or a list of token-id lists.
+pub fn text_or_token_inputs(
+    name: &str,
+    value: Option<&Value>,
+) -> Result<Vec<PromptInput>, ApiError> {
+    let bad = || {
+        ApiError::bad_param(
+            name,
+            format!(
+                "`{name}` must be a string, a list of strings, a list of token ids or a list \
+                 of token-id lists"
+            ),
+        )
+    };
+    let value = value.ok_or_else(|| ApiError::bad_param(name, format!("`{name}` is required")))?;
+    let inputs = match value {
         Value::String(text) => vec![PromptInput::Text(text.clone())],
         Value::Array(items) if items.iter().all(Value::is_string) => items
             .iter()
@@ -139,7 +153,7 @@ pub fn prompt_inputs(prompt: Option<&Value>) -> Result<Vec<PromptInput>, ApiErro
         _ => return Err(bad()),
     };
     if inputs.is_empty() {
-        return Err(ApiError::bad_param("prompt", "`prompt` is empty"));
+        return Err(ApiError::bad_param(name, format!("`{name}` is empty")));
     }
     Ok(inputs)
 }

@@ -213,6 +213,8 @@ impl ChoiceRun {
                 Some(RequestEvent::PromptLogprobs { logprobs }) => {
                     delta.prompt_logprobs.extend(logprobs);
                 }
+                // Only embedding requests send one; a choice is a generate request.
+                Some(RequestEvent::Embedding { .. }) => {}
                 Some(RequestEvent::Token { token, .. }) => {
                     self.completion_tokens += 1;
                     let (text, stopped) = self.decode(token.token_id);

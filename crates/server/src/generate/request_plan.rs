@@ -13,7 +13,7 @@ use crate::api::api_error::ApiError;
 use crate::api::generation_request::{stop_strings, GenerationRequest};
 use crate::serving::app_state::AppState;
 use crate::serving::request_limits::RequestLimits;
-use crate::structured_output::structured_output::StructuredOutput;
+use crate::structured_output::StructuredOutput;
 use crate::text::generation_config::GenerationConfig;
 use crate::tools::reasoning_parser::ReasoningDelivery;
 use crate::tools::tool_call_parser::ToolCallParserKind;

@@ -16,7 +16,7 @@ use clap::Args;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
-use tokenmill_engine::{EngineArgs, EngineHandle};
+use tokenmill_engine::{EngineArgs, EngineHandle, PoolerConfig};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
@@ -110,6 +110,11 @@ pub struct ServeArgs {
     /// (`prompt_tokens_details.cached_tokens`), as vLLM's flag of the same name does.
     #[arg(long)]
     pub enable_prompt_tokens_details: bool,
+    /// How `/v1/embeddings` turns the final hidden states into one vector, as vLLM's JSON:
+    /// `{"pooling_type": "LAST"}` (the default: the last token's state) or `"MEAN"` (every
+    /// position's, averaged), with `"normalize"` (default true: L2-normalized).
+    #[arg(long, value_name = "JSON", value_parser = PoolerConfig::from_json)]
+    pub pooler_config: Option<PoolerConfig>,
 }
 
 /// Server settings that are not about the engine.
@@ -127,6 +132,8 @@ pub struct ServerOptions {
     pub metrics_compat: Option<MetricsCompat>,
     /// `--enable-prompt-tokens-details`: `usage.prompt_tokens_details.cached_tokens`.
     pub prompt_tokens_details: bool,
+    /// `--pooler-config`: the pooling of `/v1/embeddings`.
+    pub pooler: PoolerConfig,
 }
 
 impl ServerOptions {
@@ -142,6 +149,10 @@ impl ServerOptions {
         kv_events: None,
         metrics_compat: None,
         prompt_tokens_details: false,
+        pooler: PoolerConfig {
+            pooling_type: tokenmill_engine::PoolingType::Last,
+            normalize: true,
+        },
     };
 }
 
@@ -175,6 +186,7 @@ impl ServeArgs {
             kv_events: self.kv_events_config.clone(),
             metrics_compat: self.metrics_compat,
             prompt_tokens_details: self.enable_prompt_tokens_details,
+            pooler: self.pooler_config.unwrap_or_default(),
         }
     }
 }
@@ -212,6 +224,7 @@ pub fn app_state(
         .served_model_name
         .clone()
         .unwrap_or_else(|| model.name.clone());
+    let hidden_size = model.engine.model_config().hidden_size;
     Arc::new(AppState {
         handle: EngineHandle::spawn(model.engine),
         tokenizer: model.tokenizer,
@@ -236,6 +249,8 @@ pub fn app_state(
         closing: tokio::sync::watch::Sender::new(false),
         constraint_compiler: std::sync::OnceLock::new(),
         kv_events,
+        pooler: options.pooler,
+        hidden_size,
     })
 }
 

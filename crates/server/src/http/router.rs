@@ -22,7 +22,7 @@ use crate::anthropic;
 use crate::api::api_error::{ApiError, Refusal};
 use crate::openai::responses::handlers as responses;
 use crate::openai::responses::store::ResponseStore;
-use crate::openai::{chat_completions, completions};
+use crate::openai::{chat_completions, completions, embeddings};
 use crate::serving::api_key;
 use crate::serving::app_state::AppState;
 use crate::serving::drain::Admitted;
@@ -36,6 +36,7 @@ pub fn router(state: Arc<AppState>) -> Router {
             post(chat_completions::chat_completions),
         )
         .route("/responses", post(responses::create))
+        .route("/embeddings", post(embeddings::embeddings))
         .route_layer(middleware::from_fn_with_state(state.clone(), admit));
     // Responses kept for `previous_response_id` and `GET /v1/responses/{id}`.
     let stored = Arc::new(ResponseStore::new(state.limits.max_stored_responses));

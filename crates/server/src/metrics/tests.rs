@@ -1,4 +1,4 @@
-//! Unit tests of `metrics.rs`, kept beside it so the module itself stays readable.
+//! Unit tests of `metrics/mod.rs`, kept beside it so the module itself stays readable.
 
 use super::*;
 use std::time::Duration;

@@ -4,7 +4,7 @@
 
 use std::sync::{Arc, OnceLock};
 
-use tokenmill_engine::{ConstraintCell, EngineHandle};
+use tokenmill_engine::{ConstraintCell, EngineHandle, PoolerConfig};
 use tokio::sync::watch;
 
 use crate::api::api_error::ApiError;
@@ -14,7 +14,7 @@ use crate::model::serving_config::ServingConfig;
 use crate::serving::drain::Drain;
 use crate::serving::request_limits::RequestLimits;
 use crate::structured_output::constraint_compiler::ConstraintCompiler;
-use crate::structured_output::structured_output::StructuredOutput;
+use crate::structured_output::StructuredOutput;
 use crate::text::chat_template::ChatTemplate;
 use crate::text::generation_config::GenerationConfig;
 use crate::text::tokenizer::Tokenizer;
@@ -56,6 +56,10 @@ pub struct AppState {
     pub constraint_compiler: OnceLock<Result<ConstraintCompiler, String>>,
     /// `--kv-events-config`: the running KV-cache event publisher, if any.
     pub kv_events: Option<KvEventPublisher>,
+    /// `--pooler-config`: how `/v1/embeddings` pools the final hidden states.
+    pub pooler: PoolerConfig,
+    /// The model's hidden size: the width of its embeddings.
+    pub hidden_size: usize,
 }
 
 impl AppState {

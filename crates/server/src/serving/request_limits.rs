@@ -10,7 +10,7 @@ use crate::api::generation_request::GenerationRequest;
 
 #[derive(Args, Debug, Clone, PartialEq, Eq)]
 pub struct RequestLimits {
-    /// Most prompts one completions request may carry.
+    /// Most prompts one completions request may carry (and inputs one embeddings request).
     #[arg(long, default_value_t = RequestLimits::DEFAULT.max_prompts_per_request)]
     pub max_prompts_per_request: usize,
     /// Largest `n` (choices per prompt).
@@ -85,14 +85,7 @@ fn over(param: &str, what: String, limit: usize, flag: &str) -> ApiError {
 impl RequestLimits {
     /// Checks the request's shape against the limits; `prompts` is how many prompts it holds.
     pub fn check(&self, body: &GenerationRequest, prompts: usize) -> Result<(), ApiError> {
-        if prompts > self.max_prompts_per_request {
-            return Err(over(
-                "prompt",
-                format!("the request holds {prompts} prompts"),
-                self.max_prompts_per_request,
-                "max-prompts-per-request",
-            ));
-        }
+        self.check_inputs("prompt", prompts)?;
         let n = self.choices_per_prompt(body.n)?;
         if prompts * n > self.max_choices_per_request {
             return Err(over(
@@ -106,6 +99,20 @@ impl RequestLimits {
             ));
         }
         self.check_stops(body)
+    }
+
+    /// How many prompts (or embedding inputs) the field `param` holds, against
+    /// `--max-prompts-per-request`.
+    pub fn check_inputs(&self, param: &str, count: usize) -> Result<(), ApiError> {
+        if count > self.max_prompts_per_request {
+            return Err(over(
+                param,
+                format!("the request holds {count} {param}s"),
+                self.max_prompts_per_request,
+                "max-prompts-per-request",
+            ));
+        }
+        Ok(())
     }
 
     /// `n`, checked to lie in `1..=max_n`.

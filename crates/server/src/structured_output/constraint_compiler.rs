@@ -16,7 +16,7 @@ use crate::api::api_error::ApiError;
 use crate::metrics::Metrics;
 use crate::structured_output::grammar_constraint::GrammarConstraint;
 use crate::structured_output::grammar_tokenizer::GrammarTokenizer;
-use crate::structured_output::structured_output::{ConstraintKind, StructuredOutput};
+use crate::structured_output::{ConstraintKind, StructuredOutput};
 use crate::text::tokenizer::Tokenizer;
 
 pub struct ConstraintCompiler {

@@ -8,7 +8,7 @@
 
 use serde_json::{json, Value};
 
-use crate::structured_output::structured_output::{ConstraintKind, StructuredOutput};
+use crate::structured_output::{ConstraintKind, StructuredOutput};
 use crate::tools::tool_request::ToolRequest;
 
 /// The parameter a tool grammar's errors are reported under: a schema llguidance cannot

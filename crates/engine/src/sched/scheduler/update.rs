@@ -11,6 +11,27 @@ use std::collections::HashMap;
 use std::time::Instant;
 
 impl Scheduler {
+    /// Adds the step's final hidden states (`hidden`, `width` floats a row, in batch order)
+    /// to the pools of the embedding sequences that asked for them. Runs before `update`,
+    /// which ends those whose prompt this step finished.
+    pub fn pool_hidden(&mut self, out: &SchedulerOutput, hidden: &[f32], width: usize) {
+        let mut offset = 0;
+        for (chunk, batch_seq) in out.chunks.iter().zip(&out.batch.seqs) {
+            let rows = batch_seq.hidden_rows.len();
+            if rows == 0 {
+                continue;
+            }
+            let states = &hidden[offset * width..(offset + rows) * width];
+            offset += rows;
+            let Some(i) = self.running_index(chunk.seq_id) else {
+                continue;
+            };
+            if let Some(pool) = &mut self.running[i].pool {
+                pool.add(states, width);
+            }
+        }
+    }
+
     /// Records a step's results: sampled tokens are appended (a verify's accepted drafts
     /// and the token after them, up to a stop), computed counts advance over the KV that
     /// holds real tokens, full blocks enter the prefix cache, and finished sequences leave
@@ -70,6 +91,10 @@ impl Scheduler {
             }
             // A stop inside a verify leaves fewer tokens than the rows computed.
             seq.num_computed = (seq.num_computed + computed).min(seq.tokens.len());
+            // An embedding ends with its prompt: its vector is pooled, nothing is decoded.
+            if seq.pool.is_some() && seq.num_computed == seq.prompt_len {
+                reason = Some(FinishReason::Stop);
+            }
             self.register_full_blocks(i);
             let finished = reason.map(|reason| {
                 let mut seq = self.running.remove(i);
@@ -78,7 +103,7 @@ impl Scheduler {
                 self.free_blocks(&mut seq);
                 seq
             });
-            if !added.is_empty() {
+            if !added.is_empty() || finished.is_some() {
                 updates.push(SeqUpdate {
                     seq_id: chunk.seq_id,
                     tokens: added,

@@ -19,7 +19,7 @@ use crate::openai::responses::request::ResponsesRequest;
 use crate::openai::responses::store::{ResponseStore, StoredResponse};
 use crate::serving::app_state::AppState;
 
-/// The finish reason of a run whose engine step failed (as `generation` names it).
+/// The finish reason of a run whose engine step failed (as `engine_runs` names it).
 const ENGINE_FAILED: &str = "error";
 
 /// Answers with the run's response: streamed when `stream`, else whole.

@@ -124,6 +124,18 @@ impl Reference {
         self.template.render(messages, add_generation_prompt).ok()
     }
 
+    /// The embedding the server should answer for `prompt` (its default pooling: the last
+    /// token's state, normalized), computed alone.
+    pub fn embed(&self, prompt: Vec<u32>) -> Vec<f32> {
+        let request = tokenmill_engine::EmbedRequest {
+            prompt,
+            pooling: tokenmill_engine::PoolerConfig::default(),
+            priority: 0,
+        };
+        let mut engine = self.engine.lock().unwrap();
+        engine.embed(vec![request]).unwrap().remove(0)
+    }
+
     /// The reply to a prompt given as token ids.
     pub fn run_ids(&self, prompt: Vec<u32>, params: SamplingParams) -> Expected {
         self.run(prompt, params)
