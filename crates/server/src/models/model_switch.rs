@@ -24,6 +24,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use tokenmill_engine::EngineHealth;
 
+use crate::anthropic;
 use crate::api::api_error::ApiError;
 use crate::models::exposition_merge::merge_expositions;
 use crate::models::model_registry::{Lease, ModelRegistry};
@@ -49,8 +50,14 @@ pub fn front_router(front: Front) -> Router {
             front.clone(),
             require_api_key,
         ));
+    // Anthropic's routes answer the front's own refusals (an unknown model) in its shape too.
+    let anthropic = Router::new()
+        .route("/v1/messages", post(forward))
+        .route("/v1/messages/count_tokens", post(forward))
+        .layer(middleware::from_fn(anthropic::errors::reshape_errors));
     Router::new()
         .merge(keyed)
+        .merge(anthropic)
         .route("/health", get(health))
         .route("/metrics", get(metrics))
         .fallback(forward)
