@@ -1,5 +1,6 @@
 //! The `tokenmill` binary: one entry point for serving, offline generation, benchmarks and tuning.
 
+mod chat;
 mod engine_bench;
 mod generate;
 mod perplexity;
@@ -21,6 +22,9 @@ struct Cli {
 enum Command {
     /// Serve the model over an OpenAI-compatible HTTP API.
     Serve(tokenmill_server::http::api_server::ServeArgs),
+    /// Chat with a model in the terminal (fetched from the Hub if named there and not
+    /// cached), each reply streamed; /bye or the end of input ends it.
+    Run(chat::RunArgs),
     /// Generate completions for prompts, batched through the engine.
     Generate(generate::GenerateArgs),
     /// A text's perplexity, computed as llama.cpp's `llama-perplexity` computes it.
@@ -50,13 +54,19 @@ enum BenchCommand {
 /// A failure (a refused flag, a bad model file, a port in use) is one line on stderr and
 /// exit status 1: operators read the reason, not a `Debug` dump or a backtrace.
 fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    // A chat shows the replies, not the server's log; RUST_LOG still asks for more.
+    let level = match cli.command {
+        Command::Run(_) => "warn",
+        _ => "info",
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| level.into()),
         )
         .with_writer(std::io::stderr)
         .init();
-    match run(Cli::parse().command) {
+    match run(cli.command) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(error) => {
             eprintln!("error: {}", one_line(&error));
@@ -78,7 +88,8 @@ fn one_line(error: &anyhow::Error) -> String {
 
 fn run(command: Command) -> anyhow::Result<()> {
     match command {
-        Command::Serve(args) => tokenmill_server::http::api_server::run(args),
+        Command::Serve(args) => tokenmill_server::http::serve_command::run(args),
+        Command::Run(args) => chat::run(args),
         Command::Generate(args) => generate::run(args),
         Command::Perplexity(args) => perplexity::run(args),
         Command::Bench(BenchCommand::Latency(args)) => engine_bench::latency(args),

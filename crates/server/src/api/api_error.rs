@@ -103,6 +103,19 @@ impl ApiError {
         }
     }
 
+    /// A model of a server with several could not be loaded: the operator's fault (a broken
+    /// file, too little memory), not the client's; only that model's requests get it.
+    pub fn model_load_failed(name: &str, why: &str) -> Self {
+        Self {
+            code: Some("model_load_failed"),
+            ..Self::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "server_error",
+                format!("the model `{name}` could not be loaded: {why}"),
+            )
+        }
+    }
+
     pub fn not_found(message: impl Into<String>) -> Self {
         Self::new(StatusCode::NOT_FOUND, "invalid_request_error", message)
     }

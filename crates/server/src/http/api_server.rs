@@ -27,18 +27,34 @@ use crate::metrics::{Metrics, MetricsCompat};
 use crate::model::hub::HubArgs;
 use crate::model::model_loader::{self, LoadedModel};
 use crate::model::model_text_args::ModelTextArgs;
+use crate::models::models_args::{ModelList, ModelsArgs};
 use crate::serving::app_state::AppState;
+use crate::serving::drain::Drain;
 use crate::serving::request_limits::RequestLimits;
 use crate::tools::reasoning_parser::ReasoningParserKind;
 use crate::tools::tool_call_parser::ToolCallParserKind;
 
-/// How long stopping the async runtime waits for blocking tasks still running.
-const RUNTIME_EXIT_WAIT: Duration = Duration::from_millis(500);
+/// `--model`'s help, the engine's with what a server adds.
+const MODEL_HELP: &str =
+    "A .gguf file, a Hugging Face directory or a Hub name (org/repo[:QUANT]); \
+with --load-format dummy, a shape name. Default: the cached SmolLM2-135M-Instruct Q4_1. Give it \
+more than once (each NAME=PATH_OR_REPO) to serve several models, each loaded on its first request";
 
+/// How long stopping the async runtime waits for blocking tasks still running.
+pub(crate) const RUNTIME_EXIT_WAIT: Duration = Duration::from_millis(500);
+
+// `--model` may be given more than once, each `NAME=PATH_OR_REPO`: a server of several
+// models (`models_server`). The engine's flags keep the first; `model_list` reads them all.
 #[derive(Args, Debug, Clone)]
+#[command(mut_arg("model", |arg| arg.action(clap::ArgAction::Append).help(MODEL_HELP)))]
 pub struct ServeArgs {
+    /// Every `--model` given (read before `engine` takes the first).
+    #[command(flatten)]
+    pub model_list: ModelList,
     #[command(flatten)]
     pub engine: EngineArgs,
+    #[command(flatten)]
+    pub models: ModelsArgs,
     #[command(flatten)]
     pub text: ModelTextArgs,
     #[command(flatten)]
@@ -147,6 +163,17 @@ impl Default for ServerOptions {
 }
 
 impl ServeArgs {
+    /// Whether these flags ask for a server of several models: `--model` twice or named
+    /// (`NAME=...`), or any of `--models-dir`, `--models-max`, `--sleep-idle-seconds`.
+    pub fn several_models(&self) -> bool {
+        let named = self
+            .model_list
+            .0
+            .iter()
+            .any(|m| crate::models::model_catalog::ModelSpec::parse(m).source != *m);
+        self.model_list.0.len() > 1 || named || self.models.any()
+    }
+
     pub fn options(&self) -> ServerOptions {
         ServerOptions {
             served_model_name: self.served_model_name.clone(),
@@ -231,13 +258,10 @@ pub fn build_app(state: Arc<AppState>) -> Router {
     router::router(state)
 }
 
-/// The `serve` command: load, listen, serve until SIGINT/SIGTERM, drain, exit.
+/// The `serve` command with one model (`serve_command` picks it or several): load, listen,
+/// serve until SIGINT/SIGTERM, drain, exit.
 pub fn run(args: ServeArgs) -> anyhow::Result<()> {
-    let addr = (args.host.as_str(), args.port)
-        .to_socket_addrs()
-        .with_context(|| format!("cannot resolve --host {}", args.host))?
-        .next()
-        .with_context(|| format!("--host {} resolves to no address", args.host))?;
+    let addr = listen_address(&args)?;
     let local = args.hub.localize(&args.engine)?;
     let mut model = model_loader::load_with(&local.engine, &args.text)?;
     let mut options = args.options();
@@ -259,7 +283,17 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
             listener.local_addr().unwrap_or(addr),
             state.handle.limits().max_model_len
         );
-        serve(listener, state.clone(), shutdown_signal(), &options).await
+        let app = build_app(state.clone());
+        let close = || state.close_replies();
+        serve(
+            listener,
+            app,
+            &state.drain,
+            &close,
+            shutdown_signal(),
+            &options,
+        )
+        .await
     });
     // Bounded: a blocking task (tokenizing a large prompt) must not hold the exit past the
     // drain limit; its reply is gone with its connection anyway.
@@ -267,6 +301,15 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     state.handle.shutdown();
     tracing::info!("stopped");
     served
+}
+
+/// `--host` and `--port` resolved.
+pub(crate) fn listen_address(args: &ServeArgs) -> anyhow::Result<SocketAddr> {
+    (args.host.as_str(), args.port)
+        .to_socket_addrs()
+        .with_context(|| format!("cannot resolve --host {}", args.host))?
+        .next()
+        .with_context(|| format!("--host {} resolves to no address", args.host))
 }
 
 /// A server running on its own thread and runtime (for tests and embedding).
@@ -339,7 +382,9 @@ pub fn spawn_server(
                 let signal = async {
                     let _ = stopped.await;
                 };
-                serve(listener, state.clone(), signal, &options).await
+                let app = build_app(state.clone());
+                let close = || state.close_replies();
+                serve(listener, app, &state.drain, &close, signal, &options).await
             });
             if let Err(error) = served {
                 tracing::error!("server failed: {error:#}");
@@ -367,13 +412,15 @@ fn closing_margin(drain: Duration) -> Duration {
 /// Shortly before the shutdown timeout runs out it ends the ones still generating (each
 /// stream gets a final chunk with finish reason `abort`, then `[DONE]`), and at the timeout
 /// it gives up on whatever is left.
-async fn serve(
+/// `drain_state` counts the requests a drain waits for; `close_replies` ends the open ones.
+pub(crate) async fn serve(
     listener: TcpListener,
-    state: Arc<AppState>,
+    app: Router,
+    drain_state: &Drain,
+    close_replies: &dyn Fn(),
     signal: impl Future<Output = ()> + Send + 'static,
     options: &ServerOptions,
 ) -> anyhow::Result<()> {
-    let app = build_app(state.clone());
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
         .header_read_timeout(options.header_read_timeout);
@@ -384,15 +431,15 @@ async fn serve(
     }
     let drain = options.shutdown_timeout;
     let started = Instant::now();
-    state.drain.begin();
+    drain_state.begin();
     tracing::info!(
         "draining: /health answers 503 and new requests are refused; waiting for {} in flight",
-        state.drain.in_flight()
+        drain_state.in_flight()
     );
     let margin = closing_margin(drain);
     let finished = tokio::select! {
         () = accept_connections(&listener, &http, &app, &connections) => false,
-        () = state.drain.settled(crate::serving::drain::QUIET) => true,
+        () = drain_state.settled(crate::serving::drain::QUIET) => true,
         () = tokio::time::sleep(drain - margin) => false,
     };
     drop(listener);
@@ -401,7 +448,7 @@ async fn serve(
             "requests still generating after {:?}; ending them",
             drain - margin
         );
-        state.close_replies();
+        close_replies();
     }
     // What is left: idle keep-alive connections (closed now) and replies being written.
     let rest = drain.saturating_sub(started.elapsed()).max(margin);
@@ -443,7 +490,7 @@ async fn accept_connections(
     }
 }
 
-async fn shutdown_signal() {
+pub(crate) async fn shutdown_signal() {
     let interrupt = async {
         if let Err(error) = tokio::signal::ctrl_c().await {
             tracing::error!("cannot listen for SIGINT: {error}");

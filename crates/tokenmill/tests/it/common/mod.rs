@@ -77,6 +77,11 @@ impl ServedBinary {
         }
     }
 
+    /// The process id, to read its resident memory from `/proc`.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Sends SIGTERM, as an orchestrator stopping the server would.
     pub fn terminate(&self) {
         let status = Command::new("kill")
