@@ -32,6 +32,8 @@ use std::collections::HashMap;
 use std::time::Instant;
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 
+mod offload;
+
 /// Test support: runs before every forward pass with the batch about to run. An `Err` or a
 /// panic from it is handled exactly like one from the model, so tests can exercise the
 /// failure path of a real engine.
@@ -306,12 +308,13 @@ impl Engine {
         let mut times = self.times;
         self.abort_abandoned();
         self.propose_drafts();
-        let out = self.scheduler.schedule();
+        let mut out = self.scheduler.schedule();
         if out.is_empty() {
             return Ok(0);
         }
-        clock.lap(&mut times.schedule);
         self.in_flight = out.chunks.iter().map(|c| c.seq_id).collect();
+        self.load_pages(&mut out)?;
+        clock.lap(&mut times.schedule);
         if let Some(fault) = &mut self.fault {
             fault(&out.batch)?;
         }
@@ -332,6 +335,7 @@ impl Engine {
         // The gap between this step's tokens and the previous ones: what the target bounds.
         self.scheduler.observe_step(&out, started.elapsed());
         self.dispatch(updates);
+        self.offload_blocks();
         self.publish_kv_events();
         self.in_flight.clear();
         clock.lap(&mut times.update);
