@@ -13,6 +13,7 @@ mod gemma3_tokenizer;
 mod http_api;
 mod http_errors;
 mod kv_events;
+mod kv_offload;
 mod model_text_flags;
 mod openai_responses_sdk;
 mod openai_sdk;
