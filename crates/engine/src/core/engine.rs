@@ -234,6 +234,9 @@ impl Engine {
     /// rebuilds the set exactly.
     pub fn set_kv_event_sink(&mut self, sink: KvEventSink) {
         self.scheduler.block_manager_mut().enable_events();
+        if let Some(tier) = self.scheduler.disk_tier() {
+            tier.record_written();
+        }
         self.kv_events = Some(sink);
         self.publish_kv_events();
     }
@@ -246,11 +249,13 @@ impl Engine {
 
     /// Hands the events recorded since the last call to the sink, if there is one.
     fn publish_kv_events(&mut self) {
-        if let Some(sink) = &mut self.kv_events {
-            let events = self.scheduler.block_manager_mut().take_events();
-            if !events.is_empty() {
-                sink(events);
-            }
+        if self.kv_events.is_none() {
+            return;
+        }
+        let mut events = self.scheduler.block_manager_mut().take_events();
+        events.extend(self.disk_events());
+        if let Some(sink) = self.kv_events.as_mut().filter(|_| !events.is_empty()) {
+            sink(events);
         }
     }
 

@@ -18,6 +18,16 @@ pub enum KvEvent {
         token_ids: Vec<u32>,
         block_size: usize,
     },
+    /// Blocks the disk tier (`--kv-offload-dir`) wrote, a run along one prefix as in
+    /// `BlockStored`: vLLM's `BlockStored` with another `medium`. They describe the second
+    /// tier, not the set RAM hands out: they stay findable after RAM evicts them, and no
+    /// event says when the tier's size cap deletes them.
+    BlockStoredOnDisk {
+        block_hashes: Vec<u64>,
+        parent_block_hash: Option<u64>,
+        token_ids: Vec<u32>,
+        block_size: usize,
+    },
     /// Blocks whose content was evicted (their memory is reused for other tokens).
     BlockRemoved { block_hashes: Vec<u64> },
     /// Every block was dropped from the set.

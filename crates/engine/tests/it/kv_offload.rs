@@ -277,3 +277,36 @@ fn a_process_killed_while_offloading_leaves_no_wrong_answer_behind() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn blocks_written_to_disk_are_announced_as_disk_tier_events() {
+    use std::sync::{Arc, Mutex};
+    use tokenmill_engine::kv::kv_event::KvEvent;
+    common::skip_without_model!();
+    let dir = temp_dir("events");
+    let long = prompt(200, 5);
+    let mut engine = engine(KvCacheDtype::Auto, Some(&offload(&dir, 1)));
+    let seen: Arc<Mutex<Vec<KvEvent>>> = Arc::default();
+    let sink = Arc::clone(&seen);
+    engine.set_kv_event_sink(Box::new(move |events| sink.lock().unwrap().extend(events)));
+    run(&mut engine, &long, 2);
+    engine.flush_kv_offload();
+    // Events go out once per step: one more request's steps carry the writer's report.
+    run(&mut engine, &prompt(20, 6), 1);
+    let on_disk: Vec<u64> = seen
+        .lock()
+        .unwrap()
+        .iter()
+        .filter_map(|e| match e {
+            KvEvent::BlockStoredOnDisk { block_hashes, .. } => Some(block_hashes.clone()),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    let want: Vec<u64> = BlockHash::of_full_blocks(&long, BLOCK)
+        .iter()
+        .map(BlockHash::external)
+        .collect();
+    assert_eq!(on_disk, want);
+    let _ = std::fs::remove_dir_all(&dir);
+}

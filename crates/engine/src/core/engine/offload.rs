@@ -6,6 +6,7 @@ use super::Engine;
 use crate::error::{EngineError, Result};
 use crate::kv::disk_block::DiskBlock;
 use crate::kv::kv_disk_tier::{KvDiskStats, KvDiskTier, KvLayout, KvOffloadConfig};
+use crate::kv::kv_event::KvEvent;
 use crate::sched::scheduler_output::SchedulerOutput;
 
 impl Engine {
@@ -87,5 +88,37 @@ impl Engine {
                 page,
             });
         }
+    }
+
+    /// The blocks the disk tier wrote since the last call, as events (a run along one
+    /// prefix per event, as RAM's are); empty while no event sink is set.
+    pub(super) fn disk_events(&self) -> Vec<KvEvent> {
+        let Some(tier) = self.scheduler.disk_tier() else {
+            return Vec::new();
+        };
+        let block_size = self.limits.block_size;
+        let mut events: Vec<KvEvent> = Vec::new();
+        for block in tier.take_written() {
+            let (hash, parent) = (block.hash.external(), block.parent.map(|p| p.external()));
+            if let Some(KvEvent::BlockStoredOnDisk {
+                block_hashes,
+                token_ids,
+                ..
+            }) = events.last_mut()
+            {
+                if parent.is_some() && block_hashes.last() == parent.as_ref() {
+                    block_hashes.push(hash);
+                    token_ids.extend_from_slice(&block.tokens);
+                    continue;
+                }
+            }
+            events.push(KvEvent::BlockStoredOnDisk {
+                block_hashes: vec![hash],
+                parent_block_hash: parent,
+                token_ids: block.tokens,
+                block_size,
+            });
+        }
+        events
     }
 }
