@@ -34,6 +34,8 @@ use std::collections::HashMap;
 use std::time::Instant;
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 
+mod offload;
+
 /// Test support: runs before every forward pass with the batch about to run. An `Err` or a
 /// panic from it is handled exactly like one from the model, so tests can exercise the
 /// failure path of a real engine.
@@ -234,6 +236,9 @@ impl Engine {
     /// rebuilds the set exactly.
     pub fn set_kv_event_sink(&mut self, sink: KvEventSink) {
         self.scheduler.block_manager_mut().enable_events();
+        if let Some(tier) = self.scheduler.disk_tier() {
+            tier.record_written();
+        }
         self.kv_events = Some(sink);
         self.publish_kv_events();
     }
@@ -246,11 +251,13 @@ impl Engine {
 
     /// Hands the events recorded since the last call to the sink, if there is one.
     fn publish_kv_events(&mut self) {
-        if let Some(sink) = &mut self.kv_events {
-            let events = self.scheduler.block_manager_mut().take_events();
-            if !events.is_empty() {
-                sink(events);
-            }
+        if self.kv_events.is_none() {
+            return;
+        }
+        let mut events = self.scheduler.block_manager_mut().take_events();
+        events.extend(self.disk_events());
+        if let Some(sink) = self.kv_events.as_mut().filter(|_| !events.is_empty()) {
+            sink(events);
         }
     }
 
@@ -327,12 +334,13 @@ impl Engine {
         let mut times = self.times;
         self.abort_abandoned();
         self.propose_drafts();
-        let out = self.scheduler.schedule();
+        let mut out = self.scheduler.schedule();
         if out.is_empty() {
             return Ok(0);
         }
-        clock.lap(&mut times.schedule);
         self.in_flight = out.chunks.iter().map(|c| c.seq_id).collect();
+        self.load_pages(&mut out)?;
+        clock.lap(&mut times.schedule);
         if let Some(fault) = &mut self.fault {
             fault(&out.batch)?;
         }
@@ -356,6 +364,7 @@ impl Engine {
         // The gap between this step's tokens and the previous ones: what the target bounds.
         self.scheduler.observe_step(&out, started.elapsed());
         self.dispatch(updates);
+        self.offload_blocks();
         self.publish_kv_events();
         self.in_flight.clear();
         clock.lap(&mut times.update);

@@ -11,6 +11,7 @@ use crate::config::WeightMode;
 use crate::config::{ConfigError, KvPlan};
 use crate::core::engine::Engine;
 use crate::error::{EngineError, Result};
+use crate::kv::kv_disk_tier::KvOffloadConfig;
 use crate::models::checkpoint::{
     self, default_model_path, Checkpoint, DummyCheckpoint, DummyDType,
 };
@@ -103,6 +104,16 @@ pub struct EngineArgs {
     /// fewer drafts (down to none) where they would not pay.
     #[arg(long)]
     pub speculative_config: Option<String>,
+    /// A directory for a second prefix-cache tier on disk: every full block that enters the
+    /// prefix cache is also written there (by a writer thread; steps never wait on it), and
+    /// prompts take hits from it, across restarts and from other replicas with the same
+    /// model, weight mode, KV dtype and block size. Off by default.
+    #[arg(long)]
+    pub kv_offload_dir: Option<PathBuf>,
+    /// Size cap of --kv-offload-dir in GiB: past it the least recently used block files
+    /// are deleted. Default: no cap.
+    #[arg(long, requires = "kv_offload_dir")]
+    pub kv_offload_max_gib: Option<f64>,
 }
 
 /// An engine built from flags, with what the layers above need to serve it.
@@ -134,6 +145,15 @@ impl EngineArgs {
                 gib,
                 "must be a finite number of GiB above 0",
             ));
+        }
+        if let Some(cap) = self.kv_offload_max_gib {
+            if !(cap.is_finite() && cap > 0.0) {
+                return Err(ConfigError::new(
+                    "kv_offload_max_gib",
+                    cap,
+                    "must be a finite number of GiB above 0",
+                ));
+            }
         }
         if self.threads == Some(0) {
             return Err(ConfigError::new(
@@ -218,15 +238,50 @@ impl EngineArgs {
             };
         self.apply_overrides(ckpt.config_mut())
             .map_err(EngineError::InvalidFlag)?;
-        let engine = Engine::load(ckpt.as_mut(), config).map_err(|error| match error {
+        let mut engine = Engine::load(ckpt.as_mut(), config).map_err(|error| match error {
             EngineError::InvalidConfig(bad) => EngineError::InvalidFlag(self.as_typed(bad)),
             other => other,
         })?;
+        if let Some(dir) = &self.kv_offload_dir {
+            engine.enable_kv_offload(&KvOffloadConfig {
+                dir: dir.clone(),
+                max_bytes: self.kv_offload_max_gib.map(|gib| (gib * GIB) as u64),
+                model_identity: self.model_identity(checkpoint_path.as_deref())?,
+            });
+        }
         Ok(LoadedEngine {
             engine,
             name,
             checkpoint_path,
         })
+    }
+
+    /// What the disk tier's fingerprint takes from the weights: the checkpoint's files
+    /// (each one's name, length and first and last MiB, enough to tell two checkpoints
+    /// apart without reading gigabytes) or the dummy shape, with every flag that changes
+    /// the KV computed from them.
+    fn model_identity(&self, checkpoint: Option<&std::path::Path>) -> Result<[u8; 32]> {
+        use sha2::{Digest, Sha256};
+        let mut h = Sha256::new();
+        h.update(format!(
+            "load_format={} weight_mode={} dummy_dtype={:?} hf_overrides={:?} model={:?}\n",
+            self.load_format, self.weight_mode, self.dummy_dtype, self.hf_overrides, self.model
+        ));
+        if let Some(path) = checkpoint {
+            let mut files = if path.is_dir() {
+                std::fs::read_dir(path)?
+                    .filter_map(|e| e.ok().map(|e| e.path()))
+                    .filter(|p| p.is_file())
+                    .collect()
+            } else {
+                vec![path.to_path_buf()]
+            };
+            files.sort();
+            for file in files {
+                digest_file_ends(&mut h, &file)?;
+            }
+        }
+        Ok(h.finalize().into())
     }
 
     /// `--model`, or the cached default model, which must then have been fetched.
@@ -274,4 +329,23 @@ pub fn init_threads(threads: Option<usize>) {
     let _ = rayon::ThreadPoolBuilder::new()
         .num_threads(n)
         .build_global();
+}
+
+/// Adds a file's name, length and first and last MiB to `h`.
+fn digest_file_ends(h: &mut sha2::Sha256, file: &std::path::Path) -> Result<()> {
+    use sha2::Digest;
+    use std::io::{Read, Seek, SeekFrom};
+    const END: u64 = 1 << 20;
+    let mut f = std::fs::File::open(file)?;
+    let len = f.metadata()?.len();
+    h.update(file.file_name().unwrap_or_default().as_encoded_bytes());
+    h.update(len.to_le_bytes());
+    let mut buf = Vec::new();
+    f.by_ref().take(END).read_to_end(&mut buf)?;
+    if len > END {
+        f.seek(SeekFrom::Start(len.saturating_sub(END).max(END)))?;
+        f.take(END).read_to_end(&mut buf)?;
+    }
+    h.update(&buf);
+    Ok(())
 }

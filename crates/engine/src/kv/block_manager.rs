@@ -26,7 +26,7 @@
 use crate::config::{KvCacheGroups, KvGroup};
 pub use crate::kv::block_id::BlockId;
 use crate::kv::block_table::BlockTable;
-use crate::kv::kv_event::KvEvent;
+use crate::kv::kv_event::{record_removed, record_stored, KvEvent};
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, HashMap};
 
@@ -59,6 +59,16 @@ impl BlockHash {
             h.update(t.to_le_bytes());
         }
         Self(h.finalize().into())
+    }
+
+    /// The key's 32 bytes.
+    pub fn as_bytes(&self) -> &[u8; 32] {
+        &self.0
+    }
+
+    /// The key in lowercase hex (64 characters), as the disk tier names its files.
+    pub fn to_hex(&self) -> String {
+        self.0.iter().map(|b| format!("{b:02x}")).collect()
     }
 
     /// The key as a 64-bit integer, the form vLLM's KV-cache events carry (its default,
@@ -146,6 +156,18 @@ pub struct BlockManager {
     prefix_caching: bool,
     /// Changes to the set of cached blocks not yet taken; `None` until `enable_events`.
     events: Option<Vec<KvEvent>>,
+    /// Blocks computed and registered since the last `take_offload`, for a disk tier to
+    /// copy; `None` until `enable_offload`.
+    offload: Option<Vec<RegisteredBlock>>,
+}
+
+/// A block that entered the prefix cache: where its page is and what it holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RegisteredBlock {
+    pub id: BlockId,
+    pub hash: BlockHash,
+    pub parent: Option<BlockHash>,
+    pub tokens: Vec<u32>,
 }
 
 impl BlockManager {
@@ -176,6 +198,7 @@ impl BlockManager {
             by_hash: HashMap::new(),
             prefix_caching,
             events: None,
+            offload: None,
         };
         // Last pushed is handed out first: a fresh pool hands out blocks 0, 1, 2, …
         for i in (0..num_blocks).rev() {
@@ -420,7 +443,7 @@ impl BlockManager {
                         .as_mut()
                         .filter(|_| old.group == self.events_group)
                     {
-                        record_removed(events, old.hash);
+                        record_removed(events, old.hash.external());
                     }
                 }
             }
@@ -464,11 +487,67 @@ impl BlockManager {
         parent: Option<BlockHash>,
         tokens: &[u32],
     ) {
+        if self.register(group, id, hash, parent, tokens) {
+            if let Some(offload) = self.offload.as_mut() {
+                offload.push(RegisteredBlock {
+                    id,
+                    hash,
+                    parent,
+                    tokens: tokens.to_vec(),
+                });
+            }
+        }
+    }
+
+    /// Registers a page the disk tier filled (its content came from disk, so it is not
+    /// handed back for writing). The page must be held, as a computed one is.
+    pub fn register_loaded(
+        &mut self,
+        group: KvGroup,
+        id: BlockId,
+        hash: BlockHash,
+        parent: Option<BlockHash>,
+        tokens: &[u32],
+    ) {
+        self.register(group, id, hash, parent, tokens);
+    }
+
+    /// Starts recording the blocks registered from computed KV, for `take_offload` to hand
+    /// to a disk tier.
+    pub fn enable_offload(&mut self) {
+        self.offload = Some(Vec::new());
+    }
+
+    /// The blocks registered since the last call, oldest first (empty while offload is off).
+    /// Their pages keep that content until the scheduler next allocates.
+    pub fn take_offload(&mut self) -> Vec<RegisteredBlock> {
+        self.offload
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
+    }
+
+    /// Records the page as cached under `(group, hash)`; `false` when prefix caching is off
+    /// or the key is cached already.
+    fn register(
+        &mut self,
+        group: KvGroup,
+        id: BlockId,
+        hash: BlockHash,
+        parent: Option<BlockHash>,
+        tokens: &[u32],
+    ) -> bool {
         if !self.prefix_caching || self.by_hash.contains_key(&(group, hash)) {
-            return;
+            return false;
         }
         if let Some(events) = self.events.as_mut().filter(|_| group == self.events_group) {
-            record_stored(events, hash, parent, tokens, self.block_size);
+            record_stored(
+                events,
+                hash.external(),
+                parent.map(|p| p.external()),
+                tokens,
+                self.block_size,
+            );
         }
         self.blocks[id.index()].cached = Some(CachedContent {
             group,
@@ -477,6 +556,7 @@ impl BlockManager {
             tokens: tokens.to_vec(),
         });
         self.by_hash.insert((group, hash), id);
+        true
     }
 
     /// How many pages the prefix cache can hand out by content, over every group.
@@ -610,48 +690,5 @@ impl BlockManager {
             }
         }
         Ok(())
-    }
-}
-
-/// Records a block entering the cache, extending the last event when it stored this
-/// block's parent (a prompt's blocks registered in one step make one event, as vLLM sends).
-fn record_stored(
-    events: &mut Vec<KvEvent>,
-    hash: BlockHash,
-    parent: Option<BlockHash>,
-    tokens: &[u32],
-    block_size: usize,
-) {
-    let parent = parent.map(|p| p.external());
-    if let (
-        Some(KvEvent::BlockStored {
-            block_hashes,
-            token_ids,
-            ..
-        }),
-        Some(parent),
-    ) = (events.last_mut(), parent)
-    {
-        if block_hashes.last() == Some(&parent) {
-            block_hashes.push(hash.external());
-            token_ids.extend_from_slice(tokens);
-            return;
-        }
-    }
-    events.push(KvEvent::BlockStored {
-        block_hashes: vec![hash.external()],
-        parent_block_hash: parent,
-        token_ids: tokens.to_vec(),
-        block_size,
-    });
-}
-
-/// Records a cached block's eviction, extending the last event when it too was a removal.
-fn record_removed(events: &mut Vec<KvEvent>, hash: BlockHash) {
-    match events.last_mut() {
-        Some(KvEvent::BlockRemoved { block_hashes }) => block_hashes.push(hash.external()),
-        _ => events.push(KvEvent::BlockRemoved {
-            block_hashes: vec![hash.external()],
-        }),
     }
 }

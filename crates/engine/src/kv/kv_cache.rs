@@ -65,6 +65,42 @@ impl KvSlab {
         }
     }
 
+    /// The slab's elements as bytes (native order), for copying whole pages to and from
+    /// a disk tier without knowing the element type.
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        match self {
+            Self::F32(s) => {
+                let len = std::mem::size_of_val(s.as_slice());
+                // SAFETY: any byte pattern is a valid f32 and u8 has no alignment needs;
+                // the view borrows the vector mutably for its lifetime.
+                unsafe { std::slice::from_raw_parts_mut(s.as_mut_ptr().cast::<u8>(), len) }
+            }
+            Self::F16(s) | Self::Bf16(s) => {
+                let len = std::mem::size_of_val(s.as_slice());
+                // SAFETY: as above, for u16 bits.
+                unsafe { std::slice::from_raw_parts_mut(s.as_mut_ptr().cast::<u8>(), len) }
+            }
+        }
+    }
+
+    /// The slab's elements as bytes (native order).
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Self::F32(s) => {
+                // SAFETY: f32s are plain bytes; u8 has no alignment needs.
+                unsafe {
+                    std::slice::from_raw_parts(s.as_ptr().cast::<u8>(), size_of_val(s.as_slice()))
+                }
+            }
+            Self::F16(s) | Self::Bf16(s) => {
+                // SAFETY: as above, for u16 bits.
+                unsafe {
+                    std::slice::from_raw_parts(s.as_ptr().cast::<u8>(), size_of_val(s.as_slice()))
+                }
+            }
+        }
+    }
+
     /// A raw view of the elements, for tasks that each store disjoint ones.
     fn raw(&mut self) -> RawSlab {
         match self {
@@ -262,6 +298,45 @@ impl KvCache {
     /// Layer `layer`'s slabs (read through its group's block tables).
     pub fn layer(&self, layer: usize) -> &KvLayer {
         &self.slabs[self.groups.slab_of(layer)]
+    }
+
+    /// Bytes one page takes over every slab (each layer's keys and values), whatever the
+    /// element type: what the disk tier stores per block.
+    pub fn page_bytes(&self) -> usize {
+        let slab = |s: &KvSlab| s.bytes().len() / self.num_blocks.max(1);
+        self.slabs
+            .iter()
+            .map(|l| slab(&l.keys) + slab(&l.values))
+            .sum()
+    }
+
+    /// Appends page `block`'s bytes of every slab, keys then values, layer by layer, to `dst`.
+    pub fn copy_page_out(&self, block: usize, dst: &mut Vec<u8>) {
+        for layer in &self.slabs {
+            for slab in [&layer.keys, &layer.values] {
+                let page = slab.bytes().len() / self.num_blocks;
+                dst.extend_from_slice(&slab.bytes()[block * page..(block + 1) * page]);
+            }
+        }
+    }
+
+    /// Writes page `block` of every slab from `src`, as [`copy_page_out`](Self::copy_page_out)
+    /// laid it out; `false`, and nothing written, when `src` is not one page long.
+    pub fn copy_page_in(&mut self, block: usize, src: &[u8]) -> bool {
+        if src.len() != self.page_bytes() || block >= self.num_blocks {
+            return false;
+        }
+        let mut at = 0;
+        let num_blocks = self.num_blocks;
+        for layer in &mut self.slabs {
+            for slab in [&mut layer.keys, &mut layer.values] {
+                let bytes = slab.bytes_mut();
+                let page = bytes.len() / num_blocks;
+                bytes[block * page..(block + 1) * page].copy_from_slice(&src[at..at + page]);
+                at += page;
+            }
+        }
+        true
     }
 
     /// Stores layer `layer`'s rows of `keys`/`values` (`[T, width]`, f32) at `slots[T]`

@@ -18,6 +18,16 @@ pub enum KvEvent {
         token_ids: Vec<u32>,
         block_size: usize,
     },
+    /// Blocks the disk tier (`--kv-offload-dir`) wrote, a run along one prefix as in
+    /// `BlockStored`: vLLM's `BlockStored` with another `medium`. They describe the second
+    /// tier, not the set RAM hands out: they stay findable after RAM evicts them, and no
+    /// event says when the tier's size cap deletes them.
+    BlockStoredOnDisk {
+        block_hashes: Vec<u64>,
+        parent_block_hash: Option<u64>,
+        token_ids: Vec<u32>,
+        block_size: usize,
+    },
     /// Blocks whose content was evicted (their memory is reused for other tokens).
     BlockRemoved { block_hashes: Vec<u64> },
     /// Every block was dropped from the set.
@@ -27,3 +37,45 @@ pub enum KvEvent {
 /// Where the engine hands each step's events (never an empty batch). It runs on the engine
 /// thread, between steps: it must not block (send to a bounded channel with `try_send`).
 pub type KvEventSink = Box<dyn FnMut(Vec<KvEvent>) + Send + Sync>;
+
+/// Records a block entering the cache, extending the last event when it stored this
+/// block's parent (a prompt's blocks registered in one step make one event, as vLLM sends).
+pub(crate) fn record_stored(
+    events: &mut Vec<KvEvent>,
+    hash: u64,
+    parent: Option<u64>,
+    tokens: &[u32],
+    block_size: usize,
+) {
+    if let (
+        Some(KvEvent::BlockStored {
+            block_hashes,
+            token_ids,
+            ..
+        }),
+        Some(parent),
+    ) = (events.last_mut(), parent)
+    {
+        if block_hashes.last() == Some(&parent) {
+            block_hashes.push(hash);
+            token_ids.extend_from_slice(tokens);
+            return;
+        }
+    }
+    events.push(KvEvent::BlockStored {
+        block_hashes: vec![hash],
+        parent_block_hash: parent,
+        token_ids: tokens.to_vec(),
+        block_size,
+    });
+}
+
+/// Records a cached block's eviction, extending the last event when it too was a removal.
+pub(crate) fn record_removed(events: &mut Vec<KvEvent>, hash: u64) {
+    match events.last_mut() {
+        Some(KvEvent::BlockRemoved { block_hashes }) => block_hashes.push(hash),
+        _ => events.push(KvEvent::BlockRemoved {
+            block_hashes: vec![hash],
+        }),
+    }
+}

@@ -6,11 +6,13 @@
 //! important) running sequence is preempted and recomputed later. Which drafts a step
 //! verifies is in `scheduler/drafts.rs`; applying a step's results, in `scheduler/update.rs`.
 
+mod disk_hits;
 mod drafts;
 mod update;
 
 use crate::config::{PartialPrefillLimits, SchedulingPolicy};
 use crate::kv::block_manager::{BlockHash, BlockManager};
+use crate::kv::kv_disk_tier::KvDiskTier;
 use crate::sched::prefill_slots::PrefillSlots;
 use crate::sched::request::{FinishReason, SeqId};
 use crate::sched::scheduler_output::{ScheduledChunk, SchedulerOutput};
@@ -50,6 +52,8 @@ pub struct Scheduler {
     starved_steps: usize,
     /// Test support: verify every proposed draft, whatever the cost model says.
     keep_all_drafts: bool,
+    /// The prefix cache's tier on disk (`--kv-offload-dir`); `None`: RAM only.
+    disk: Option<KvDiskTier>,
 }
 
 /// What one step may still schedule: tokens under the hard budget and, of them, prefill
@@ -79,6 +83,7 @@ impl Scheduler {
             cost: StepCostModel::default(),
             starved_steps: 0,
             keep_all_drafts: false,
+            disk: None,
         }
     }
 
@@ -549,7 +554,10 @@ impl Scheduler {
                 true => 0,
             };
             let hit = self.blocks.lookup_prefix(&seq.tokens, &hashes, most);
-            let cached = hit.blocks * bs;
+            // Blocks after the RAM hit that the disk tier holds count as cached: they are
+            // read into their pages before this step's forward pass.
+            let on_disk = self.disk_run(&hashes, hit.blocks, most);
+            let cached = (hit.blocks + on_disk) * bs;
             let uncomputed = seq.tokens.len() - cached;
             let is_long = limits.is_long(uncomputed);
             let mut n = self.chunk_len(uncomputed, false, budget);
@@ -571,23 +579,33 @@ impl Scheduler {
             for id in hit.ids() {
                 self.blocks.acquire(id);
             }
-            seq.block_hashes = hashes[..hit.blocks].to_vec();
+            let in_ram = hit.blocks;
             seq.block_tables = hit.tables;
             let placed = self
                 .blocks
                 .allocate_to(&mut seq.block_tables, cached, cached + n);
             assert!(placed, "checked free count above");
+            // A file that fails its checks ends the disk hit early: the chunk then starts
+            // sooner (its pages are held already, and the later ones are used next step).
+            let loaded = self.load_from_disk(&seq, &hashes, in_ram..in_ram + on_disk, out);
+            let cached = (in_ram + loaded) * bs;
+            seq.block_hashes = hashes[..in_ram + loaded].to_vec();
             seq.num_computed = cached;
             if seq.timings.first_scheduled.is_none() {
                 seq.timings.first_scheduled = Some(Instant::now());
                 seq.cached_prompt_tokens = cached;
                 self.stats.prefix_cache_queries += seq.prompt_len as u64;
                 self.stats.prefix_cache_hits += cached as u64;
+                if self.disk.is_some() {
+                    self.stats.disk_cache_queries += seq.prompt_len as u64;
+                    self.stats.disk_cache_hits += (loaded * bs) as u64;
+                }
                 // Which prompt hit how much, for following a router's placement from the logs.
                 tracing::debug!(
-                    "admitted {:?}: {} prompt tokens, {cached} from the prefix cache, first block {:?}, {} running",
+                    "admitted {:?}: {} prompt tokens, {cached} from the prefix cache ({} from disk), first block {:?}, {} running",
                     seq.id,
                     seq.prompt_len,
+                    loaded * bs,
                     hashes.first(),
                     self.running.len()
                 );

@@ -4,6 +4,7 @@
 use super::request::SeqId;
 use super::sequence::Sequence;
 use crate::forward_batch::ForwardBatch;
+use crate::kv::block_id::BlockId;
 use crate::sample::sampled_token::SampledToken;
 use std::ops::Range;
 use std::time::Instant;
@@ -35,6 +36,16 @@ pub struct SchedulerOutput {
     pub prefill_allowance: Option<usize>,
     /// Prompt tokens this step computes (every chunk but the one-token decodes).
     pub prefill_tokens: usize,
+    /// Pages read from the disk tier at admission, to copy into the KV cache before the
+    /// forward pass (they are registered as cached already).
+    pub loads: Vec<PageLoad>,
+}
+
+/// One page's bytes read from the disk tier, and the page they go to.
+#[derive(Debug)]
+pub struct PageLoad {
+    pub block: BlockId,
+    pub page: Vec<u8>,
 }
 
 impl SchedulerOutput {

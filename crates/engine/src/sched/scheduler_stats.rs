@@ -12,6 +12,10 @@ pub struct SchedulerStats {
     /// Prompt tokens looked up in the prefix cache, and how many were found.
     pub prefix_cache_queries: u64,
     pub prefix_cache_hits: u64,
+    /// With a disk tier (`--kv-offload-dir`): prompt tokens looked up while it was on, and
+    /// how many of the prefix cache's hits its files served (vLLM's external prefix cache).
+    pub disk_cache_queries: u64,
+    pub disk_cache_hits: u64,
     pub num_preemptions: u64,
     /// Wall time of every step (schedule to update).
     pub step_seconds: StepHistogram,

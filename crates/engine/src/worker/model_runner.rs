@@ -4,6 +4,7 @@
 use crate::config::KvCacheDtype;
 use crate::error::Result;
 use crate::forward_batch::ForwardBatch;
+use crate::kv::block_id::BlockId;
 use crate::kv::kv_cache::{KvCache, KvShape};
 use crate::models::DecoderModel;
 
@@ -88,6 +89,26 @@ impl ModelRunner {
     /// once all of it is backed.
     pub fn fault_in_kv(&mut self) -> bool {
         self.kv_cache.fault_in_next()
+    }
+
+    /// The KV cache's element type.
+    pub fn kv_dtype(&self) -> KvCacheDtype {
+        self.kv_cache.dtype()
+    }
+
+    /// Bytes of one KV page over every layer ([`KvCache::page_bytes`]).
+    pub fn kv_page_bytes(&self) -> usize {
+        self.kv_cache.page_bytes()
+    }
+
+    /// Appends page `block`'s bytes to `dst` ([`KvCache::copy_page_out`]).
+    pub fn copy_page_out(&self, block: BlockId, dst: &mut Vec<u8>) {
+        self.kv_cache.copy_page_out(block.index(), dst);
+    }
+
+    /// Fills page `block` from `src`; `false` when `src` is not one page.
+    pub fn copy_page_in(&mut self, block: BlockId, src: &[u8]) -> bool {
+        self.kv_cache.copy_page_in(block.index(), src)
     }
 
     /// The logits of the last [`execute`](Self::execute).

@@ -52,6 +52,8 @@ impl Mirror {
                     }
                 }
                 KvEvent::AllBlocksCleared => self.blocks.clear(),
+                // The disk tier's blocks; these tests run without one.
+                KvEvent::BlockStoredOnDisk { .. } => {}
             }
         }
     }

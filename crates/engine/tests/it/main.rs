@@ -16,6 +16,7 @@ mod itl_target;
 mod k_quant_generation;
 mod kv_cache_dtype;
 mod kv_events;
+mod kv_offload;
 mod moe_batching;
 mod prefix_cache_keys;
 mod quant_matrix;

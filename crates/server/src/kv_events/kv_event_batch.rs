@@ -34,6 +34,18 @@ use crate::kv_events::kv_events_config::EventEncoding;
 /// vLLM's `medium` for the engine's own KV pool (its `MEDIUM_GPU`).
 pub const MEDIUM: &str = "GPU";
 
+/// The `medium` of blocks in the disk tier (`--kv-offload-dir`; vLLM names its offloading
+/// connector's tiers by where they live, as `CPU`).
+pub const MEDIUM_DISK: &str = "DISK";
+
+/// The medium an event's blocks live in.
+fn medium_of(event: &KvEvent) -> &'static str {
+    match event {
+        KvEvent::BlockStoredOnDisk { .. } => MEDIUM_DISK,
+        _ => MEDIUM,
+    }
+}
+
 /// One step's events as published.
 #[derive(Debug, Clone, PartialEq)]
 pub struct KvEventBatch {
@@ -77,6 +89,12 @@ fn write_event(out: &mut Vec<u8>, event: &KvEvent) -> io::Result<()> {
             parent_block_hash,
             token_ids,
             block_size,
+        }
+        | KvEvent::BlockStoredOnDisk {
+            block_hashes,
+            parent_block_hash,
+            token_ids,
+            block_size,
         } => {
             array(out, 7)?;
             text(out, "BlockStored")?;
@@ -88,7 +106,7 @@ fn write_event(out: &mut Vec<u8>, event: &KvEvent) -> io::Result<()> {
             uints(out, token_ids.iter().map(|&t| u64::from(t)))?;
             uint(out, *block_size as u64)?;
             encode::write_nil(out)?; // lora_id
-            text(out, MEDIUM)
+            text(out, medium_of(event))
         }
         KvEvent::BlockRemoved { block_hashes } => {
             array(out, 3)?;
@@ -110,6 +128,12 @@ fn write_event_map(out: &mut Vec<u8>, event: &KvEvent) -> io::Result<()> {
             parent_block_hash,
             token_ids,
             block_size,
+        }
+        | KvEvent::BlockStoredOnDisk {
+            block_hashes,
+            parent_block_hash,
+            token_ids,
+            block_size,
         } => {
             map(out, 8)?;
             pair(out, "type", |out| text(out, "BlockStored"))?;
@@ -125,7 +149,7 @@ fn write_event_map(out: &mut Vec<u8>, event: &KvEvent) -> io::Result<()> {
             })?;
             pair(out, "block_size", |out| uint(out, *block_size as u64))?;
             pair(out, "lora_id", nil)?;
-            pair(out, "medium", |out| text(out, MEDIUM))?;
+            pair(out, "medium", |out| text(out, medium_of(event)))?;
             pair(out, "lora_name", nil)
         }
         KvEvent::BlockRemoved { block_hashes } => {
@@ -265,5 +289,40 @@ mod tests {
         want.extend(str_bytes("AllBlocksCleared"));
         want.push(0);
         assert_eq!(batch.encode().unwrap(), want);
+    }
+
+    #[test]
+    fn a_disk_tier_block_is_a_block_stored_event_with_medium_disk() {
+        let stored = |event: KvEvent| KvEventBatch {
+            ts: 0.0,
+            events: vec![event],
+            data_parallel_rank: Some(0),
+        };
+        let (hashes, tokens) = (vec![7], vec![1, 2]);
+        let ram = stored(KvEvent::BlockStored {
+            block_hashes: hashes.clone(),
+            parent_block_hash: None,
+            token_ids: tokens.clone(),
+            block_size: 2,
+        });
+        let disk = stored(KvEvent::BlockStoredOnDisk {
+            block_hashes: hashes,
+            parent_block_hash: None,
+            token_ids: tokens,
+            block_size: 2,
+        });
+        for encoding in [EventEncoding::Array, EventEncoding::Map] {
+            let (ram, disk) = (
+                ram.encode_as(encoding).unwrap(),
+                disk.encode_as(encoding).unwrap(),
+            );
+            // The same bytes but the medium: "GPU" (a fixstr of 3) becomes "DISK".
+            let gpu = str_bytes("GPU");
+            let at = ram.windows(gpu.len()).position(|w| w == gpu).unwrap();
+            let mut want = ram[..at].to_vec();
+            want.extend(str_bytes("DISK"));
+            want.extend_from_slice(&ram[at + gpu.len()..]);
+            assert_eq!(disk, want, "{encoding:?}");
+        }
     }
 }

@@ -329,6 +329,18 @@ impl Metrics {
         );
         counter(
             out,
+            "external_prefix_cache_queries",
+            "Prompt tokens looked up while the disk tier (--kv-offload-dir) was on.",
+            stats.disk_cache_queries as f64,
+        );
+        counter(
+            out,
+            "external_prefix_cache_hits",
+            "Prompt tokens of prefix-cache hits read from the disk tier (--kv-offload-dir).",
+            stats.disk_cache_hits as f64,
+        );
+        counter(
+            out,
             "num_preemptions",
             "Times a running request was preempted.",
             stats.num_preemptions as f64,

@@ -98,6 +98,8 @@ fn vllm_compat_adds_vllm_names_with_the_same_values_and_the_info_gauges() {
         kv_cache_usage: 0.5,
         prefix_cache_queries: 100,
         prefix_cache_hits: 40,
+        disk_cache_queries: 100,
+        disk_cache_hits: 32,
         ..Default::default()
     };
     let native = Metrics::new("m")
@@ -122,6 +124,8 @@ fn vllm_compat_adds_vllm_names_with_the_same_values_and_the_info_gauges() {
         ("vllm:gpu_cache_usage_perc", 0.5),
         ("vllm:prefix_cache_queries_total", 100.0),
         ("vllm:gpu_prefix_cache_hits_total", 40.0),
+        ("vllm:external_prefix_cache_queries_total", 100.0),
+        ("vllm:external_prefix_cache_hits_total", 32.0),
         ("vllm:prompt_tokens_total", 5.0),
         ("vllm:time_to_first_token_seconds_count", 1.0),
         ("vllm:time_per_output_token_seconds_count", 2.0),

@@ -14,6 +14,7 @@ mod gemma3_tokenizer;
 mod http_api;
 mod http_errors;
 mod kv_events;
+mod kv_offload;
 mod langchain_client;
 mod model_text_flags;
 mod openai_responses_sdk;

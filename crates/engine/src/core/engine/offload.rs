@@ -1,0 +1,124 @@
+//! The engine's side of the disk tier (`--kv-offload-dir`): opening it, copying each block
+//! that enters the prefix cache to its writer after `update`, and copying pages read from
+//! it into the KV cache before the forward pass.
+
+use super::Engine;
+use crate::error::{EngineError, Result};
+use crate::kv::disk_block::DiskBlock;
+use crate::kv::kv_disk_tier::{KvDiskStats, KvDiskTier, KvLayout, KvOffloadConfig};
+use crate::kv::kv_event::KvEvent;
+use crate::sched::scheduler_output::SchedulerOutput;
+
+impl Engine {
+    /// Writes every block that enters the prefix cache through to `config.dir` and takes
+    /// prefix hits from the files there (this engine's and any earlier or parallel one's
+    /// with the same fingerprint). Off, with a log line saying why, when prefix caching is
+    /// off or the model has sliding-window layers (their pages are kept per group; not
+    /// offloaded yet). A directory that cannot be written leaves a tier that only reads.
+    pub fn enable_kv_offload(&mut self, config: &KvOffloadConfig) {
+        let groups = self.model_config().kv_cache_groups();
+        if !self.scheduler.block_manager().prefix_caching() {
+            tracing::warn!("KV offload: off, prefix caching is off");
+            return;
+        }
+        if groups.num_groups() != 1 || groups.window(0).is_some() {
+            tracing::warn!(
+                "KV offload: off, the model has sliding-window layers (not offloaded yet)"
+            );
+            return;
+        }
+        let layout = KvLayout {
+            description: format!(
+                "{:?} KV; model {:?}",
+                self.runner.kv_dtype(),
+                self.model_config()
+            ),
+            block_size: self.limits.block_size,
+            page_bytes: self.runner.kv_page_bytes(),
+        };
+        let tier = KvDiskTier::open(config, &layout);
+        if tier.is_writing() {
+            self.scheduler.block_manager_mut().enable_offload();
+        }
+        self.scheduler.set_disk_tier(tier);
+    }
+
+    /// The disk tier's counters, if it is on.
+    pub fn kv_offload_stats(&self) -> Option<KvDiskStats> {
+        self.scheduler.disk_tier().map(KvDiskTier::stats)
+    }
+
+    /// Waits until every block handed to the disk tier so far is on disk (tests, and a
+    /// clean shutdown, which dropping the engine does too).
+    pub fn flush_kv_offload(&mut self) {
+        if let Some(tier) = self.scheduler.disk_tier_mut() {
+            tier.flush();
+        }
+    }
+
+    /// Copies the pages the scheduler read from disk into the KV cache.
+    pub(super) fn load_pages(&mut self, out: &mut SchedulerOutput) -> Result<()> {
+        for load in std::mem::take(&mut out.loads) {
+            if !self.runner.copy_page_in(load.block, &load.page) {
+                // The tier checks every page's size on reading; this would be a bug.
+                return Err(EngineError::InvalidRequest(format!(
+                    "a page read from the KV offload directory has {} bytes, not {}",
+                    load.page.len(),
+                    self.runner.kv_page_bytes()
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Hands each block registered in this step's `update` to the disk tier's writer: a
+    /// copy of its page, never a wait on the disk.
+    pub(super) fn offload_blocks(&mut self) {
+        let registered = self.scheduler.block_manager_mut().take_offload();
+        let Some(tier) = self.scheduler.disk_tier() else {
+            return;
+        };
+        for block in registered {
+            let mut page = Vec::with_capacity(self.runner.kv_page_bytes());
+            self.runner.copy_page_out(block.id, &mut page);
+            tier.store(DiskBlock {
+                hash: block.hash,
+                parent: block.parent,
+                tokens: block.tokens,
+                page,
+            });
+        }
+    }
+
+    /// The blocks the disk tier wrote since the last call, as events (a run along one
+    /// prefix per event, as RAM's are); empty while no event sink is set.
+    pub(super) fn disk_events(&self) -> Vec<KvEvent> {
+        let Some(tier) = self.scheduler.disk_tier() else {
+            return Vec::new();
+        };
+        let block_size = self.limits.block_size;
+        let mut events: Vec<KvEvent> = Vec::new();
+        for block in tier.take_written() {
+            let (hash, parent) = (block.hash.external(), block.parent.map(|p| p.external()));
+            if let Some(KvEvent::BlockStoredOnDisk {
+                block_hashes,
+                token_ids,
+                ..
+            }) = events.last_mut()
+            {
+                if parent.is_some() && block_hashes.last() == parent.as_ref() {
+                    block_hashes.push(hash);
+                    token_ids.extend_from_slice(&block.tokens);
+                    continue;
+                }
+            }
+            events.push(KvEvent::BlockStoredOnDisk {
+                block_hashes: vec![hash],
+                parent_block_hash: parent,
+                token_ids: block.tokens,
+                block_size,
+            });
+        }
+        events
+    }
+}

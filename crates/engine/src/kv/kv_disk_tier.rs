@@ -1,0 +1,533 @@
+//! `KvDiskTier`: a second prefix-cache tier in a directory, which outlives the process.
+//!
+//! Every full block that enters the prefix cache is also handed here (write-through); a
+//! writer thread stores it as one [`DiskBlock`] file, so the engine's step never waits on
+//! the disk: a block whose queue slot is not free is skipped, not waited for. A restarted
+//! engine (after a clean stop or a kill -9) and other replicas on the same machine find
+//! the blocks by their chained key, as blocks evicted from RAM are found.
+//!
+//! Crash safety: a block is written to a temporary name, flushed to the disk (`fsync`) and
+//! renamed to its final name, so a visible file is always whole; each file also carries a
+//! checksum and the tier's fingerprint (model identity, KV layout and dtype, block size),
+//! checked on every read, so a torn, corrupted or foreign file is never served.
+//! Files live in a folder named after the fingerprint, so engines of different models
+//! share a directory without seeing each other's blocks.
+//!
+//! Disk trouble never fails a request: a directory that cannot be written at startup, or
+//! a write that fails later (a full disk), is logged once and the tier goes on as far as
+//! it can (RAM-only when nothing can be written); a block that cannot be read is computed.
+//! With a size cap the writer deletes the least recently used files (by modification
+//! time; a read touches its file) once the directory grows past it.
+
+use crate::kv::block_manager::BlockHash;
+use crate::kv::disk_block::{BadBlock, DiskBlock, Expected};
+use sha2::{Digest, Sha256};
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, SystemTime};
+
+/// Bytes of pages the writer's queue may hold: past it, new blocks are skipped.
+const QUEUE_BYTES: usize = 256 << 20;
+/// A temporary file older than this is left over from a process that died mid-write.
+const STALE_TEMP: Duration = Duration::from_secs(600);
+/// Once over the cap, files are deleted until the directory is back under this share of it.
+const EVICT_TO: f64 = 0.9;
+
+/// Where and how large: what `--kv-offload-dir` and `--kv-offload-max-gib` ask for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KvOffloadConfig {
+    pub dir: PathBuf,
+    /// The directory's size cap in bytes (every fingerprint's files together); `None`:
+    /// no cap.
+    pub max_bytes: Option<u64>,
+    /// What identifies the weights (a digest of the checkpoint's files): blocks are
+    /// shared only between engines that agree on it and on the KV layout.
+    pub model_identity: [u8; 32],
+}
+
+/// What makes two engines' blocks interchangeable, beyond the model's identity.
+#[derive(Debug, Clone)]
+pub struct KvLayout {
+    /// The KV dtype, shape and group layout, as text (only compared, never parsed).
+    pub description: String,
+    pub block_size: usize,
+    pub page_bytes: usize,
+}
+
+/// The tier's counters, for `/metrics` and tests.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct KvDiskStats {
+    pub blocks_written: u64,
+    /// Blocks skipped because the writer's queue was full (the step never waits).
+    pub blocks_skipped: u64,
+    pub write_failures: u64,
+    /// Files found but refused (torn, corrupted, foreign).
+    pub bad_files: u64,
+    pub files_evicted: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    written: AtomicU64,
+    skipped: AtomicU64,
+    failed: AtomicU64,
+    bad: AtomicU64,
+    evicted: AtomicU64,
+}
+
+struct Shared {
+    root: PathBuf,
+    /// `root/<fingerprint in hex>`: this engine's files.
+    dir: PathBuf,
+    fingerprint: [u8; 32],
+    page_bytes: usize,
+    max_bytes: Option<u64>,
+    counters: Counters,
+    /// One log line for the first write failure, not one per block.
+    warned: AtomicBool,
+    /// Blocks written since the last `take_written`, for KV events (only while wanted).
+    written: Mutex<Option<Vec<DiskBlockKey>>>,
+}
+
+/// A stored block's identity, without its page.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DiskBlockKey {
+    pub hash: BlockHash,
+    pub parent: Option<BlockHash>,
+    pub tokens: Vec<u32>,
+}
+
+pub struct KvDiskTier {
+    shared: Arc<Shared>,
+    /// `None` when the directory could not be written at startup: reads only.
+    queue: Option<SyncSender<DiskBlock>>,
+    writer: Option<JoinHandle<()>>,
+}
+
+impl KvDiskTier {
+    /// Opens (making it if missing) the tier's folder under `config.dir` and starts its
+    /// writer. A directory that cannot be written is logged once and leaves a tier that
+    /// only reads (blocks other processes wrote are still found).
+    pub fn open(config: &KvOffloadConfig, layout: &KvLayout) -> Self {
+        let fingerprint = fingerprint(&config.model_identity, layout);
+        let hex: String = fingerprint[..16]
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        let dir = config.dir.join(hex);
+        let shared = Arc::new(Shared {
+            root: config.dir.clone(),
+            dir,
+            fingerprint,
+            page_bytes: layout.page_bytes,
+            max_bytes: config.max_bytes,
+            counters: Counters::default(),
+            warned: AtomicBool::new(false),
+            written: Mutex::new(None),
+        });
+        let writable = probe_writable(&shared.dir);
+        let (queue, writer) = match writable {
+            Ok(()) => {
+                let bound = (QUEUE_BYTES / layout.page_bytes.max(1)).max(4);
+                let (tx, rx) = sync_channel(bound);
+                let for_thread = Arc::clone(&shared);
+                let writer = std::thread::Builder::new()
+                    .name("kv-offload".into())
+                    .spawn(move || write_loop(&for_thread, rx));
+                match writer {
+                    Ok(handle) => (Some(tx), Some(handle)),
+                    Err(e) => {
+                        tracing::warn!("KV offload: no writer thread ({e}); KV stays in RAM only");
+                        (None, None)
+                    }
+                }
+            }
+            Err(e) => {
+                shared.warned.store(true, Ordering::Relaxed);
+                tracing::warn!(
+                    "KV offload: {} cannot be written ({e}); KV stays in RAM only",
+                    shared.dir.display()
+                );
+                (None, None)
+            }
+        };
+        if queue.is_some() {
+            tracing::info!(
+                "KV offload: blocks of {} bytes written through to {}{}",
+                layout.page_bytes,
+                shared.dir.display(),
+                config
+                    .max_bytes
+                    .map(|b| format!(", capped at {:.2} GiB", b as f64 / (1u64 << 30) as f64))
+                    .unwrap_or_default()
+            );
+        }
+        Self {
+            shared,
+            queue,
+            writer,
+        }
+    }
+
+    /// Whether blocks are being written (the directory was writable at startup).
+    pub fn is_writing(&self) -> bool {
+        self.queue.is_some()
+    }
+
+    /// The tier's counters so far.
+    pub fn stats(&self) -> KvDiskStats {
+        let c = &self.shared.counters;
+        KvDiskStats {
+            blocks_written: c.written.load(Ordering::Relaxed),
+            blocks_skipped: c.skipped.load(Ordering::Relaxed),
+            write_failures: c.failed.load(Ordering::Relaxed),
+            bad_files: c.bad.load(Ordering::Relaxed),
+            files_evicted: c.evicted.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Hands a block to the writer without waiting; skipped (and counted) when its queue is
+    /// full or nothing can be written.
+    pub fn store(&self, block: DiskBlock) {
+        let Some(queue) = &self.queue else {
+            return;
+        };
+        match queue.try_send(block) {
+            Ok(()) => {}
+            Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
+                self.shared.counters.skipped.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Whether a file for `hash` is present (not yet checked: [`read`](Self::read) does).
+    pub fn contains(&self, hash: BlockHash) -> bool {
+        self.shared.path_of(hash).is_file()
+    }
+
+    /// The page of the block `expect` names, if its file is present and passes every check
+    /// ([`DiskBlock::decode`]); a file that fails is logged, counted and deleted, so a
+    /// later write can replace it.
+    pub fn read(
+        &self,
+        hash: BlockHash,
+        parent: Option<BlockHash>,
+        tokens: &[u32],
+    ) -> Option<Vec<u8>> {
+        let path = self.shared.path_of(hash);
+        let bytes = fs::read(&path).ok()?;
+        let expect = Expected {
+            hash,
+            parent,
+            tokens,
+            page_bytes: self.shared.page_bytes,
+        };
+        match DiskBlock::decode(&bytes, &self.shared.fingerprint, &expect) {
+            Ok(page) => {
+                // Least recently used goes first under the cap: a hit is a use.
+                if let Ok(file) = fs::File::open(&path) {
+                    let _ = file.set_modified(SystemTime::now());
+                }
+                Some(page)
+            }
+            Err(bad) => {
+                self.refuse(&path, bad);
+                None
+            }
+        }
+    }
+
+    fn refuse(&self, path: &Path, bad: BadBlock) {
+        self.shared.counters.bad.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!("KV offload: ignoring {} ({bad})", path.display());
+        let _ = fs::remove_file(path);
+    }
+
+    /// Starts keeping the keys of the blocks written, for KV events; `take_written` hands
+    /// them on.
+    pub fn record_written(&self) {
+        *self
+            .shared
+            .written
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(Vec::new());
+    }
+
+    /// The blocks written since the last call (empty unless `record_written` was called).
+    pub fn take_written(&self) -> Vec<DiskBlockKey> {
+        let mut written = self
+            .shared
+            .written
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        written.as_mut().map(std::mem::take).unwrap_or_default()
+    }
+
+    /// Waits until every block handed over so far is written (or failed), then stops the
+    /// writer. Dropping the tier does the same.
+    pub fn flush(&mut self) {
+        self.queue = None;
+        if let Some(writer) = self.writer.take() {
+            let _ = writer.join();
+        }
+    }
+}
+
+impl Drop for KvDiskTier {
+    fn drop(&mut self) {
+        self.flush();
+    }
+}
+
+impl Shared {
+    fn path_of(&self, hash: BlockHash) -> PathBuf {
+        self.dir.join(format!("{}.kvb", hash.to_hex()))
+    }
+
+    /// Writes one block whole or not at all: a temporary name, `fsync`, then the rename
+    /// that makes it visible.
+    fn write(&self, block: &DiskBlock, serial: u64) -> std::io::Result<u64> {
+        let path = self.path_of(block.hash);
+        if path.is_file() {
+            return Ok(0);
+        }
+        let temp = self.dir.join(format!(
+            ".{}.{}.{serial}.tmp",
+            block.hash.to_hex(),
+            std::process::id()
+        ));
+        let bytes = block.encode(&self.fingerprint);
+        let written = (|| {
+            let mut file = fs::File::create(&temp)?;
+            file.write_all(&bytes)?;
+            file.sync_all()?;
+            fs::rename(&temp, &path)
+        })();
+        if written.is_err() {
+            let _ = fs::remove_file(&temp);
+        }
+        written.map(|()| bytes.len() as u64)
+    }
+}
+
+/// The writer thread: stores each block it is handed until the tier is dropped.
+fn write_loop(shared: &Shared, blocks: Receiver<DiskBlock>) {
+    remove_stale_temps(&shared.dir);
+    let mut used = shared.max_bytes.map(|_| directory_bytes(&shared.root));
+    let mut serial = 0u64;
+    for block in blocks {
+        serial += 1;
+        match shared.write(&block, serial) {
+            Ok(bytes) => {
+                if bytes > 0 {
+                    shared.counters.written.fetch_add(1, Ordering::Relaxed);
+                    if let Some(written) = shared
+                        .written
+                        .lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .as_mut()
+                    {
+                        written.push(DiskBlockKey {
+                            hash: block.hash,
+                            parent: block.parent,
+                            tokens: block.tokens,
+                        });
+                    }
+                }
+                if let (Some(used), Some(cap)) = (used.as_mut(), shared.max_bytes) {
+                    *used += bytes;
+                    if *used > cap {
+                        *used = evict(shared, cap);
+                    }
+                }
+            }
+            Err(e) => {
+                shared.counters.failed.fetch_add(1, Ordering::Relaxed);
+                if !shared.warned.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(
+                        "KV offload: writing to {} failed ({e}); blocks that cannot be written \
+                         stay in RAM only (logged once)",
+                        shared.dir.display()
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// Deletes the least recently used block files under the root (every fingerprint's: the
+/// cap is the directory's) until it holds at most `EVICT_TO` of `cap`; returns its size.
+fn evict(shared: &Shared, cap: u64) -> u64 {
+    let mut files = block_files(&shared.root);
+    let mut used: u64 = files.iter().map(|f| f.2).sum();
+    files.sort_by_key(|f| f.0);
+    let goal = (cap as f64 * EVICT_TO) as u64;
+    for (_, path, size) in files {
+        if used <= goal {
+            break;
+        }
+        if fs::remove_file(&path).is_ok() {
+            used -= size;
+            shared.counters.evicted.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    used
+}
+
+/// Every block file under `root` (one level of fingerprint folders): modification time,
+/// path, size.
+fn block_files(root: &Path) -> Vec<(SystemTime, PathBuf, u64)> {
+    let mut out = Vec::new();
+    let Ok(folders) = fs::read_dir(root) else {
+        return out;
+    };
+    for folder in folders.flatten() {
+        let Ok(entries) = fs::read_dir(folder.path()) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.extension().is_some_and(|e| e == "kvb") {
+                if let Ok(meta) = entry.metadata() {
+                    let modified = meta.modified().unwrap_or(SystemTime::UNIX_EPOCH);
+                    out.push((modified, path, meta.len()));
+                }
+            }
+        }
+    }
+    out
+}
+
+fn directory_bytes(root: &Path) -> u64 {
+    block_files(root).iter().map(|f| f.2).sum()
+}
+
+/// Temporary files a killed process left (old enough that no live writer still owns them).
+fn remove_stale_temps(dir: &Path) {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let stale = entry
+            .metadata()
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age > STALE_TEMP);
+        if stale && path.extension().is_some_and(|e| e == "tmp") {
+            let _ = fs::remove_file(path);
+        }
+    }
+}
+
+/// Makes `dir` and writes and removes a file in it.
+fn probe_writable(dir: &Path) -> std::io::Result<()> {
+    fs::create_dir_all(dir)?;
+    let probe = dir.join(format!(".probe.{}.tmp", std::process::id()));
+    fs::write(&probe, b"tokenmill")?;
+    fs::remove_file(&probe)
+}
+
+/// SHA-256 over the format's name, the model's identity, the KV layout and the platform's
+/// byte order (pages are stored in native order).
+fn fingerprint(model_identity: &[u8; 32], layout: &KvLayout) -> [u8; 32] {
+    let mut h = Sha256::new();
+    h.update(b"tokenmill KV disk tier 1\0");
+    h.update(model_identity);
+    h.update((layout.description.len() as u64).to_le_bytes());
+    h.update(layout.description.as_bytes());
+    h.update((layout.block_size as u64).to_le_bytes());
+    h.update((layout.page_bytes as u64).to_le_bytes());
+    h.update([u8::from(cfg!(target_endian = "little"))]);
+    h.finalize().into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn layout() -> KvLayout {
+        KvLayout {
+            description: "test".into(),
+            block_size: 2,
+            page_bytes: 16,
+        }
+    }
+
+    fn config(dir: &Path, max_bytes: Option<u64>) -> KvOffloadConfig {
+        KvOffloadConfig {
+            dir: dir.to_path_buf(),
+            max_bytes,
+            model_identity: [1; 32],
+        }
+    }
+
+    fn block(i: u32) -> DiskBlock {
+        let tokens = vec![i, i + 1];
+        DiskBlock {
+            hash: BlockHash::chain(None, &tokens),
+            parent: None,
+            tokens,
+            page: vec![i as u8; 16],
+        }
+    }
+
+    fn temp_dir(name: &str) -> PathBuf {
+        let dir =
+            std::env::temp_dir().join(format!("tokenmill-kv-disk-{name}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        dir
+    }
+
+    #[test]
+    fn a_block_written_by_one_tier_is_read_by_the_next() {
+        let dir = temp_dir("reopen");
+        let mut tier = KvDiskTier::open(&config(&dir, None), &layout());
+        tier.store(block(5));
+        tier.flush();
+        let tier = KvDiskTier::open(&config(&dir, None), &layout());
+        let b = block(5);
+        assert_eq!(tier.read(b.hash, None, &b.tokens), Some(b.page));
+        assert_eq!(tier.read(block(6).hash, None, &block(6).tokens), None);
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn another_model_identity_finds_nothing() {
+        let dir = temp_dir("foreign");
+        let mut tier = KvDiskTier::open(&config(&dir, None), &layout());
+        tier.store(block(5));
+        tier.flush();
+        let other = KvOffloadConfig {
+            model_identity: [2; 32],
+            ..config(&dir, None)
+        };
+        let tier = KvDiskTier::open(&other, &layout());
+        let b = block(5);
+        assert!(!tier.contains(b.hash));
+        assert_eq!(tier.read(b.hash, None, &b.tokens), None);
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn the_cap_deletes_the_oldest_files() {
+        let dir = temp_dir("cap");
+        let one = block(0).encode(&[0; 32]).len() as u64;
+        let mut tier = KvDiskTier::open(&config(&dir, Some(3 * one)), &layout());
+        for i in 0..8 {
+            tier.store(block(i));
+        }
+        tier.flush();
+        assert!(directory_bytes(&dir) <= 3 * one);
+        assert!(tier.stats().files_evicted >= 5);
+        let newest = block(7);
+        assert!(tier.contains(newest.hash));
+        let _ = fs::remove_dir_all(&dir);
+    }
+}
