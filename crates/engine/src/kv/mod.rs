@@ -1,10 +1,11 @@
 //! The paged KV cache: block accounting and the prefix cache (`BlockManager`, mechanism
 //! only; the scheduler holds the policy), a sequence's blocks in one KV cache group
-//! (`BlockTable`), the storage the attention kernels read (`KvCache`), and the events that
-//! report the prefix cache's changes (`KvEvent`).
+//! (`BlockTable`), the storage the attention kernels read (`KvCache`, with `Q8Slab` its
+//! `q8_0` slabs), and the events that report the prefix cache's changes (`KvEvent`).
 
 pub mod block_id;
 pub mod block_manager;
 pub mod block_table;
 pub mod kv_cache;
 pub mod kv_event;
+pub mod q8_slab;
