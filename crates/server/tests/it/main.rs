@@ -12,6 +12,7 @@ mod fair_prefill;
 mod gemma3_tokenizer;
 mod http_api;
 mod http_errors;
+mod kv_cache_dtype;
 mod kv_events;
 mod model_text_flags;
 mod openai_responses_sdk;
