@@ -13,6 +13,7 @@
 //! a register.
 
 use half::f16;
+use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
 use std::ops::Range;
 
 pub use crate::config::kv_cache_dtype::Q8_BLOCK;
@@ -42,21 +43,34 @@ impl Q8Slab {
         (i / (Q8_BLOCK * self.stride)) * self.stride + i % self.stride
     }
 
-    /// Elements `start..start + dst.len()` dequantized to f32 (exact).
+    /// Elements `start..start + dst.len()` dequantized to f32 (exact). In runs that share
+    /// one scale (values: up to the next block) or whose scales are consecutive (keys: up
+    /// to the next multiple of the stride), so each run's loop is a plain vector loop.
     #[inline(always)]
     pub fn load(&self, start: usize, dst: &mut [f32]) {
         let qs = &self.qs[start..start + dst.len()];
         let mut j = 0;
-        // Runs of up to `stride` elements whose scales are consecutive.
         while j < dst.len() {
             let i = start + j;
-            let run = (self.stride - i % self.stride).min(dst.len() - j);
             let first = self.scale_index(i);
-            let scales = &self.scales[first..first + run];
-            for ((d, &q), &s) in dst[j..j + run].iter_mut().zip(&qs[j..j + run]).zip(scales) {
-                *d = f16::from_bits(s).to_f32() * q as f32;
+            if self.stride == 1 {
+                let run = (Q8_BLOCK - i % Q8_BLOCK).min(dst.len() - j);
+                let scale = f16::from_bits(self.scales[first]).to_f32();
+                for (d, &q) in dst[j..j + run].iter_mut().zip(&qs[j..j + run]) {
+                    *d = scale * q as f32;
+                }
+                j += run;
+            } else {
+                let run = (self.stride - i % self.stride).min(dst.len() - j);
+                let dst = &mut dst[j..j + run];
+                self.scales[first..first + run]
+                    .reinterpret_cast::<f16>()
+                    .convert_to_f32_slice(dst);
+                for (d, &q) in dst.iter_mut().zip(&qs[j..j + run]) {
+                    *d *= q as f32;
+                }
+                j += run;
             }
-            j += run;
         }
     }
 
