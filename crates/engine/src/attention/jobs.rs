@@ -9,10 +9,12 @@ use super::backends::Isa;
 #[cfg(target_arch = "x86_64")]
 use super::lanes::Lanes;
 #[cfg(target_arch = "x86_64")]
-use super::online_softmax::{f16_chunk, folds_direct};
+use super::online_softmax::{direct_chunk, folds_direct};
 use super::online_softmax::{merge, normalise, ChunkBufs, Scratch, Span};
 use super::plan::Ctx;
-use super::rows::{Bf16Rows, F16Rows, F32Rows, Rows};
+#[cfg(target_arch = "x86_64")]
+use super::rows::Direct;
+use super::rows::{Bf16Rows, F16Rows, F32Rows, Q8Rows, Rows};
 #[cfg(target_arch = "x86_64")]
 use super::CHUNK;
 use super::PARTITION;
@@ -53,6 +55,13 @@ pub(super) fn dispatch<J: Job>(isa: Isa, kv: &KvLayer, job: J) {
                 with_isa(isa, job, &Bf16Rows::<true> { keys, values }, scratch)
             }
             Isa::Portable => with_isa(isa, job, &Bf16Rows::<false> { keys, values }, scratch),
+        },
+        (KvSlab::Q8(keys), KvSlab::Q8(values)) => match isa {
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx2 | Isa::Avx512 => {
+                with_isa(isa, job, &Q8Rows::<true> { keys, values }, scratch)
+            }
+            Isa::Portable => with_isa(isa, job, &Q8Rows::<false> { keys, values }, scratch),
         },
         _ => unreachable!("keys and values share one dtype"),
     })
@@ -102,7 +111,7 @@ impl Job for TileJob<'_> {
     #[inline(always)]
     fn run<R: Rows>(self, rows: &R, sc: &mut Scratch) {
         #[cfg(target_arch = "x86_64")]
-        if let (Some(slabs), 1) = (rows.f16c_slabs(), self.rows.len()) {
+        if let (Some(slabs), 1) = (rows.direct(), self.rows.len()) {
             if folds_direct(self.ctx.shape) {
                 return self.run_lone_row(slabs, sc);
             }
@@ -172,7 +181,7 @@ impl Job for TileJob<'_> {
 }
 
 impl TileJob<'_> {
-    /// A lone decode row's every KV head, straight from the f16 cache, chunk by chunk with
+    /// A lone decode row's every KV head, straight from the f16 or `q8_0` cache, chunk by chunk with
     /// the heads inside: a block's keys of all heads are one contiguous run, and so are its
     /// values, where head by head the row's context is read as short pieces strided across
     /// the block, which streams from memory at about half the rate. Every head sees the
@@ -182,7 +191,7 @@ impl TileJob<'_> {
     /// Qwen3-0.6B decode step).
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
-    fn run_lone_row(self, slabs: (&[u16], &[u16]), sc: &mut Scratch) {
+    fn run_lone_row(self, slabs: Direct, sc: &mut Scratch) {
         let ctx = self.ctx;
         let (g, d, heads) = (ctx.group(), ctx.shape.head_dim, ctx.shape.num_heads);
         let (row, pos) = (self.rows.start, ctx.positions[self.rows.start]);
@@ -208,10 +217,11 @@ impl TileJob<'_> {
             for start in (from..(lo + PARTITION).min(pos + 1)).step_by(CHUNK) {
                 let lanes = Lanes::of(start, pos, first).expect("a chunk of the window");
                 for kv_head in 0..ctx.shape.num_kv_heads {
-                    let mut chunk = f16_chunk(slabs, self.table, ctx.shape, kv_head, start);
+                    let mut chunk = direct_chunk(slabs, self.table, ctx.shape, kv_head, start);
                     if start + CHUNK <= pos {
-                        let next = f16_chunk(slabs, self.table, ctx.shape, kv_head, start + CHUNK);
-                        chunk.next = Some((next.first_key, next.first_value));
+                        let next =
+                            direct_chunk(slabs, self.table, ctx.shape, kv_head, start + CHUNK);
+                        chunk.set_next(&next);
                     }
                     let (h0, h1) = (kv_head * g, (kv_head + 1) * g);
                     let state = backends::avx2::HeadStates {
@@ -220,9 +230,9 @@ impl TileJob<'_> {
                         acc: &mut partition.acc[h0 * d..h1 * d],
                     };
                     let q = &queries[h0 * d..h1 * d];
-                    // SAFETY: `f16c_slabs` is only `Some` where the CPU has AVX2, FMA and F16C;
+                    // SAFETY: `direct` is only `Some` where the CPU has AVX2, FMA and F16C;
                     // `ctx.isa` is this build's.
-                    unsafe { ctx.isa.fold_f16(q, &chunk, d, lanes, state) };
+                    unsafe { ctx.isa.fold_direct(q, &chunk, d, lanes, state) };
                 }
             }
             for i in 0..heads {

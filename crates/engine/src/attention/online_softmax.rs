@@ -10,6 +10,8 @@ use super::backends;
 use super::backends::Isa;
 use super::exp2::exp2;
 use super::lanes::Lanes;
+#[cfg(target_arch = "x86_64")]
+use super::rows::Direct;
 use super::rows::Rows;
 use super::{AttentionShape, CHUNK};
 use crate::kv::block_table::BlockTable;
@@ -186,14 +188,15 @@ impl<R: Rows> Span<'_, R> {
         }
     }
 
-    /// A lone row's chunk folded straight from an f16 cache when the chunk lies inside one
-    /// block (AVX2 + F16C only); `false` leaves the chunk to the widened copy. With one row
-    /// the copy is used by only the group's few heads, so writing and re-reading it cost
-    /// more than widening on the fly (decode attention is most of its time otherwise).
+    /// A lone row's chunk folded straight from an f16 or `q8_0` cache when the chunk lies
+    /// inside one block (AVX2 + F16C only); `false` leaves the chunk to the widened copy.
+    /// With one row the copy is used by only the group's few heads, so writing and
+    /// re-reading it cost more than widening on the fly (decode attention is most of its
+    /// time otherwise).
     #[inline(always)]
     fn fold_direct(&self, start: usize, queries: &[f32], state: &mut State) -> bool {
         #[cfg(target_arch = "x86_64")]
-        if let (Some((keys, values)), [pos]) = (self.rows.f16c_slabs(), self.positions) {
+        if let (Some(direct), [pos]) = (self.rows.direct(), self.positions) {
             let d = self.shape.head_dim;
             if !folds_direct(self.shape) {
                 return false;
@@ -202,16 +205,16 @@ impl<R: Rows> Span<'_, R> {
                 // Before the row's window (the fold starts at its chunk): nothing to add.
                 return true;
             };
-            let chunk = f16_chunk((keys, values), self.table, self.shape, self.kv_head, start);
+            let chunk = direct_chunk(direct, self.table, self.shape, self.kv_head, start);
             let g = queries.len() / d;
             let heads = backends::avx2::HeadStates {
                 max: &mut state.max[..g],
                 sum: &mut state.sum[..g],
                 acc: &mut state.acc[..g * d],
             };
-            // SAFETY: `f16c_slabs` is only `Some` where the CPU has AVX2, FMA and F16C; `isa`
-            // as in `fold`.
-            unsafe { self.isa.fold_f16(queries, &chunk, d, lanes, heads) };
+            // SAFETY: `direct` is only `Some` where the CPU has AVX2, FMA and F16C; `isa` as
+            // in `fold`.
+            unsafe { self.isa.fold_direct(queries, &chunk, d, lanes, heads) };
             return true;
         }
         let _ = (start, queries, state);
@@ -267,22 +270,22 @@ impl<R: Rows> Span<'_, R> {
     }
 }
 
-/// Whether a lone row's chunks can be folded straight from an f16 cache: each chunk inside
+/// Whether a lone row's chunks can be folded straight from the cache: each chunk inside
 /// one block, and a head dim the direct fold's registers cover.
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 pub(super) fn folds_direct(shape: AttentionShape) -> bool {
     shape.block_size.is_multiple_of(CHUNK) && shape.head_dim.is_multiple_of(32)
 }
 
-/// Where the chunk at position `start` of KV head `kv_head` sits in an f16 cache.
+/// Where the chunk at position `start` of KV head `kv_head` sits in the cache.
 #[cfg(target_arch = "x86_64")]
-pub(super) fn f16_chunk<'a>(
-    (keys, values): (&'a [u16], &'a [u16]),
+pub(super) fn direct_chunk<'a>(
+    direct: Direct<'a>,
     table: &BlockTable,
     shape: AttentionShape,
     kv_head: usize,
     start: usize,
-) -> backends::avx2::F16Chunk<'a> {
+) -> backends::avx2::DirectChunk<'a> {
     let (d, bs) = (shape.head_dim, shape.block_size);
     let width = shape.num_kv_heads * d;
     // A direct fold's chunk lies in one block, the one its first visible lane is in, which
@@ -292,14 +295,26 @@ pub(super) fn f16_chunk<'a>(
         .expect("a directly folded chunk's block is held")
         .index();
     let offset = start % bs;
-    backends::avx2::F16Chunk {
-        keys,
-        first_key: (block * width + kv_head * d) * bs + offset,
-        key_stride: bs,
-        values,
-        first_value: ((block * shape.num_kv_heads + kv_head) * bs + offset) * d,
-        value_stride: d,
-        next: None,
+    let first_key = (block * width + kv_head * d) * bs + offset;
+    let first_value = ((block * shape.num_kv_heads + kv_head) * bs + offset) * d;
+    match direct {
+        Direct::F16(keys, values) => backends::avx2::DirectChunk::F16(backends::avx2::F16Chunk {
+            keys,
+            first_key,
+            key_stride: bs,
+            values,
+            first_value,
+            value_stride: d,
+            next: None,
+        }),
+        Direct::Q8(keys, values) => backends::avx2::DirectChunk::Q8(backends::avx2::Q8Chunk {
+            keys,
+            first_key,
+            values,
+            first_value,
+            value_stride: d,
+            next: None,
+        }),
     }
 }
 

@@ -1,6 +1,8 @@
 //! How a job reads the cache ([`Rows`]): a run of one key element's positions, or one
-//! value row, widened to f32 from an f32, f16 or bf16 slab. Generic, so each dtype (and
+//! value row, widened to f32 from an f32, f16, bf16 or `q8_0` slab. Generic, so each dtype (and
 //! whether the job runs under AVX2) compiles its own copy of the kernel.
+
+use crate::kv::q8_slab::Q8Slab;
 
 /// Reads `dst.len()` consecutive cache elements at an element offset, widened to f32: a run of
 /// positions of one key element, or one head's value row.
@@ -11,12 +13,21 @@ pub(super) trait Rows: Sync {
     const AVX2: bool;
     fn key(&self, start: usize, dst: &mut [f32]);
     fn value(&self, start: usize, dst: &mut [f32]);
-    /// The f16 cache's keys and values, where F16C may fold them without a widened copy.
+    /// The cache's keys and values, where this build's direct folds read them without a
+    /// widened copy (the f16 and `q8_0` caches under AVX2).
     #[inline(always)]
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
-    fn f16c_slabs(&self) -> Option<(&[u16], &[u16])> {
+    fn direct(&self) -> Option<Direct<'_>> {
         None
     }
+}
+
+/// The slabs a direct fold reads: keys, then values.
+#[derive(Clone, Copy)]
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+pub(super) enum Direct<'a> {
+    F16(&'a [u16], &'a [u16]),
+    Q8(&'a Q8Slab, &'a Q8Slab),
 }
 
 pub(super) struct F32Rows<'a, const AVX2: bool> {
@@ -53,8 +64,8 @@ impl<const F16C: bool> Rows for F16Rows<'_, F16C> {
         widen_f16::<F16C>(&self.values[start..start + dst.len()], dst);
     }
     #[inline(always)]
-    fn f16c_slabs(&self) -> Option<(&[u16], &[u16])> {
-        F16C.then_some((self.keys, self.values))
+    fn direct(&self) -> Option<Direct<'_>> {
+        F16C.then_some(Direct::F16(self.keys, self.values))
     }
 }
 
@@ -87,6 +98,28 @@ unsafe fn widen_f16_f16c(src: &[u16], dst: &mut [f32]) {
     }
     for j in i..n {
         dst[j] = half::f16::from_bits(src[j]).to_f32();
+    }
+}
+
+/// `q8_0` int8s times their blocks' f16 scales (exact in f32).
+pub(super) struct Q8Rows<'a, const AVX2: bool> {
+    pub(super) keys: &'a Q8Slab,
+    pub(super) values: &'a Q8Slab,
+}
+
+impl<const AVX2: bool> Rows for Q8Rows<'_, AVX2> {
+    const AVX2: bool = AVX2;
+    #[inline(always)]
+    fn key(&self, start: usize, dst: &mut [f32]) {
+        self.keys.load(start, dst);
+    }
+    #[inline(always)]
+    fn value(&self, start: usize, dst: &mut [f32]) {
+        self.values.load(start, dst);
+    }
+    #[inline(always)]
+    fn direct(&self) -> Option<Direct<'_>> {
+        AVX2.then_some(Direct::Q8(self.keys, self.values))
     }
 }
 

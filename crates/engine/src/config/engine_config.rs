@@ -191,17 +191,36 @@ impl EngineConfig {
         model: &ModelConfig,
         physical: Option<u64>,
     ) -> Result<usize, ConfigError> {
+        if let Some(block) = self.kv_cache_dtype.block_values() {
+            if !model.head_dim.is_multiple_of(block) {
+                return Err(ConfigError::new(
+                    "kv_cache_dtype",
+                    self.kv_cache_dtype,
+                    format!(
+                        "quantizes blocks of {block} values along the head dim, and this                          model's head dim is {} (use f16 or bf16)",
+                        model.head_dim
+                    ),
+                ));
+            }
+        }
         let groups = model.kv_cache_groups();
-        let block_bytes = [
+        let too_large = || ConfigError::new("block_size", self.block_size, "is too large");
+        let values = [
             model.num_kv_heads,
             model.head_dim,
-            self.kv_cache_dtype.element_size(),
             groups.group_size(),
             self.block_size,
         ]
         .into_iter()
-        .try_fold(2usize, usize::checked_mul)
-        .ok_or_else(|| ConfigError::new("block_size", self.block_size, "is too large"))?;
+        .try_fold(1usize, usize::checked_mul)
+        .ok_or_else(too_large)?;
+        // Keys and values; `bytes_for` saturates, so an overflow reads as too large.
+        let block_bytes = self
+            .kv_cache_dtype
+            .bytes_for(values)
+            .checked_mul(2)
+            .filter(|&b| b < usize::MAX / 2)
+            .ok_or_else(too_large)?;
         let (setting, value, num_blocks) = match self.num_kv_blocks {
             Some(n) => ("num_kv_blocks", n.to_string(), n),
             None => (

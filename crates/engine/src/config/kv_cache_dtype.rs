@@ -8,7 +8,14 @@ pub enum KvCacheDtype {
     F32,
     F16,
     Bf16,
+    /// llama.cpp's `q8_0`: blocks of [`Q8_BLOCK`] values along the head dim, each an int8
+    /// times one f16 scale (34 bytes per 32 values, 1.88× f16's tokens). Quantized as the
+    /// keys and values are written; attention reads the int8s and scales directly.
+    Q8_0,
 }
+
+/// Values of one `q8_0` block, which share one f16 scale. A head dim must be a multiple.
+pub const Q8_BLOCK: usize = 32;
 
 impl KvCacheDtype {
     /// The concrete type `Auto` stands for.
@@ -19,11 +26,21 @@ impl KvCacheDtype {
         }
     }
 
-    /// Bytes per stored element.
-    pub fn element_size(self) -> usize {
+    /// Bytes that `values` stored numbers take (a whole number of `q8_0` blocks for
+    /// `q8_0`: a head dim is checked to be a multiple of [`Q8_BLOCK`]). Saturates.
+    pub fn bytes_for(self, values: usize) -> usize {
         match self.resolve() {
-            Self::F32 => 4,
-            _ => 2,
+            Self::F32 => values.saturating_mul(4),
+            Self::Q8_0 => (values / Q8_BLOCK).saturating_mul(Q8_BLOCK + 2),
+            _ => values.saturating_mul(2),
+        }
+    }
+
+    /// The quantization block the head dim must be a multiple of, for block formats.
+    pub fn block_values(self) -> Option<usize> {
+        match self.resolve() {
+            Self::Q8_0 => Some(Q8_BLOCK),
+            _ => None,
         }
     }
 }
@@ -36,8 +53,9 @@ impl std::str::FromStr for KvCacheDtype {
             "f32" | "float32" | "float" => Ok(Self::F32),
             "f16" | "float16" | "half" => Ok(Self::F16),
             "bf16" | "bfloat16" => Ok(Self::Bf16),
+            "q8_0" => Ok(Self::Q8_0),
             other => Err(format!(
-                "unknown KV cache dtype {other:?} (auto, f32, f16, bf16)"
+                "unknown KV cache dtype {other:?} (auto, f32, f16, bf16, q8_0)"
             )),
         }
     }
@@ -51,6 +69,7 @@ impl std::fmt::Display for KvCacheDtype {
             Self::F32 => "f32",
             Self::F16 => "f16",
             Self::Bf16 => "bf16",
+            Self::Q8_0 => "q8_0",
         })
     }
 }

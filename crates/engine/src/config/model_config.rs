@@ -1,6 +1,7 @@
 //! `ModelConfig`: the shape of a decoder-only model, read from a checkpoint's metadata
 //! (`hf_config.rs` reads HF `config.json`; `model_presets.rs` holds published shapes).
 
+use super::kv_cache_dtype::KvCacheDtype;
 use super::kv_cache_groups::KvCacheGroups;
 use super::local_attention::LocalAttention;
 use super::sliding_window::SlidingWindow;
@@ -178,18 +179,13 @@ impl ModelConfig {
         self.architecture == Architecture::Qwen2
     }
 
-    /// Bytes of keys plus values one token occupies in the f32 KV cache, over all layers.
-    /// Keys and values of every layer for one token, at `element_size` bytes per number.
-    /// Saturates, so an absurd shape reads as a pool that fits in no memory.
-    pub fn kv_bytes_per_token(&self, element_size: usize) -> usize {
-        [
-            self.num_layers,
-            self.num_kv_heads,
-            self.head_dim,
-            element_size,
-        ]
-        .into_iter()
-        .fold(2usize, usize::saturating_mul)
+    /// Bytes of keys plus values one token occupies in a KV cache of `dtype`, over all
+    /// layers. Saturates, so an absurd shape reads as a pool that fits in no memory.
+    pub fn kv_bytes_per_token(&self, dtype: KvCacheDtype) -> usize {
+        let values = [self.num_layers, self.num_kv_heads, self.head_dim]
+            .into_iter()
+            .fold(1usize, usize::saturating_mul);
+        dtype.bytes_for(values).saturating_mul(2)
     }
 
     /// Refuses a shape no model has — a zero width or count, an odd head (RoPE rotates

@@ -1,4 +1,5 @@
-//! `KvCache`: the paged key/value storage, in f32, f16 or bf16: one pair of slabs per layer
+//! `KvCache`: the paged key/value storage, in f32, f16, bf16 or `q8_0` ([`Q8Slab`]): one
+//! pair of slabs per layer
 //! of a KV cache group ([`KvCacheGroups`]), shared by every group.
 //!
 //! A page (block) `b` is row `b` of each of the `group_size` slab pairs: layer `l` (group
@@ -15,8 +16,8 @@
 //! two contiguous runs (token-major values would be short pieces a whole row apart, which a
 //! prefetcher streams worse than one run). Writing a token scatters it once; every
 //! later step reads it many times, already in that order.
-//! Keys and values are computed in f32 and rounded (to nearest, ties to even) when stored;
-//! the attention kernel widens them back to f32 as it reads, which is exact.
+//! Keys and values are computed in f32 and rounded (to nearest, ties to even) or quantized
+//! when stored; the attention kernel widens them back to f32 as it reads, which is exact.
 
 use half::slice::{HalfBitsSliceExt, HalfFloatSliceExt};
 use half::{bf16, f16};
@@ -25,6 +26,7 @@ use std::ops::Range;
 use crate::config::model_config::KvHeads;
 use crate::config::{KvCacheDtype, KvCacheGroups};
 use crate::kernels::compute_pool::ComputePool;
+use crate::kv::q8_slab::{quantize_block, Q8Slab, Q8_BLOCK};
 
 /// One slab of rows. Half types are kept as their bits so a fresh pool is zeroed pages
 /// the OS hands out lazily, not gigabytes written at startup ([`KvCache::fault_in_next`]
@@ -35,69 +37,52 @@ pub enum KvSlab {
     F32(Vec<f32>),
     F16(Vec<u16>),
     Bf16(Vec<u16>),
+    Q8(Q8Slab),
 }
 
 impl KvSlab {
-    fn zeroed(dtype: KvCacheDtype, len: usize) -> Self {
+    /// `len` zero elements; a `q8_0` block's elements lie `stride` apart.
+    fn zeroed(dtype: KvCacheDtype, len: usize, stride: usize) -> Self {
         match dtype.resolve() {
             KvCacheDtype::F32 => Self::F32(vec![0.0; len]),
             KvCacheDtype::Bf16 => Self::Bf16(vec![0; len]),
+            KvCacheDtype::Q8_0 => Self::Q8(Q8Slab::zeroed(len, stride)),
             _ => Self::F16(vec![0; len]),
         }
     }
 
-    /// Reads and writes back one byte in every page that bytes `range` of the slab touch,
-    /// so the OS backs them now; the contents do not change.
+    /// Reads and writes back one byte in every page that elements `range` of the slab
+    /// touch, so the OS backs them now; the contents do not change.
     fn touch_pages(&mut self, range: Range<usize>) {
-        let (base, len) = match self {
-            Self::F32(s) => (s.as_mut_ptr().cast::<u8>(), s.len() * 4),
-            Self::F16(s) | Self::Bf16(s) => (s.as_mut_ptr().cast::<u8>(), s.len() * 2),
-        };
-        let mut at = range.start;
-        while at < range.end.min(len) {
-            // SAFETY: `at < len` lies inside the slab, which `&mut self` holds alone.
-            // Volatile, so writing back an unchanged byte is not optimised away.
-            unsafe {
-                let p = base.add(at);
-                p.write_volatile(p.read_volatile());
-            }
-            at = (at / PAGE_BYTES + 1) * PAGE_BYTES;
-        }
-    }
-
-    /// The slab's elements as bytes (native order), for copying whole pages to and from
-    /// a disk tier without knowing the element type.
-    fn bytes_mut(&mut self) -> &mut [u8] {
         match self {
-            Self::F32(s) => {
-                let len = std::mem::size_of_val(s.as_slice());
-                // SAFETY: any byte pattern is a valid f32 and u8 has no alignment needs;
-                // the view borrows the vector mutably for its lifetime.
-                unsafe { std::slice::from_raw_parts_mut(s.as_mut_ptr().cast::<u8>(), len) }
-            }
-            Self::F16(s) | Self::Bf16(s) => {
-                let len = std::mem::size_of_val(s.as_slice());
-                // SAFETY: as above, for u16 bits.
-                unsafe { std::slice::from_raw_parts_mut(s.as_mut_ptr().cast::<u8>(), len) }
+            Self::F32(s) => touch_bytes(s, range.start * 4..range.end * 4),
+            Self::F16(s) | Self::Bf16(s) => touch_bytes(s, range.start * 2..range.end * 2),
+            Self::Q8(s) => {
+                let (qs, scales) = s.byte_ranges(range);
+                touch_bytes(&mut s.qs, qs);
+                touch_bytes(&mut s.scales, scales);
             }
         }
     }
 
-    /// The slab's elements as bytes (native order).
-    fn bytes(&self) -> &[u8] {
+    /// The slab's arrays as bytes (native order), for copying whole pages to and from a
+    /// disk tier without knowing the element type: the elements, and for `q8_0` its scales
+    /// (empty otherwise). Each array holds the pages one after another, so a page is the same
+    /// fraction of each (a page's elements fill whole quantization blocks).
+    fn byte_arrays_mut(&mut self) -> [&mut [u8]; 2] {
         match self {
-            Self::F32(s) => {
-                // SAFETY: f32s are plain bytes; u8 has no alignment needs.
-                unsafe {
-                    std::slice::from_raw_parts(s.as_ptr().cast::<u8>(), size_of_val(s.as_slice()))
-                }
-            }
-            Self::F16(s) | Self::Bf16(s) => {
-                // SAFETY: as above, for u16 bits.
-                unsafe {
-                    std::slice::from_raw_parts(s.as_ptr().cast::<u8>(), size_of_val(s.as_slice()))
-                }
-            }
+            Self::F32(s) => [as_bytes_mut(s), &mut []],
+            Self::F16(s) | Self::Bf16(s) => [as_bytes_mut(s), &mut []],
+            Self::Q8(s) => [as_bytes_mut(&mut s.qs), as_bytes_mut(&mut s.scales)],
+        }
+    }
+
+    /// The slab's arrays as bytes, as [`byte_arrays_mut`](Self::byte_arrays_mut) lays them out.
+    fn byte_arrays(&self) -> [&[u8]; 2] {
+        match self {
+            Self::F32(s) => [as_bytes(s), &[]],
+            Self::F16(s) | Self::Bf16(s) => [as_bytes(s), &[]],
+            Self::Q8(s) => [as_bytes(&s.qs), as_bytes(&s.scales)],
         }
     }
 
@@ -107,6 +92,12 @@ impl KvSlab {
             Self::F32(s) => RawSlab::F32(s.as_mut_ptr(), s.len()),
             Self::F16(s) => RawSlab::F16(s.as_mut_ptr(), s.len()),
             Self::Bf16(s) => RawSlab::Bf16(s.as_mut_ptr(), s.len()),
+            Self::Q8(s) => RawSlab::Q8 {
+                qs: s.qs.as_mut_ptr(),
+                scales: s.scales.as_mut_ptr(),
+                len: s.qs.len(),
+                stride: s.stride,
+            },
         }
     }
 
@@ -121,7 +112,23 @@ impl KvSlab {
             Self::Bf16(s) => s[start..end]
                 .reinterpret_cast::<bf16>()
                 .convert_to_f32_slice(dst),
+            Self::Q8(s) => s.load(start, dst),
         }
+    }
+}
+
+/// Reads and writes back one byte in every page that bytes `range` of `slab` touch.
+fn touch_bytes<T>(slab: &mut [T], range: Range<usize>) {
+    let (base, len) = (slab.as_mut_ptr().cast::<u8>(), std::mem::size_of_val(slab));
+    let mut at = range.start;
+    while at < range.end.min(len) {
+        // SAFETY: `at < len` lies inside the slab, which `&mut` holds alone. Volatile, so
+        // writing back an unchanged byte is not optimised away.
+        unsafe {
+            let p = base.add(at);
+            p.write_volatile(p.read_volatile());
+        }
+        at = (at / PAGE_BYTES + 1) * PAGE_BYTES;
     }
 }
 
@@ -232,8 +239,8 @@ impl KvCache {
         let slab = num_blocks * block_size * width;
         let slabs = (0..groups.group_size())
             .map(|_| KvLayer {
-                keys: KvSlab::zeroed(dtype, slab),
-                values: KvSlab::zeroed(dtype, slab),
+                keys: KvSlab::zeroed(dtype, slab, block_size),
+                values: KvSlab::zeroed(dtype, slab, 1),
                 block_size,
                 width,
                 head_dim,
@@ -260,7 +267,8 @@ impl KvCache {
     /// calls this while it has no work: each byte touched is read and written back
     /// unchanged, so blocks that hold data (cached prefixes) keep it.
     pub fn fault_in_next(&mut self) -> bool {
-        let block_bytes = self.block_size * self.width * self.dtype.element_size();
+        let block_elements = self.block_size * self.width;
+        let block_bytes = self.dtype.bytes_for(block_elements);
         let per_call = (FAULT_IN_BYTES / block_bytes.max(1)).max(1);
         let (block, slab) = self.faulted;
         if block >= self.num_blocks {
@@ -273,7 +281,7 @@ impl KvCache {
         } else {
             &mut layer.values
         };
-        target.touch_pages(block * block_bytes..end * block_bytes);
+        target.touch_pages(block * block_elements..end * block_elements);
         self.faulted = if slab + 1 < 2 * self.slabs.len() {
             (block, slab + 1)
         } else {
@@ -303,19 +311,28 @@ impl KvCache {
     /// Bytes one page takes over every slab (each layer's keys and values), whatever the
     /// element type: what the disk tier stores per block.
     pub fn page_bytes(&self) -> usize {
-        let slab = |s: &KvSlab| s.bytes().len() / self.num_blocks.max(1);
+        let blocks = self.num_blocks.max(1);
+        let slab = |s: &KvSlab| {
+            s.byte_arrays()
+                .iter()
+                .map(|a| a.len() / blocks)
+                .sum::<usize>()
+        };
         self.slabs
             .iter()
             .map(|l| slab(&l.keys) + slab(&l.values))
             .sum()
     }
 
-    /// Appends page `block`'s bytes of every slab, keys then values, layer by layer, to `dst`.
+    /// Appends page `block`'s bytes of every slab, keys then values, layer by layer (each
+    /// slab's arrays in turn), to `dst`.
     pub fn copy_page_out(&self, block: usize, dst: &mut Vec<u8>) {
         for layer in &self.slabs {
             for slab in [&layer.keys, &layer.values] {
-                let page = slab.bytes().len() / self.num_blocks;
-                dst.extend_from_slice(&slab.bytes()[block * page..(block + 1) * page]);
+                for array in slab.byte_arrays() {
+                    let page = array.len() / self.num_blocks;
+                    dst.extend_from_slice(&array[block * page..(block + 1) * page]);
+                }
             }
         }
     }
@@ -330,10 +347,11 @@ impl KvCache {
         let num_blocks = self.num_blocks;
         for layer in &mut self.slabs {
             for slab in [&mut layer.keys, &mut layer.values] {
-                let bytes = slab.bytes_mut();
-                let page = bytes.len() / num_blocks;
-                bytes[block * page..(block + 1) * page].copy_from_slice(&src[at..at + page]);
-                at += page;
+                for array in slab.byte_arrays_mut() {
+                    let page = array.len() / num_blocks;
+                    array[block * page..(block + 1) * page].copy_from_slice(&src[at..at + page]);
+                    at += page;
+                }
             }
         }
         true
@@ -460,6 +478,13 @@ enum RawSlab {
     F32(*mut f32, usize),
     F16(*mut u16, usize),
     Bf16(*mut u16, usize),
+    /// A `q8_0` slab: its int8s (`len` of them), scales, and a block's element stride.
+    Q8 {
+        qs: *mut i8,
+        scales: *mut u16,
+        len: usize,
+        stride: usize,
+    },
 }
 
 // SAFETY: a `RawSlab` is only stored through, by tasks whose elements are disjoint
@@ -477,6 +502,7 @@ impl RawSlab {
             let (base, size) = match self {
                 Self::F32(p, _) => (p as *const i8, 4),
                 Self::F16(p, _) | Self::Bf16(p, _) => (p as *const i8, 2),
+                Self::Q8 { qs, .. } => (qs as *const i8, 1),
             };
             let step = (64 / (stride * size)).max(1);
             for j in (0..n).step_by(step) {
@@ -490,10 +516,11 @@ impl RawSlab {
     }
 
     /// Rounds `src` (at most [`WRITE_COLUMNS`] values) into elements `start`, `start +
-    /// stride`, … (one per element of `src`).
+    /// stride`, … (one per element of `src`). A `q8_0` slab takes whole quantization
+    /// blocks: `src` a multiple of [`Q8_BLOCK`] values starting a block, at its `stride`.
     ///
     /// # Safety
-    /// No other thread reads or writes those elements meanwhile.
+    /// No other thread reads or writes those elements (or their blocks' scales) meanwhile.
     unsafe fn store(self, start: usize, stride: usize, src: &[f32]) {
         let n = src.len();
         assert!(n <= WRITE_COLUMNS);
@@ -520,6 +547,29 @@ impl RawSlab {
                     .convert_from_f32_slice(src);
                 (p, len)
             }
+            Self::Q8 {
+                qs,
+                scales,
+                len,
+                stride: block_stride,
+            } => {
+                let span = Q8_BLOCK * block_stride;
+                assert!(stride == block_stride && n.is_multiple_of(Q8_BLOCK));
+                assert!(start % span < block_stride && start + last * stride < len);
+                for (b, block) in src.chunks_exact(Q8_BLOCK).enumerate() {
+                    let (scale, q) = quantize_block(block.try_into().expect("a whole block"));
+                    let first = start + b * span;
+                    // SAFETY: in bounds (asserted: the scales are `len / Q8_BLOCK`);
+                    // exclusive by the caller's contract.
+                    unsafe {
+                        *scales.add(first / span * block_stride + first % block_stride) = scale;
+                        for (j, &x) in q.iter().enumerate() {
+                            *qs.add(first + j * stride) = x;
+                        }
+                    }
+                }
+                return;
+            }
         };
         assert!(start + last * stride < len);
         for (j, &b) in bits[..n].iter().enumerate() {
@@ -527,4 +577,25 @@ impl RawSlab {
             unsafe { *ptr.add(start + j * stride) = b };
         }
     }
+}
+
+/// The slabs' element types: no padding, and every byte pattern a valid value.
+trait PlainNumber: Copy {}
+impl PlainNumber for f32 {}
+impl PlainNumber for u16 {}
+impl PlainNumber for i8 {}
+
+/// A slice of plain numbers as its bytes (native order).
+fn as_bytes<T: PlainNumber>(s: &[T]) -> &[u8] {
+    // SAFETY: the element types here (f32, u16, i8) have no padding and any byte is valid
+    // for u8, which has no alignment needs; the view borrows `s` for its lifetime.
+    unsafe { std::slice::from_raw_parts(s.as_ptr().cast::<u8>(), size_of_val(s)) }
+}
+
+/// A mutable slice of plain numbers as its bytes (native order).
+fn as_bytes_mut<T: PlainNumber>(s: &mut [T]) -> &mut [u8] {
+    let len = size_of_val(s);
+    // SAFETY: as for `as_bytes`, and every byte pattern is a valid f32, u16 or i8, so
+    // writing any bytes leaves valid elements.
+    unsafe { std::slice::from_raw_parts_mut(s.as_mut_ptr().cast::<u8>(), len) }
 }

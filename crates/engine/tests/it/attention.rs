@@ -3,8 +3,8 @@
 //! the random shapes are sliding-window layers (a row sees the last `window` positions),
 //! with windows that start mid-chunk, on a chunk edge, and across partitions.
 //!
-//! Tolerance: the reference reads the very K/V values the cache stores (already rounded to
-//! its type), so what remains is f32 accumulation and the polynomial `exp2` (relative error
+//! Tolerance: the reference reads the very K/V values the cache stores (already rounded or
+//! quantized to its type), so what remains is f32 accumulation and the polynomial `exp2` (relative error
 //! < 3e-7): with inputs in [-1, 1] outputs agree to `TOL` absolute.
 
 use rand::rngs::StdRng;
@@ -22,7 +22,12 @@ use tokenmill_engine::kv::block_table::BlockTable;
 use tokenmill_engine::kv::kv_cache::KvCache;
 
 const TOL: f64 = 2e-6;
-const DTYPES: [KvCacheDtype; 3] = [KvCacheDtype::F32, KvCacheDtype::F16, KvCacheDtype::Bf16];
+const DTYPES: [KvCacheDtype; 4] = [
+    KvCacheDtype::F32,
+    KvCacheDtype::F16,
+    KvCacheDtype::Bf16,
+    KvCacheDtype::Q8_0,
+];
 
 /// One sequence of a case: its whole context is in the cache; the batch computes rows
 /// `start..start + rows` (a prefill chunk, or one decode row).
@@ -163,7 +168,15 @@ fn random(rng: &mut StdRng, n: usize) -> Vec<f32> {
 /// several flash-decoding partitions.
 fn random_case(rng: &mut StdRng, dtype: KvCacheDtype) -> Case {
     let head_dim = [6, 16, 36, 64, 128][rng.random_range(0..5)];
-    random_case_with(rng, dtype, head_dim)
+    random_case_with(rng, dtype, head_dim_for(dtype, head_dim))
+}
+
+/// `head_dim`, or for a block-quantized cache (whose head dim is a multiple of its block)
+/// the nearest multiple of the block at or above it.
+fn head_dim_for(dtype: KvCacheDtype, head_dim: usize) -> usize {
+    dtype
+        .block_values()
+        .map_or(head_dim, |b| head_dim.next_multiple_of(b))
 }
 
 /// Global attention half the time, else a window: one position, under a chunk, a chunk
@@ -208,8 +221,8 @@ fn random_case_with(rng: &mut StdRng, dtype: KvCacheDtype, head_dim: usize) -> C
 fn attention_matches_an_f64_softmax_for_random_shapes_and_every_cache_type() {
     let mut rng = StdRng::seed_from_u64(11);
     let mut worst = 0.0f64;
-    for round in 0..24 {
-        let dtype = DTYPES[round % 3];
+    for round in 0..32 {
+        let dtype = DTYPES[round % DTYPES.len()];
         let case = random_case(&mut rng, dtype);
         let batch = case.batch(usize::MAX);
         let w = case.q_width();
@@ -264,11 +277,11 @@ fn seq_of(case: &Case, batch: &ForwardBatch, row: usize) -> usize {
 #[test]
 fn a_rows_output_has_the_same_bits_however_the_batch_is_cut() {
     let mut rng = StdRng::seed_from_u64(12);
-    for round in 0..9 {
-        let dtype = DTYPES[round % 3];
+    for round in 0..12 {
+        let dtype = DTYPES[round % DTYPES.len()];
         let mut case = random_case(&mut rng, dtype);
         // One long prefill chunk too, so tiles cross partition boundaries.
-        if round % 3 == 0 {
+        if round % 4 == 0 {
             case = Case::new(
                 case.shape,
                 vec![SeqSpec {
@@ -319,10 +332,10 @@ fn every_kernel_this_cpu_runs_gives_the_portable_kernels_bits() {
     // copy of the portable fold.
     let kernels = CpuKernel::supported();
     eprintln!("kernels: {kernels:?}");
-    for round in 0..24 {
-        let dtype = DTYPES[round % 3];
-        let head_dim = [64, 128, 32, 96, 6, 16, 36, 192][(round / 3) % 8];
-        let case = random_case_with(&mut rng, dtype, head_dim);
+    for round in 0..32 {
+        let dtype = DTYPES[round % DTYPES.len()];
+        let head_dim = [64, 128, 32, 96, 6, 16, 36, 192][(round / DTYPES.len()) % 8];
+        let case = random_case_with(&mut rng, dtype, head_dim_for(dtype, head_dim));
         let batch = case.batch(usize::MAX);
         let q = random(&mut rng, batch.num_tokens() * case.q_width());
         let (kv, shape) = (case.kv.layer(0), case.shape);
@@ -399,6 +412,15 @@ fn half_caches_store_what_half_rounds_to_nearest_even() {
 
 #[test]
 fn a_lone_decode_row_folded_straight_from_the_f16_cache_gives_the_tile_and_portable_bits() {
+    lone_rows_give_the_tile_and_portable_bits(KvCacheDtype::F16);
+}
+
+#[test]
+fn a_lone_decode_row_folded_straight_from_the_q8_0_cache_gives_the_tile_and_portable_bits() {
+    lone_rows_give_the_tile_and_portable_bits(KvCacheDtype::Q8_0);
+}
+
+fn lone_rows_give_the_tile_and_portable_bits(dtype: KvCacheDtype) {
     // Head sizes that are multiples of 32 and blocks of whole chunks take the AVX2 build's
     // direct f16 fold for lone rows (where the CPU has F16C), multiples of 64 the AVX-512
     // build's; every group size from one to seven covers their register tiles (one to
@@ -435,7 +457,7 @@ fn a_lone_decode_row_folded_straight_from_the_f16_cache_gives_the_tile_and_porta
                 rows: 37,
             },
         ];
-        let case = Case::new(shape, seqs, KvCacheDtype::F16, &mut rng);
+        let case = Case::new(shape, seqs, dtype, &mut rng);
         let w = case.q_width();
         let qs: Vec<Vec<f32>> = case
             .seqs
@@ -473,11 +495,13 @@ fn a_lone_decode_row_folded_straight_from_the_f16_cache_gives_the_tile_and_porta
 fn a_sliding_row_has_the_same_bits_with_the_blocks_before_its_window_released() {
     let mut rng = StdRng::seed_from_u64(15);
     let mut dropped_any = false;
-    for round in 0..24 {
-        let dtype = DTYPES[round % 3];
-        let mut case = random_case_with(&mut rng, dtype, [32, 64, 8][round % 3]);
+    for round in 0..32 {
+        let dtype = DTYPES[round % DTYPES.len()];
+        let head_dim = head_dim_for(dtype, [32, 64, 8][round % 3]);
+        let mut case = random_case_with(&mut rng, dtype, head_dim);
         case.shape.window = SlidingWindow::new(rng.random_range(1..3 * PARTITION / 2));
-        case.shape.block_size = [16, 32, 5, 1][round % 4];
+        // Every block size meets every dtype (`round % 4` is the dtype).
+        case.shape.block_size = [16, 32, 5, 1][(round + round / 4) % 4];
         let case = Case::new(case.shape, case.seqs, dtype, &mut rng);
         let bs = case.shape.block_size;
         let window = case.shape.window.expect("a sliding layer");

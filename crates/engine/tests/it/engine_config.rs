@@ -14,8 +14,7 @@ fn model() -> ModelConfig {
 #[test]
 fn the_default_configuration_is_valid_and_sized_by_memory() {
     let plan = EngineConfig::default().plan(&model()).unwrap();
-    let element = EngineConfig::default().kv_cache_dtype.element_size();
-    let block_bytes = model().kv_bytes_per_token(element) * 16;
+    let block_bytes = model().kv_bytes_per_token(EngineConfig::default().kv_cache_dtype) * 16;
     assert_eq!(plan.num_blocks, (2 << 30) / block_bytes);
     assert_eq!(plan.max_model_len, model().max_position_embeddings);
 }

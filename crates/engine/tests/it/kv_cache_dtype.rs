@@ -1,10 +1,26 @@
 //! `--kv-cache-dtype`: the pool sized from `--kv-cache-memory-gib` counts the element size,
-//! so the default f16 cache holds twice the tokens of f32 in the same memory.
+//! so the default f16 cache holds twice the tokens of f32 in the same memory and `q8_0`
+//! (34 bytes per 32 values) 1.88 times f16's; what each type stores, written in parallel or
+//! row by row, and kept through the idle engine's page backing.
 
 use crate::common;
 
 use tokenmill_engine::config::KvCacheDtype;
 use tokenmill_engine::EngineConfig;
+
+const DTYPES: [KvCacheDtype; 4] = [
+    KvCacheDtype::F32,
+    KvCacheDtype::F16,
+    KvCacheDtype::Bf16,
+    KvCacheDtype::Q8_0,
+];
+
+/// The dtypes that can store heads of `head_dim` (a block format needs whole blocks).
+fn dtypes_for(head_dim: usize) -> impl Iterator<Item = KvCacheDtype> {
+    DTYPES
+        .into_iter()
+        .filter(move |d| d.block_values().is_none_or(|b| head_dim.is_multiple_of(b)))
+}
 
 #[test]
 fn the_f16_cache_holds_twice_the_tokens_of_an_f32_cache_in_the_same_memory() {
@@ -18,19 +34,104 @@ fn the_f16_cache_holds_twice_the_tokens_of_an_f32_cache_in_the_same_memory() {
             ..EngineConfig::default()
         });
         let c = engine.model_config();
-        let per_block = c.kv_bytes_per_token(kv.element_size()) * engine.limits().block_size;
+        let per_block = c.kv_bytes_per_token(kv) * engine.limits().block_size;
         assert_eq!(engine.limits().num_kv_blocks, memory / per_block);
         engine.limits().num_kv_blocks
     };
-    let (f32_blocks, f16_blocks, auto_blocks, bf16_blocks) = (
+    let (f32_blocks, f16_blocks, auto_blocks, bf16_blocks, q8_blocks) = (
         blocks(KvCacheDtype::F32),
         blocks(KvCacheDtype::F16),
         blocks(KvCacheDtype::Auto),
         blocks(KvCacheDtype::Bf16),
+        blocks(KvCacheDtype::Q8_0),
     );
     assert!(f16_blocks >= 2 * f32_blocks && f16_blocks <= 2 * f32_blocks + 1);
     assert_eq!(auto_blocks, f16_blocks, "auto is f16");
     assert_eq!(bf16_blocks, f16_blocks);
+    // 34 bytes per 32 values against 64: 1.88 times the blocks, to within one.
+    assert!(
+        q8_blocks * 34 + 34 >= f16_blocks * 64 && q8_blocks * 34 <= (f16_blocks + 1) * 64,
+        "q8_0 holds {q8_blocks} blocks where f16 holds {f16_blocks}: not 64/34 times"
+    );
+}
+
+/// A model whose head dim is not a whole number of `q8_0` blocks is refused at startup,
+/// naming the flag, not discovered by a request.
+#[test]
+fn q8_0_is_refused_by_name_for_a_head_dim_that_is_not_a_multiple_of_32() {
+    use tokenmill_engine::config::model_config::ModelConfig;
+    let mut model = ModelConfig::smollm2_135m();
+    let config = EngineConfig {
+        kv_cache_dtype: KvCacheDtype::Q8_0,
+        ..EngineConfig::default()
+    };
+    assert!(config.plan(&model).is_ok(), "SmolLM2's head dim is 64");
+    model.head_dim = 48;
+    let err = config.plan(&model).unwrap_err();
+    assert_eq!(err.flag(), "--kv-cache-dtype");
+    assert!(err.to_string().contains("48"), "{err}");
+}
+
+/// `q8_0` keeps each block of 32 values as int8s times one f16 scale: the scale is the
+/// block's largest magnitude over 127, so every value comes back within half a step, the
+/// largest exactly at ±127 steps; a zero block reads zeros, and a block beyond f16's range
+/// stays finite.
+#[test]
+fn the_q8_0_cache_keeps_each_block_within_half_a_step_of_its_values() {
+    use half::f16;
+    use tokenmill_engine::config::model_config::KvHeads;
+    use tokenmill_engine::kv::kv_cache::KvCache;
+    let heads = KvHeads {
+        num_kv_heads: 2,
+        head_dim: 64,
+    };
+    let (bs, width) = (16, heads.width());
+    let mut rows: Vec<Vec<f32>> = (0..5)
+        .map(|r| {
+            (0..width)
+                .map(|e| ((r * 131 + e * 17) % 257) as f32 * 0.031 - 4.0)
+                .collect()
+        })
+        .collect();
+    // Blocks of zeros, of one value among zeros, and of values past f16's largest.
+    rows[1][..32].fill(0.0);
+    rows[2][32..64].fill(0.0);
+    rows[2][40] = 0.5;
+    rows[3][64..96].iter_mut().for_each(|x| *x *= 1e7);
+    let slots = [0, 5, 17, 18, 31];
+    let mut cache = KvCache::new(1, 2, bs, heads, KvCacheDtype::Q8_0);
+    cache.write(0, &slots, &rows.concat(), &rows.concat());
+    let mut got = vec![0f32; width];
+    for (row, &slot) in rows.iter().zip(&slots) {
+        for key in [true, false] {
+            if key {
+                cache.layer(0).key_row(slot, &mut got);
+            } else {
+                cache.layer(0).value_row(slot, &mut got);
+            }
+            for (b, (want, got)) in row.chunks(32).zip(got.chunks(32)).enumerate() {
+                let amax = want.iter().fold(0f32, |m, x| m.max(x.abs()));
+                let step = f16::from_f32(amax / 127.0).to_f32().min(f16::MAX.to_f32());
+                for (x, y) in want.iter().zip(got) {
+                    assert!(y.is_finite(), "slot {slot} block {b}: {x} read as {y}");
+                    let limit = if step * 127.0 < amax {
+                        // Past f16's range: clamped at ±127 steps.
+                        (x.abs() - 127.0 * step).max(step / 2.0)
+                    } else {
+                        step / 2.0
+                    };
+                    assert!(
+                        (x - y).abs() <= limit * 1.0001,
+                        "slot {slot} block {b} (key {key}): {x} read as {y}, step {step}"
+                    );
+                }
+                if amax > 0.0 && step * 127.0 >= amax {
+                    let top = got.iter().fold(0f32, |m, y| m.max(y.abs()));
+                    assert_eq!(top, 127.0 * step, "slot {slot} block {b}: the largest");
+                }
+            }
+        }
+    }
 }
 
 #[test]
@@ -40,6 +141,7 @@ fn the_dtype_flag_parses_vllms_spellings() {
         ("f32", KvCacheDtype::F32),
         ("float16", KvCacheDtype::F16),
         ("bf16", KvCacheDtype::Bf16),
+        ("q8_0", KvCacheDtype::Q8_0),
     ] {
         assert_eq!(s.parse::<KvCacheDtype>().unwrap(), want);
     }
@@ -52,8 +154,8 @@ fn the_dtype_flag_parses_vllms_spellings() {
 #[test]
 fn a_parallel_write_of_many_rows_stores_what_row_by_row_writes_store() {
     use tokenmill_engine::config::model_config::KvHeads;
-    // Qwen3-0.6B's heads, and heads of 48 whose ends fall inside a task's columns.
-    for (num_kv_heads, head_dim) in [(8, 128), (7, 48)] {
+    // Qwen3-0.6B's heads, and heads of 48 and 96 whose ends fall inside a task's columns.
+    for (num_kv_heads, head_dim) in [(8, 128), (7, 48), (3, 96)] {
         let heads = KvHeads {
             num_kv_heads,
             head_dim,
@@ -74,7 +176,7 @@ fn write_in_parallel_and_row_by_row(heads: tokenmill_engine::config::model_confi
     let values: Vec<f32> = (0..rows * width)
         .map(|i| value(i / width, i % width, -0.007))
         .collect();
-    for dtype in [KvCacheDtype::F32, KvCacheDtype::F16, KvCacheDtype::Bf16] {
+    for dtype in dtypes_for(heads.head_dim) {
         let (mut together, mut alone) = (
             KvCache::new(1, 8, bs, heads, dtype),
             KvCache::new(1, 8, bs, heads, dtype),
@@ -181,7 +283,7 @@ fn backing_the_pools_pages_changes_no_stored_value_and_ends() {
                 .map(|i| ((i * 37 + layer * 101 + kind * 7) % 1_009) as f32 * 0.013 - 6.5)
                 .collect()
         };
-        for dtype in [KvCacheDtype::F32, KvCacheDtype::F16, KvCacheDtype::Bf16] {
+        for dtype in dtypes_for(head_dim) {
             let mut kv = KvCache::new(layers, blocks, bs, heads, dtype);
             for layer in 0..layers {
                 kv.write(layer, &slots, &fill(layer, 0), &fill(layer, 1));

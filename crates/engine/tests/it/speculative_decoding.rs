@@ -8,7 +8,7 @@ use crate::common;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use tokenmill_engine::config::SpeculativeConfig;
+use tokenmill_engine::config::{KvCacheDtype, SpeculativeConfig};
 use tokenmill_engine::sample::sampled_token::SampledToken;
 use tokenmill_engine::{Completion, Engine, EngineConfig, Request, SamplingParams};
 
@@ -36,8 +36,9 @@ fn prompts() -> Vec<Vec<u32>> {
         .collect()
 }
 
-fn engine(speculative: Option<&str>, keep_all: bool) -> Engine {
+fn engine(kv: KvCacheDtype, speculative: Option<&str>, keep_all: bool) -> Engine {
     let mut e = common::load_engine(EngineConfig {
+        kv_cache_dtype: kv,
         num_kv_blocks: Some(96),
         max_num_batched_tokens: 64,
         max_num_seqs: 16,
@@ -120,13 +121,13 @@ fn methods() -> Vec<(&'static str, String)> {
 
 /// Runs the workload without speculation, then with each method alone and batched (every
 /// draft verified in the batch: the cost model would verify none in a compute-bound batch).
-fn check(params: impl Fn(usize) -> SamplingParams + Copy, what: &str) {
-    let mut reference = engine(None, false);
+fn check(kv: KvCacheDtype, params: impl Fn(usize) -> SamplingParams + Copy, what: &str) {
+    let mut reference = engine(kv, None, false);
     let plain = alone(&mut reference, requests(params));
     let mut cached = reference.cached_block_hashes();
     cached.sort_unstable();
     for (method, json) in methods() {
-        let mut spec = engine(Some(&json), false);
+        let mut spec = engine(kv, Some(&json), false);
         let spec_alone = alone(&mut spec, requests(params));
         assert_same(&plain, &spec_alone, &format!("{what}, {method}, alone"));
         // The prefix cache took in accepted tokens only: the same blocks as without drafts.
@@ -142,7 +143,7 @@ fn check(params: impl Fn(usize) -> SamplingParams + Copy, what: &str) {
             "{what}, {method}: alone, drafts were verified and accepted: {s:?}"
         );
 
-        let mut spec = engine(Some(&json), true);
+        let mut spec = engine(kv, Some(&json), true);
         let spec_batched = spec.generate(requests(params)).unwrap();
         assert_same(
             &plain,
@@ -158,22 +159,30 @@ fn check(params: impl Fn(usize) -> SamplingParams + Copy, what: &str) {
     }
 }
 
+fn greedy(i: usize) -> SamplingParams {
+    SamplingParams {
+        logprobs: Some(TOP_LOGPROBS),
+        ..SamplingParams::greedy(12 + (i * 7) % 20)
+    }
+}
+
 #[test]
 fn greedy_ids_and_logprobs_are_identical_with_and_without_speculation() {
     crate::common::skip_without_model!();
-    check(
-        |i| SamplingParams {
-            logprobs: Some(TOP_LOGPROBS),
-            ..SamplingParams::greedy(12 + (i * 7) % 20)
-        },
-        "greedy",
-    );
+    check(KvCacheDtype::Auto, greedy, "greedy");
+}
+
+#[test]
+fn greedy_ids_and_logprobs_on_the_q8_0_kv_cache_are_identical_with_and_without_speculation() {
+    crate::common::skip_without_model!();
+    check(KvCacheDtype::Q8_0, greedy, "greedy, q8_0");
 }
 
 #[test]
 fn seeded_sampling_with_penalties_is_identical_with_and_without_speculation() {
     crate::common::skip_without_model!();
     check(
+        KvCacheDtype::Auto,
         |i| SamplingParams {
             temperature: 0.7,
             top_p: 0.95,
@@ -206,8 +215,8 @@ fn a_draft_model_equal_to_the_target_has_every_greedy_draft_accepted() {
         .take(3)
         .collect::<Vec<_>>()
     };
-    let plain = alone(&mut engine(None, false), reqs());
-    let mut spec = engine(Some(&json), true);
+    let plain = alone(&mut engine(KvCacheDtype::Auto, None, false), reqs());
+    let mut spec = engine(KvCacheDtype::Auto, Some(&json), true);
     let out = alone(&mut spec, reqs());
     for (a, b) in plain.iter().zip(&out) {
         assert_eq!(a.token_ids(), b.token_ids());
@@ -220,7 +229,7 @@ fn a_draft_model_equal_to_the_target_has_every_greedy_draft_accepted() {
 #[test]
 fn a_request_that_opts_out_verifies_no_drafts() {
     crate::common::skip_without_model!();
-    let mut spec = engine(Some(NGRAM), true);
+    let mut spec = engine(KvCacheDtype::Auto, Some(NGRAM), true);
     let reqs = requests(|_| SamplingParams {
         speculative: false,
         ignore_eos: true,

@@ -46,6 +46,7 @@ impl ServingConfig {
             kv_cache_dtype: match config.kv_cache_dtype.resolve() {
                 KvCacheDtype::F32 => "float32",
                 KvCacheDtype::Bf16 => "bfloat16",
+                KvCacheDtype::Q8_0 => "q8_0",
                 _ => "float16",
             },
             cpu_kernel: CpuKernel::active().name(),

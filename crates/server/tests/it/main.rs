@@ -13,6 +13,7 @@ mod fair_prefill;
 mod gemma3_tokenizer;
 mod http_api;
 mod http_errors;
+mod kv_cache_dtype;
 mod kv_events;
 mod kv_offload;
 mod langchain_client;

@@ -7,7 +7,14 @@
 use crate::attention::exp2::{exp2, EXP2_C};
 use crate::attention::lanes::Lanes;
 use crate::attention::CHUNK;
+use crate::kv::q8_slab::{Q8Slab, Q8_BLOCK};
 use std::arch::x86_64::*;
+
+/// What a fold reads (its `KIND`): a widened f32 chunk, or the f16 or `q8_0` cache in place.
+pub(super) const F32: u8 = 0;
+pub(super) const F16: u8 = 1;
+pub(super) const Q8: u8 = 2;
+const _: () = assert!(Q8_BLOCK == 32, "a key block's scales serve 32 key rows");
 
 const _: () = assert!(CHUNK == 16, "two 8-lane registers per chunk");
 
@@ -71,6 +78,39 @@ pub(in crate::attention) struct F16Chunk<'a> {
     pub next: Option<(usize, usize)>,
 }
 
+/// Where one chunk of one KV head sits in a `q8_0` cache: as [`F16Chunk`], the int8s at the
+/// same element offsets (keys `CHUNK`-position rows a block apart, as the block size is the
+/// key stride), each times its block's scale ([`Q8Slab::scale_index`]).
+pub(in crate::attention) struct Q8Chunk<'a> {
+    pub keys: &'a Q8Slab,
+    pub first_key: usize,
+    pub values: &'a Q8Slab,
+    pub first_value: usize,
+    pub value_stride: usize,
+    /// As [`F16Chunk::next`].
+    pub next: Option<(usize, usize)>,
+}
+
+/// A chunk a lone row's fold reads in place.
+pub(in crate::attention) enum DirectChunk<'a> {
+    F16(F16Chunk<'a>),
+    Q8(Q8Chunk<'a>),
+}
+
+impl DirectChunk<'_> {
+    /// Names `next` (the same head's next chunk) as the one to prefetch.
+    pub fn set_next(&mut self, next: &DirectChunk) {
+        let at = match next {
+            DirectChunk::F16(n) => (n.first_key, n.first_value),
+            DirectChunk::Q8(n) => (n.first_key, n.first_value),
+        };
+        match self {
+            DirectChunk::F16(c) => c.next = Some(at),
+            DirectChunk::Q8(c) => c.next = Some(at),
+        }
+    }
+}
+
 /// A prefill tile's widened chunk: keys `[d, CHUNK]` (transposed), values `[CHUNK, d]`.
 pub(in crate::attention) struct F32Chunk<'a> {
     pub keys_t: &'a [f32],
@@ -78,18 +118,48 @@ pub(in crate::attention) struct F32Chunk<'a> {
 }
 
 /// Where one chunk's keys and values start and how far apart their rows are, in
-/// elements; `F16` picks which pair of pointers is read (the other is never used).
+/// elements; the fold's `KIND` picks which pointers are read (the others are never used).
+/// A `q8_0` chunk's key row `e`, lane `j` has its scale at `key_scales[(e / 32) ·
+/// key_stride + j]`, and its value element at `at` its scale at `value_scales[at / 32]`.
 #[derive(Clone, Copy)]
 pub(super) struct Source {
     pub keys16: *const u16,
     pub values16: *const u16,
     pub keys32: *const f32,
     pub values32: *const f32,
+    pub keys8: *const i8,
+    pub values8: *const i8,
+    pub key_scales: *const u16,
+    pub value_scales: *const u16,
     pub key_stride: usize,
     pub value_stride: usize,
     /// The next chunk's keys and values, to prefetch while this one folds.
-    pub ahead: Option<(*const u16, *const u16)>,
+    pub ahead: Option<Ahead>,
 }
+
+/// The next chunk's first bytes of keys, values and (`q8_0`) their scales.
+#[derive(Clone, Copy)]
+pub(super) struct Ahead {
+    keys: *const u8,
+    values: *const u8,
+    key_scales: *const u8,
+    value_scales: *const u8,
+}
+
+/// A [`Source`] with no pointers, for the constructors to fill.
+const NO_SOURCE: Source = Source {
+    keys16: std::ptr::null(),
+    values16: std::ptr::null(),
+    keys32: std::ptr::null(),
+    values32: std::ptr::null(),
+    keys8: std::ptr::null(),
+    values8: std::ptr::null(),
+    key_scales: std::ptr::null(),
+    value_scales: std::ptr::null(),
+    key_stride: 0,
+    value_stride: 0,
+    ahead: None,
+};
 
 impl Source {
     /// Panics unless the chunk holds `d` key rows of `CHUNK` and value rows up to the last
@@ -101,17 +171,50 @@ impl Source {
         Self {
             keys16: c.keys[c.first_key..].as_ptr(),
             values16: c.values[c.first_value..].as_ptr(),
-            keys32: std::ptr::null(),
-            values32: std::ptr::null(),
             key_stride: c.key_stride,
             value_stride: c.value_stride,
             // Prefetch addresses need not be in bounds: a prefetch never faults.
-            ahead: c.next.map(|(k, v)| {
-                (
-                    c.keys.as_ptr().wrapping_add(k),
-                    c.values.as_ptr().wrapping_add(v),
-                )
+            ahead: c.next.map(|(k, v)| Ahead {
+                keys: c.keys.as_ptr().wrapping_add(k).cast(),
+                values: c.values.as_ptr().wrapping_add(v).cast(),
+                key_scales: std::ptr::null(),
+                value_scales: std::ptr::null(),
             }),
+            ..NO_SOURCE
+        }
+    }
+
+    /// Panics unless the chunk holds `d` key rows of `CHUNK` and value rows up to the last
+    /// of `lanes`, with their scales.
+    pub(super) fn q8(c: &Q8Chunk, d: usize, lanes: Lanes) -> Self {
+        assert!(d.is_multiple_of(32) && lanes.first < lanes.end && lanes.end <= CHUNK);
+        let (keys, values) = (c.keys, c.values);
+        let stride = keys.stride;
+        assert!(values.stride == 1 && c.first_value.is_multiple_of(Q8_BLOCK));
+        let first_key_scale = keys.scale_index(c.first_key);
+        assert!(keys.qs.len() >= c.first_key + (d - 1) * stride + CHUNK);
+        assert!(keys.scales.len() >= first_key_scale + (d / 32 - 1) * stride + CHUNK);
+        let values_end = c.first_value + (lanes.end - 1) * c.value_stride + d;
+        assert!(values.qs.len() >= values_end && values.scales.len() >= values_end / Q8_BLOCK);
+        Self {
+            keys8: keys.qs[c.first_key..].as_ptr(),
+            values8: values.qs[c.first_value..].as_ptr(),
+            key_scales: keys.scales[first_key_scale..].as_ptr(),
+            value_scales: values.scales[c.first_value / Q8_BLOCK..].as_ptr(),
+            key_stride: stride,
+            value_stride: c.value_stride,
+            // Prefetch addresses need not be in bounds: a prefetch never faults.
+            ahead: c.next.map(|(k, v)| Ahead {
+                keys: keys.qs.as_ptr().wrapping_add(k).cast(),
+                values: values.qs.as_ptr().wrapping_add(v).cast(),
+                key_scales: keys
+                    .scales
+                    .as_ptr()
+                    .wrapping_add(keys.scale_index(k))
+                    .cast(),
+                value_scales: values.scales.as_ptr().wrapping_add(v / Q8_BLOCK).cast(),
+            }),
+            ..NO_SOURCE
         }
     }
 
@@ -120,35 +223,46 @@ impl Source {
         assert!(d.is_multiple_of(32) && lanes.first < lanes.end && lanes.end <= CHUNK);
         assert!(c.keys_t.len() >= d * CHUNK && c.values.len() >= CHUNK * d);
         Self {
-            keys16: std::ptr::null(),
-            values16: std::ptr::null(),
             keys32: c.keys_t.as_ptr(),
             values32: c.values.as_ptr(),
             key_stride: CHUNK,
             value_stride: d,
-            ahead: None,
+            ..NO_SOURCE
         }
     }
 }
 
-/// Asks for line `e` of the next chunk `c.ahead` names (if any): its `d / 2` key lines
-/// at even `e`, its `d / 2` value lines at odd, so a fold that calls this once per key
-/// row it reads (`e` in `0..d`) spreads the next chunk's requests over its own work.
-/// (Asked for all at once before each head's fold, Qwen3-0.6B's 16-sequence decode
+/// Asks for line `e` of the next chunk `c.ahead` names (if any): for the f16 cache its
+/// `d / 2` key lines at even `e`, its `d / 2` value lines at odd, so a fold that calls this
+/// once per key row it reads (`e` in `0..d`) spreads the next chunk's requests over its own
+/// work. (Asked for all at once before each head's fold, Qwen3-0.6B's 16-sequence decode
 /// attention read 0.39–0.56 ms a layer cold, and SmolLM2's 64-sequence one 0.40–0.49;
-/// this way 0.41–0.46 and 0.32–0.36, `attention_bench --rows 1 --cold`.)
+/// this way 0.41–0.46 and 0.32–0.36, `attention_bench --rows 1 --cold`.) A `q8_0` chunk
+/// is half the lines: its `d / 4` key lines at `e ≡ 0 (mod 4)`, value lines at `e ≡ 2`,
+/// and a line of each 32 key rows' scales and of its values' scales at `e ≡ 1, 3 (mod 32)`.
 #[inline(always)]
-pub(super) fn prefetch_ahead(c: &Source, e: usize, d: usize) {
-    let Some((keys, values)) = c.ahead else {
+pub(super) fn prefetch_ahead<const KIND: u8>(c: &Source, e: usize, d: usize) {
+    let Some(a) = c.ahead else {
         return;
     };
-    // A line holds two key rows of `CHUNK` f16s (a block's keys are `[d][CHUNK]`), or
-    // 32 elements of one position's values.
-    let line = if e.is_multiple_of(2) {
-        keys.wrapping_add(e * c.key_stride)
+    let line = if KIND == Q8 {
+        // A line holds four key rows of `CHUNK` int8s (a block of 16 positions' keys are
+        // `[d][16]`), and a chunk's values of one head are `16 · d` contiguous bytes.
+        match (e % 4, e % 32) {
+            (0, _) => a.keys.wrapping_add(e * c.key_stride),
+            (2, _) => a.values.wrapping_add(e / 4 * 64),
+            (_, 1) => a.key_scales.wrapping_add(e / 32 * c.key_stride * 2),
+            (_, 3) => a.value_scales.wrapping_add(e / 32 * 64),
+            _ => return,
+        }
+    } else if e.is_multiple_of(2) {
+        // A line holds two key rows of `CHUNK` f16s (a block's keys are `[d][CHUNK]`), or
+        // 32 elements of one position's values.
+        a.keys.wrapping_add(e * c.key_stride * 2)
     } else {
         let (l, per_row) = (e / 2, d / 32);
-        values.wrapping_add(l / per_row * c.value_stride + l % per_row * 32)
+        a.values
+            .wrapping_add((l / per_row * c.value_stride + l % per_row * 32) * 2)
     };
     // SAFETY: a prefetch reads nothing architecturally and never faults.
     unsafe { _mm_prefetch::<_MM_HINT_T1>(line as *const i8) };
@@ -172,7 +286,26 @@ pub(super) unsafe fn fold_heads_f16(
     heads: HeadStates,
 ) {
     // SAFETY: the CPU has the features (caller's contract); `Source::f16` bounds the chunk.
-    unsafe { fold_heads::<true>(queries, Source::f16(chunk, d, lanes), d, lanes, heads) }
+    unsafe { fold_heads::<F16>(queries, Source::f16(chunk, d, lanes), d, lanes, heads) }
+}
+
+/// [`fold_heads_f16`] from a `q8_0` cache: each int8 is widened and multiplied by its
+/// block's scale in a register, which is exact, so the same floats as the widened copy
+/// and the same bits.
+///
+/// # Safety
+/// As [`fold_heads_f16`].
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) unsafe fn fold_heads_q8(
+    queries: &[f32],
+    chunk: &Q8Chunk,
+    d: usize,
+    lanes: Lanes,
+    heads: HeadStates,
+) {
+    // SAFETY: the CPU has the features (caller's contract); `Source::q8` bounds the chunk.
+    unsafe { fold_heads::<Q8>(queries, Source::q8(chunk, d, lanes), d, lanes, heads) }
 }
 
 /// [`fold_chunk`] for every query head of one prefill row's GQA group at once, from the
@@ -192,7 +325,7 @@ pub(super) unsafe fn fold_heads_f32(
     heads: HeadStates,
 ) {
     // SAFETY: the CPU has the features (caller's contract); `Source::f32` bounds the chunk.
-    unsafe { fold_heads::<false>(queries, Source::f32(chunk, d, lanes), d, lanes, heads) }
+    unsafe { fold_heads::<F32>(queries, Source::f32(chunk, d, lanes), d, lanes, heads) }
 }
 
 /// The fold state of a run of query heads: per head max, sum, and `d` accumulators.
@@ -207,7 +340,7 @@ pub(in crate::attention) struct HeadStates<'a> {
 /// value rows of `d` up to the last of `lanes`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn fold_heads<const F16: bool>(
+unsafe fn fold_heads<const KIND: u8>(
     queries: &[f32],
     src: Source,
     d: usize,
@@ -240,9 +373,9 @@ unsafe fn fold_heads<const F16: bool>(
         // SAFETY: the caller bounds every read of `src`; `heads` is `take` heads.
         unsafe {
             match take {
-                1 => heads.fold::<1, F16>(src, d, lanes),
-                2 => heads.fold::<2, F16>(src, d, lanes),
-                _ => heads.fold::<3, F16>(src, d, lanes),
+                1 => heads.fold::<1, KIND>(src, d, lanes),
+                2 => heads.fold::<2, KIND>(src, d, lanes),
+                _ => heads.fold::<3, KIND>(src, d, lanes),
             }
         }
         h += take;
@@ -264,34 +397,25 @@ impl Heads<'_> {
     #[target_feature(enable = "avx2,fma,f16c")]
     // One index walks several register arrays at once (heads, halves, lanes).
     #[allow(clippy::needless_range_loop)]
-    unsafe fn fold<const G: usize, const F16: bool>(self, c: Source, d: usize, lanes: Lanes) {
+    unsafe fn fold<const G: usize, const KIND: u8>(self, c: Source, d: usize, lanes: Lanes) {
         assert!(self.q.len() == G * d && self.acc.len() == G * d && self.max.len() == G);
-        // Eight elements at `at` of the key rows (`keys`) or value rows, widened.
-        let load = |p16: *const u16, p32: *const f32, at: usize| {
-            // SAFETY: the caller bounds every `at` this fold forms.
-            unsafe {
-                if F16 {
-                    _mm256_cvtph_ps(_mm_loadu_si128(p16.add(at) as *const __m128i))
-                } else {
-                    _mm256_loadu_ps(p32.add(at))
-                }
-            }
-        };
         // SAFETY: the caller bounds `c`'s reads; the assert above bounds `q` and `acc`.
         unsafe {
             // Scores, eight positions at a time: per head four partial sums over the
-            // head dim (dims ≡ u mod 4), as `chunk_scores`.
+            // head dim (dims ≡ u mod 4), as `chunk_scores`; a block of 32 dims at a time,
+            // which share their `q8_0` scales.
             let q = self.q.as_ptr();
             let mut s = [[_mm256_setzero_ps(); 2]; G];
             for half in 0..2 {
                 let mut part = [[_mm256_setzero_ps(); 4]; G];
-                for quad in 0..d / 4 {
-                    for u in 0..4 {
-                        let e = 4 * quad + u;
+                for block in 0..d / 32 {
+                    let scale = key_scales::<KIND>(&c, block, 8 * half);
+                    for e in 32 * block..32 * (block + 1) {
+                        let u = e % 4;
                         if half == 0 {
-                            prefetch_ahead(&c, e, d);
+                            prefetch_ahead::<KIND>(&c, e, d);
                         }
-                        let k = load(c.keys16, c.keys32, e * c.key_stride + 8 * half);
+                        let k = key::<KIND>(&c, e, 8 * half, scale);
                         for (h, p) in part.iter_mut().enumerate() {
                             let qe = _mm256_set1_ps(*q.add(h * d + e));
                             p[u] = _mm256_fmadd_ps(qe, k, p[u]);
@@ -319,9 +443,10 @@ impl Heads<'_> {
                 });
                 for j in lanes.first..lanes.end {
                     let row = j * c.value_stride + base;
+                    let scale = value_scale::<KIND>(&c, row);
                     let wb: [__m256; G] = std::array::from_fn(|h| _mm256_set1_ps(w[h][j]));
                     for i in 0..4 {
-                        let v = load(c.values16, c.values32, row + 8 * i);
+                        let v = value::<KIND>(&c, row + 8 * i, scale);
                         for h in 0..G {
                             a[h][i] = _mm256_fmadd_ps(wb[h], v, a[h][i]);
                         }
@@ -335,6 +460,85 @@ impl Heads<'_> {
             }
         }
     }
+}
+
+/// The `q8_0` scales of lanes `lane..lane + 8` of key rows `32 · block..`, widened (zero
+/// for other kinds, which do not use them).
+///
+/// # Safety
+/// The caller bounds the read within the chunk `c` names.
+#[inline(always)]
+unsafe fn key_scales<const KIND: u8>(c: &Source, block: usize, lane: usize) -> __m256 {
+    // SAFETY: the caller's contract.
+    unsafe {
+        if KIND == Q8 {
+            let at = c.key_scales.add(block * c.key_stride + lane);
+            _mm256_cvtph_ps(_mm_loadu_si128(at as *const __m128i))
+        } else {
+            _mm256_setzero_ps()
+        }
+    }
+}
+
+/// Lanes `lane..lane + 8` of key row `e`, widened; a `q8_0` int8 times its `scale`
+/// (exact).
+///
+/// # Safety
+/// The caller bounds the read within the chunk `c` names.
+#[inline(always)]
+unsafe fn key<const KIND: u8>(c: &Source, e: usize, lane: usize, scale: __m256) -> __m256 {
+    let at = e * c.key_stride + lane;
+    // SAFETY: the caller's contract.
+    unsafe {
+        match KIND {
+            F32 => _mm256_loadu_ps(c.keys32.add(at)),
+            F16 => _mm256_cvtph_ps(_mm_loadu_si128(c.keys16.add(at) as *const __m128i)),
+            _ => _mm256_mul_ps(widen_i8(c.keys8.add(at)), scale),
+        }
+    }
+}
+
+/// The `q8_0` scale of value element `at` in every lane (zero for other kinds).
+///
+/// # Safety
+/// The caller bounds the read within the chunk `c` names.
+#[inline(always)]
+unsafe fn value_scale<const KIND: u8>(c: &Source, at: usize) -> __m256 {
+    // SAFETY: the caller's contract.
+    unsafe {
+        if KIND == Q8 {
+            let bits = *c.value_scales.add(at / Q8_BLOCK);
+            _mm256_cvtph_ps(_mm_set1_epi16(bits as i16))
+        } else {
+            _mm256_setzero_ps()
+        }
+    }
+}
+
+/// Value elements `at..at + 8`, widened; a `q8_0` int8 times `scale` (exact).
+///
+/// # Safety
+/// The caller bounds the read within the chunk `c` names.
+#[inline(always)]
+unsafe fn value<const KIND: u8>(c: &Source, at: usize, scale: __m256) -> __m256 {
+    // SAFETY: the caller's contract.
+    unsafe {
+        match KIND {
+            F32 => _mm256_loadu_ps(c.values32.add(at)),
+            F16 => _mm256_cvtph_ps(_mm_loadu_si128(c.values16.add(at) as *const __m128i)),
+            _ => _mm256_mul_ps(widen_i8(c.values8.add(at)), scale),
+        }
+    }
+}
+
+/// Eight int8s at `p` as f32 (exact).
+///
+/// # Safety
+/// `p..p + 8` is readable.
+#[inline(always)]
+unsafe fn widen_i8(p: *const i8) -> __m256 {
+    // SAFETY: the caller's contract.
+    unsafe { _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(p as *const __m128i))) }
 }
 
 /// [`exp2`] on eight lanes, step for step.

@@ -5,10 +5,11 @@
 //! `avx2`'s order, so the same bits. Needs a head dim that is a multiple of 64 (four
 //! registers of accumulator per head); others take the `avx2` fold.
 
-use super::avx2::{prefetch_ahead, F16Chunk, F32Chunk, HeadStates, Source};
+use super::avx2::{prefetch_ahead, F16Chunk, F32Chunk, HeadStates, Q8Chunk, Source, F16, F32, Q8};
 use crate::attention::exp2::{exp2, EXP2_C};
 use crate::attention::lanes::Lanes;
 use crate::attention::CHUNK;
+use crate::kv::q8_slab::Q8_BLOCK;
 use std::arch::x86_64::*;
 
 const _: () = assert!(CHUNK == 16, "one 16-lane register per chunk");
@@ -33,7 +34,25 @@ pub(super) unsafe fn fold_heads_f16(
 ) {
     assert!(covers(d));
     // SAFETY: the CPU has the features (caller's contract); `Source::f16` bounds the chunk.
-    unsafe { fold_heads::<true>(queries, Source::f16(chunk, d, lanes), d, lanes, heads) }
+    unsafe { fold_heads::<F16>(queries, Source::f16(chunk, d, lanes), d, lanes, heads) }
+}
+
+/// [`super::avx2::fold_heads_q8`] on 512-bit registers.
+///
+/// # Safety
+/// The CPU must have AVX-512F, AVX2, FMA and F16C; `covers(d)`.
+#[inline]
+#[target_feature(enable = "avx512f,avx2,fma,f16c")]
+pub(super) unsafe fn fold_heads_q8(
+    queries: &[f32],
+    chunk: &Q8Chunk,
+    d: usize,
+    lanes: Lanes,
+    heads: HeadStates,
+) {
+    assert!(covers(d));
+    // SAFETY: the CPU has the features (caller's contract); `Source::q8` bounds the chunk.
+    unsafe { fold_heads::<Q8>(queries, Source::q8(chunk, d, lanes), d, lanes, heads) }
 }
 
 /// [`super::avx2::fold_heads_f32`] on 512-bit registers.
@@ -51,14 +70,14 @@ pub(super) unsafe fn fold_heads_f32(
 ) {
     assert!(covers(d));
     // SAFETY: the CPU has the features (caller's contract); `Source::f32` bounds the chunk.
-    unsafe { fold_heads::<false>(queries, Source::f32(chunk, d, lanes), d, lanes, heads) }
+    unsafe { fold_heads::<F32>(queries, Source::f32(chunk, d, lanes), d, lanes, heads) }
 }
 
 /// # Safety
 /// As the two entry points above, which bound `src`.
 #[inline]
 #[target_feature(enable = "avx512f,avx2,fma,f16c")]
-unsafe fn fold_heads<const F16: bool>(
+unsafe fn fold_heads<const KIND: u8>(
     queries: &[f32],
     src: Source,
     d: usize,
@@ -86,10 +105,10 @@ unsafe fn fold_heads<const F16: bool>(
         // SAFETY: the caller bounds every read of `src`; `heads` is `take` heads.
         unsafe {
             match take {
-                1 => heads.fold::<1, F16>(src, d, lanes),
-                2 => heads.fold::<2, F16>(src, d, lanes),
-                3 => heads.fold::<3, F16>(src, d, lanes),
-                _ => heads.fold::<4, F16>(src, d, lanes),
+                1 => heads.fold::<1, KIND>(src, d, lanes),
+                2 => heads.fold::<2, KIND>(src, d, lanes),
+                3 => heads.fold::<3, KIND>(src, d, lanes),
+                _ => heads.fold::<4, KIND>(src, d, lanes),
             }
         }
         h += take;
@@ -122,35 +141,85 @@ impl Heads<'_> {
     #[target_feature(enable = "avx512f,avx2,fma,f16c")]
     // One index walks several register arrays at once (heads, lanes).
     #[allow(clippy::needless_range_loop)]
-    unsafe fn fold<const G: usize, const F16: bool>(self, c: Source, d: usize, lanes: Lanes) {
+    unsafe fn fold<const G: usize, const KIND: u8>(self, c: Source, d: usize, lanes: Lanes) {
         assert!(self.q.len() == G * d && self.acc.len() == G * d && self.max.len() == G);
         // SAFETY: the caller bounds `c`'s reads; the assert above bounds `q` and `acc`.
         unsafe {
-            let s = scores::<G, F16>(self.q.as_ptr(), &c, d);
+            let s = scores::<G, KIND>(self.q.as_ptr(), &c, d);
             let mut alpha = [0.0f32; G];
             let mut w = [[0.0f32; CHUNK]; G];
             for h in 0..G {
                 (alpha[h], w[h]) = softmax_step(s[h], lanes, &mut self.max[h], &mut self.sum[h]);
             }
-            accumulate::<G, F16>(self.acc.as_mut_ptr(), &c, d, lanes, (&alpha, &w));
+            accumulate::<G, KIND>(self.acc.as_mut_ptr(), &c, d, lanes, (&alpha, &w));
         }
     }
 }
 
-/// Sixteen elements at `at` of the key rows or value rows, widened.
+/// Key row `e`'s sixteen lanes, widened; a `q8_0` int8 times its `scale` (exact).
 ///
 /// # Safety
-/// The caller bounds `at` within the chunk `c` names.
+/// The caller bounds the read within the chunk `c` names.
 #[inline(always)]
-unsafe fn load<const F16: bool>(p16: *const u16, p32: *const f32, at: usize) -> __m512 {
+unsafe fn key<const KIND: u8>(c: &Source, e: usize, scale: __m512) -> __m512 {
+    let at = e * c.key_stride;
     // SAFETY: the caller's contract.
     unsafe {
-        if F16 {
-            _mm512_cvtph_ps(_mm256_loadu_si256(p16.add(at) as *const __m256i))
-        } else {
-            _mm512_loadu_ps(p32.add(at))
+        match KIND {
+            F32 => _mm512_loadu_ps(c.keys32.add(at)),
+            F16 => _mm512_cvtph_ps(_mm256_loadu_si256(c.keys16.add(at) as *const __m256i)),
+            _ => _mm512_mul_ps(widen_i8(c.keys8.add(at)), scale),
         }
     }
+}
+
+/// The `q8_0` scales of the sixteen lanes of key rows `32 · block..`, widened (zero for
+/// other kinds).
+///
+/// # Safety
+/// The caller bounds the read within the chunk `c` names.
+#[inline(always)]
+unsafe fn key_scales<const KIND: u8>(c: &Source, block: usize) -> __m512 {
+    // SAFETY: the caller's contract.
+    unsafe {
+        if KIND == Q8 {
+            let at = c.key_scales.add(block * c.key_stride);
+            _mm512_cvtph_ps(_mm256_loadu_si256(at as *const __m256i))
+        } else {
+            _mm512_setzero_ps()
+        }
+    }
+}
+
+/// Value elements `at..at + 16`, widened; a `q8_0` int8 times its block's scale, read
+/// here (the sixteen share one block).
+///
+/// # Safety
+/// The caller bounds the read within the chunk `c` names.
+#[inline(always)]
+unsafe fn value<const KIND: u8>(c: &Source, at: usize) -> __m512 {
+    // SAFETY: the caller's contract.
+    unsafe {
+        match KIND {
+            F32 => _mm512_loadu_ps(c.values32.add(at)),
+            F16 => _mm512_cvtph_ps(_mm256_loadu_si256(c.values16.add(at) as *const __m256i)),
+            _ => {
+                let bits = *c.value_scales.add(at / Q8_BLOCK);
+                let scale = _mm512_cvtph_ps(_mm256_set1_epi16(bits as i16));
+                _mm512_mul_ps(widen_i8(c.values8.add(at)), scale)
+            }
+        }
+    }
+}
+
+/// Sixteen int8s at `p` as f32 (exact).
+///
+/// # Safety
+/// `p..p + 16` is readable.
+#[inline(always)]
+unsafe fn widen_i8(p: *const i8) -> __m512 {
+    // SAFETY: the caller's contract.
+    unsafe { _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(p as *const __m128i))) }
 }
 
 /// Scores of the chunk's sixteen positions for the `G` query heads at `q` (`[G, d]`):
@@ -162,7 +231,7 @@ unsafe fn load<const F16: bool>(p16: *const u16, p32: *const f32, at: usize) -> 
 /// # Safety
 /// `q` holds `G · d` floats; `c` bounds `d` key rows of `CHUNK`.
 #[inline(always)]
-unsafe fn scores<const G: usize, const F16: bool>(
+unsafe fn scores<const G: usize, const KIND: u8>(
     q: *const f32,
     c: &Source,
     d: usize,
@@ -170,11 +239,13 @@ unsafe fn scores<const G: usize, const F16: bool>(
     // SAFETY: the caller's contract bounds every read.
     unsafe {
         let mut part = [[_mm512_setzero_ps(); 4]; G];
-        for quad in 0..d / 4 {
-            for u in 0..4 {
-                let e = 4 * quad + u;
-                prefetch_ahead(c, e, d);
-                let k = load::<F16>(c.keys16, c.keys32, e * c.key_stride);
+        // A block of 32 dims at a time, which share their `q8_0` scales.
+        for block in 0..d / 32 {
+            let scale = key_scales::<KIND>(c, block);
+            for e in 32 * block..32 * (block + 1) {
+                let u = e % 4;
+                prefetch_ahead::<KIND>(c, e, d);
+                let k = key::<KIND>(c, e, scale);
                 for (h, p) in part.iter_mut().enumerate() {
                     let qe = _mm512_set1_ps(*q.add(h * d + e));
                     p[u] = _mm512_fmadd_ps(qe, k, p[u]);
@@ -198,7 +269,7 @@ unsafe fn scores<const G: usize, const F16: bool>(
 #[inline(always)]
 // One index walks several register arrays at once (heads, lanes).
 #[allow(clippy::needless_range_loop)]
-unsafe fn accumulate<const G: usize, const F16: bool>(
+unsafe fn accumulate<const G: usize, const KIND: u8>(
     acc: *mut f32,
     c: &Source,
     d: usize,
@@ -218,7 +289,7 @@ unsafe fn accumulate<const G: usize, const F16: bool>(
                 let row = j * c.value_stride + base;
                 let wb: [__m512; G] = std::array::from_fn(|h| _mm512_set1_ps(w[h][j]));
                 for i in 0..4 {
-                    let v = load::<F16>(c.values16, c.values32, row + 16 * i);
+                    let v = value::<KIND>(c, row + 16 * i);
                     for h in 0..G {
                         a[h][i] = _mm512_fmadd_ps(wb[h], v, a[h][i]);
                     }
@@ -269,10 +340,10 @@ pub(super) unsafe fn fold_batch_f32(
         unsafe {
             let q = q.add(h * d);
             match t {
-                1 => s[h..h + 1].copy_from_slice(&scores::<1, false>(q, &c, d)),
-                2 => s[h..h + 2].copy_from_slice(&scores::<2, false>(q, &c, d)),
-                3 => s[h..h + 3].copy_from_slice(&scores::<3, false>(q, &c, d)),
-                _ => s[h..h + 4].copy_from_slice(&scores::<4, false>(q, &c, d)),
+                1 => s[h..h + 1].copy_from_slice(&scores::<1, F32>(q, &c, d)),
+                2 => s[h..h + 2].copy_from_slice(&scores::<2, F32>(q, &c, d)),
+                3 => s[h..h + 3].copy_from_slice(&scores::<3, F32>(q, &c, d)),
+                _ => s[h..h + 4].copy_from_slice(&scores::<4, F32>(q, &c, d)),
             }
         }
         h += t;
@@ -289,7 +360,7 @@ pub(super) unsafe fn fold_batch_f32(
             ($g:literal) => {
                 // SAFETY: as above, for `acc`.
                 unsafe {
-                    accumulate::<$g, false>(
+                    accumulate::<$g, F32>(
                         acc.add(h * d),
                         &c,
                         d,

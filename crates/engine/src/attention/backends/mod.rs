@@ -88,26 +88,31 @@ impl Isa {
         unsafe { avx512::fold_batch_f32(q, chunk, d, heads) }
     }
 
-    /// [`fold_f32`](Self::fold_f32) from an f16 cache's chunk in place.
+    /// [`fold_f32`](Self::fold_f32) from an f16 or `q8_0` cache's chunk in place.
     ///
     /// # Safety
     /// As [`fold_f32`](Self::fold_f32).
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
-    pub(super) unsafe fn fold_f16(
+    pub(super) unsafe fn fold_direct(
         self,
         q: &[f32],
-        chunk: &avx2::F16Chunk,
+        chunk: &avx2::DirectChunk,
         d: usize,
         lanes: Lanes,
         heads: avx2::HeadStates,
     ) {
-        match self {
-            // SAFETY: the caller's contract.
-            Isa::Avx512 if avx512::covers(d) => unsafe {
-                avx512::fold_heads_f16(q, chunk, d, lanes, heads)
+        let wide = self == Isa::Avx512 && avx512::covers(d);
+        // SAFETY (every arm): the caller's contract.
+        match chunk {
+            avx2::DirectChunk::F16(c) if wide => unsafe {
+                avx512::fold_heads_f16(q, c, d, lanes, heads)
             },
-            _ => unsafe { avx2::fold_heads_f16(q, chunk, d, lanes, heads) },
+            avx2::DirectChunk::F16(c) => unsafe { avx2::fold_heads_f16(q, c, d, lanes, heads) },
+            avx2::DirectChunk::Q8(c) if wide => unsafe {
+                avx512::fold_heads_q8(q, c, d, lanes, heads)
+            },
+            avx2::DirectChunk::Q8(c) => unsafe { avx2::fold_heads_q8(q, c, d, lanes, heads) },
         }
     }
 }

@@ -51,6 +51,21 @@ pub fn start_server(extra_flags: &[&str], options: ServerOptions) -> ServerHandl
     .expect("starting the server")
 }
 
+/// A server whose KV pool `flags` size (say by `--kv-cache-memory-gib`), without the fixed
+/// block count the other tests' servers take.
+pub fn start_server_sized_by(flags: &[&str]) -> ServerHandle {
+    model::path();
+    let args = std::iter::once("test").chain(flags.iter().copied());
+    let loaded =
+        model_loader::load(&EngineCli::parse_from(args).engine).expect("loading the default model");
+    spawn_server(
+        loaded,
+        ServerOptions::default(),
+        "127.0.0.1:0".parse().unwrap(),
+    )
+    .expect("starting the server")
+}
+
 /// One server per test binary, shared by its tests.
 pub fn server() -> &'static ServerHandle {
     static SERVER: OnceLock<ServerHandle> = OnceLock::new();
