@@ -109,17 +109,28 @@ fn file_of(dir: &Path, prompt: &[u32], b: usize) -> PathBuf {
 #[test]
 fn a_restarted_engine_serves_a_long_prompt_from_disk_with_the_cold_runs_output() {
     common::skip_without_model!();
-    let dir = temp_dir("restart");
+    restart_serves_from_disk(KvCacheDtype::Auto, "restart");
+}
+
+#[test]
+fn a_q8_0_cache_restarted_serves_from_disk_with_the_cold_runs_output() {
+    common::skip_without_model!();
+    // Its pages are two arrays (int8s and scales): both must come back.
+    restart_serves_from_disk(KvCacheDtype::Q8_0, "restart-q8");
+}
+
+fn restart_serves_from_disk(dtype: KvCacheDtype, name: &str) {
+    let dir = temp_dir(name);
     let long = prompt(1_050, 1);
-    let cold = run(&mut engine(KvCacheDtype::Auto, None), &long, 12);
-    let mut first = engine(KvCacheDtype::Auto, Some(&offload(&dir, 1)));
+    let cold = run(&mut engine(dtype, None), &long, 12);
+    let mut first = engine(dtype, Some(&offload(&dir, 1)));
     assert_eq!(run(&mut first, &long, 12), cold);
     assert_eq!(first.stats().disk_cache_hits, 0);
     drop(first); // Stops the writer once every block is on disk.
     let blocks = (long.len() - 1) / BLOCK;
     assert!(block_files(&dir).len() >= blocks);
 
-    let mut restarted = engine(KvCacheDtype::Auto, Some(&offload(&dir, 1)));
+    let mut restarted = engine(dtype, Some(&offload(&dir, 1)));
     let out = restarted
         .generate(vec![request(&long, 12)])
         .expect("generates");
