@@ -4,18 +4,14 @@
 //! refused before the handler runs: hyper answers `100 Continue` only when a handler starts
 //! reading the body, so the client never sends it.
 
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
-use axum::body::{Body, Bytes};
 use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::header;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Extension, Router};
-use http_body::{Frame, SizeHint};
 
 use super::{info, prefix_cache, sglang, tokenize};
 use crate::anthropic;
@@ -25,7 +21,7 @@ use crate::openai::responses::store::ResponseStore;
 use crate::openai::{chat_completions, completions, embeddings};
 use crate::serving::api_key;
 use crate::serving::app_state::AppState;
-use crate::serving::drain::Admitted;
+use crate::serving::held_body::HeldBody;
 
 pub fn router(state: Arc<AppState>) -> Router {
     // Generation counts towards a drain: refused once it starts, waited for until it ends.
@@ -131,34 +127,7 @@ async fn admit(State(state): State<Arc<AppState>>, request: Request, next: Next)
     };
     let response = next.run(request).await;
     let (parts, body) = response.into_parts();
-    Response::from_parts(parts, Body::new(AdmittedBody { body, admitted }))
-}
-
-/// A reply body that holds its request's admission until it is done.
-struct AdmittedBody {
-    body: Body,
-    #[allow(dead_code)] // held for its `Drop`
-    admitted: Admitted,
-}
-
-impl http_body::Body for AdmittedBody {
-    type Data = Bytes;
-    type Error = axum::Error;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
-        Pin::new(&mut self.body).poll_frame(cx)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.body.size_hint()
-    }
+    Response::from_parts(parts, HeldBody::wrap(body, admitted))
 }
 
 /// Counts each refused request in the metrics by its reason. `/health` is left out: its 503

@@ -6,9 +6,7 @@
 //! `/metrics` (every loaded model's series, by `model_name`, and which are loaded), and
 //! llama-server's `POST /models/load` and `/models/unload` with `{"model": NAME}`.
 
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
 use axum::body::{Body, Bytes};
 use axum::extract::{Request, State};
@@ -17,7 +15,6 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use http_body::{Frame, SizeHint};
 use hyper::service::Service;
 use hyper_util::service::TowerToHyperService;
 use serde::Deserialize;
@@ -27,9 +24,9 @@ use tokenmill_engine::EngineHealth;
 use crate::anthropic;
 use crate::api::api_error::ApiError;
 use crate::models::exposition_merge::merge_expositions;
-use crate::models::model_registry::{Lease, ModelRegistry};
+use crate::models::model_registry::ModelRegistry;
 use crate::serving::api_key;
-use crate::serving::drain::Admitted;
+use crate::serving::held_body::HeldBody;
 
 /// What the front needs besides the registry.
 #[derive(Clone)]
@@ -212,40 +209,6 @@ async fn forward(State(front): State<Front>, request: Request) -> Response {
         Err(never) => match never {},
     };
     let (parts, body) = response.into_parts();
-    Response::from_parts(
-        parts,
-        Body::new(HeldBody {
-            body,
-            _lease: lease,
-            _admitted: admitted,
-        }),
-    )
-}
-
-/// A reply body that holds its model (not unloaded meanwhile) and its place in the
-/// shutdown's drain until it is done.
-struct HeldBody {
-    body: Body,
-    _lease: Lease,
-    _admitted: Admitted,
-}
-
-impl http_body::Body for HeldBody {
-    type Data = Bytes;
-    type Error = axum::Error;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
-        Pin::new(&mut self.body).poll_frame(cx)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.body.size_hint()
-    }
+    // The model stays loaded, and the drain waits, until the reply's body is done.
+    Response::from_parts(parts, HeldBody::wrap(body, (lease, admitted)))
 }
