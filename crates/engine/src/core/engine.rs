@@ -334,12 +334,14 @@ impl Engine {
         let mut times = self.times;
         self.abort_abandoned();
         self.propose_drafts();
-        let mut out = self.scheduler.schedule();
+        self.load_pages()?;
+        let out = self.scheduler.schedule();
         if out.is_empty() {
+            // Only prompts waiting on disk reads (or on pages): wait for a read, not spin.
+            self.scheduler.wait_for_loads();
             return Ok(0);
         }
         self.in_flight = out.chunks.iter().map(|c| c.seq_id).collect();
-        self.load_pages(&mut out)?;
         clock.lap(&mut times.schedule);
         if let Some(fault) = &mut self.fault {
             fault(&out.batch)?;

@@ -6,6 +6,15 @@
 //! engine (after a clean stop or a kill -9) and other replicas on the same machine find
 //! the blocks by their chained key, as blocks evicted from RAM are found.
 //!
+//! Reads are asynchronous too: [`start_read`](KvDiskTier::start_read) hands a run of
+//! blocks to a reader thread, which reads and checks each file into a buffer of its own;
+//! [`finished_reads`](KvDiskTier::finished_reads) hands the pages back, tagged with the
+//! [`ReadId`] they were asked under. The reader never touches the KV cache: the forward
+//! pass borrows each slab whole, so a second thread storing into any page of it while the
+//! pass runs would be a data race in Rust's terms even where the pages are disjoint. The
+//! engine thread copies the checked pages in between steps, a `memcpy` that costs a small
+//! share of the read and checksum the reader did (docs/performance.md gives both).
+//!
 //! Crash safety: a block is written to a temporary name, flushed to the disk (`fsync`) and
 //! renamed to its final name, so a visible file is always whole; each file also carries a
 //! checksum and the tier's fingerprint (model identity, KV layout and dtype, block size),
@@ -26,8 +35,10 @@ use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
-use std::sync::{Arc, Mutex};
+use std::sync::mpsc::{
+    channel, sync_channel, Receiver, RecvTimeoutError, Sender, SyncSender, TrySendError,
+};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime};
 
@@ -69,6 +80,8 @@ pub struct KvDiskStats {
     /// Files found but refused (torn, corrupted, foreign).
     pub bad_files: u64,
     pub files_evicted: u64,
+    /// Blocks the reader thread read back and found whole.
+    pub blocks_read: u64,
 }
 
 #[derive(Default)]
@@ -78,6 +91,64 @@ struct Counters {
     failed: AtomicU64,
     bad: AtomicU64,
     evicted: AtomicU64,
+    read: AtomicU64,
+}
+
+/// Which read a finished one answers: the caller's tag, handed back unchanged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ReadId(pub u64);
+
+/// A block to read back: the key its file is named after, and the parent key and tokens
+/// the file must hold (checked as [`DiskBlock::decode`] checks them).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BlockToRead {
+    pub hash: BlockHash,
+    pub parent: Option<BlockHash>,
+    pub tokens: Vec<u32>,
+}
+
+/// What [`KvDiskTier::start_read`] hands the reader thread.
+struct ReadJob {
+    id: ReadId,
+    blocks: Vec<BlockToRead>,
+}
+
+/// A finished read: the pages of the asked blocks' leading run whose files were present
+/// and whole, in order. It stops at the first block whose file vanished or failed its
+/// checks, so `pages.len()` may be anything from zero to the blocks asked for; the rest
+/// are for the caller to compute.
+#[derive(Debug)]
+pub struct ReadDone {
+    pub id: ReadId,
+    pub pages: Vec<Vec<u8>>,
+}
+
+/// Test support: while any [`ReadHold`] lives, the reader thread starts no read, so a
+/// test can act between a read's start and its end without timing anything.
+#[derive(Default)]
+struct ReadGate {
+    holds: Mutex<usize>,
+    opened: Condvar,
+}
+
+impl ReadGate {
+    fn wait_open(&self) {
+        let mut holds = self.holds.lock().unwrap_or_else(|e| e.into_inner());
+        while *holds > 0 {
+            holds = self.opened.wait(holds).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+}
+
+/// Holds the reader thread back until dropped ([`KvDiskTier::hold_reads`]).
+pub struct ReadHold(Arc<ReadGate>);
+
+impl Drop for ReadHold {
+    fn drop(&mut self) {
+        let mut holds = self.0.holds.lock().unwrap_or_else(|e| e.into_inner());
+        *holds -= 1;
+        self.0.opened.notify_all();
+    }
 }
 
 struct Shared {
@@ -107,6 +178,14 @@ pub struct KvDiskTier {
     /// `None` when the directory could not be written at startup: reads only.
     queue: Option<SyncSender<DiskBlock>>,
     writer: Option<JoinHandle<()>>,
+    /// The reader thread's jobs; `None` once stopped.
+    reads: Option<Sender<ReadJob>>,
+    /// Finished reads, from the reader thread (or from `start_read` itself when there is
+    /// no reader thread: every such read is answered with no page).
+    done: Receiver<ReadDone>,
+    done_tx: Sender<ReadDone>,
+    reader: Option<JoinHandle<()>>,
+    gate: Arc<ReadGate>,
 }
 
 impl KvDiskTier {
@@ -167,10 +246,30 @@ impl KvDiskTier {
                     .unwrap_or_default()
             );
         }
+        let (done_tx, done) = channel();
+        let gate = Arc::<ReadGate>::default();
+        let (jobs_tx, jobs) = channel();
+        let (for_thread, answers, gate_for_thread) =
+            (Arc::clone(&shared), done_tx.clone(), Arc::clone(&gate));
+        let reader = std::thread::Builder::new()
+            .name("kv-offload-read".into())
+            .spawn(move || read_loop(&for_thread, &gate_for_thread, jobs, answers));
+        let (reads, reader) = match reader {
+            Ok(handle) => (Some(jobs_tx), Some(handle)),
+            Err(e) => {
+                tracing::warn!("KV offload: no reader thread ({e}); blocks on disk are computed");
+                (None, None)
+            }
+        };
         Self {
             shared,
             queue,
             writer,
+            reads,
+            done,
+            done_tx,
+            reader,
+            gate,
         }
     }
 
@@ -188,6 +287,7 @@ impl KvDiskTier {
             write_failures: c.failed.load(Ordering::Relaxed),
             bad_files: c.bad.load(Ordering::Relaxed),
             files_evicted: c.evicted.load(Ordering::Relaxed),
+            blocks_read: c.read.load(Ordering::Relaxed),
         }
     }
 
@@ -210,42 +310,42 @@ impl KvDiskTier {
         self.shared.path_of(hash).is_file()
     }
 
-    /// The page of the block `expect` names, if its file is present and passes every check
-    /// ([`DiskBlock::decode`]); a file that fails is logged, counted and deleted, so a
-    /// later write can replace it.
-    pub fn read(
-        &self,
-        hash: BlockHash,
-        parent: Option<BlockHash>,
-        tokens: &[u32],
-    ) -> Option<Vec<u8>> {
-        let path = self.shared.path_of(hash);
-        let bytes = fs::read(&path).ok()?;
-        let expect = Expected {
-            hash,
-            parent,
-            tokens,
-            page_bytes: self.shared.page_bytes,
+    /// Hands `blocks` (a run along one prefix) to the reader thread; its pages come back
+    /// from [`finished_reads`](Self::finished_reads) under `id`. Never waits on the disk.
+    pub fn start_read(&self, id: ReadId, blocks: Vec<BlockToRead>) {
+        let job = ReadJob { id, blocks };
+        let refused = match &self.reads {
+            Some(reads) => reads.send(job).err().map(|e| e.0),
+            None => Some(job),
         };
-        match DiskBlock::decode(&bytes, &self.shared.fingerprint, &expect) {
-            Ok(page) => {
-                // Least recently used goes first under the cap: a hit is a use.
-                if let Ok(file) = fs::File::open(&path) {
-                    let _ = file.set_modified(SystemTime::now());
-                }
-                Some(page)
-            }
-            Err(bad) => {
-                self.refuse(&path, bad);
-                None
-            }
+        if let Some(job) = refused {
+            // No reader: the blocks are computed instead.
+            let _ = self.done_tx.send(ReadDone {
+                id: job.id,
+                pages: Vec::new(),
+            });
         }
     }
 
-    fn refuse(&self, path: &Path, bad: BadBlock) {
-        self.shared.counters.bad.fetch_add(1, Ordering::Relaxed);
-        tracing::warn!("KV offload: ignoring {} ({bad})", path.display());
-        let _ = fs::remove_file(path);
+    /// The reads finished since the last call. With `wait`, and none finished yet, waits up
+    /// to that long for one (an engine with nothing else to do, not a spinning loop).
+    pub fn finished_reads(&self, wait: Option<Duration>) -> Vec<ReadDone> {
+        let mut out = Vec::new();
+        if let Some(wait) = wait {
+            match self.done.recv_timeout(wait) {
+                Ok(done) => out.push(done),
+                Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => {}
+            }
+        }
+        out.extend(self.done.try_iter());
+        out
+    }
+
+    /// Test support: the reader thread starts no read until the hold is dropped.
+    #[doc(hidden)]
+    pub fn hold_reads(&self) -> ReadHold {
+        *self.gate.holds.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+        ReadHold(Arc::clone(&self.gate))
     }
 
     /// Starts keeping the keys of the blocks written, for KV events; `take_written` hands
@@ -281,12 +381,52 @@ impl KvDiskTier {
 impl Drop for KvDiskTier {
     fn drop(&mut self) {
         self.flush();
+        // The reader ends once its queue closes (a held gate would keep it waiting: holds
+        // belong to tests, which drop them first).
+        self.reads = None;
+        if let Some(reader) = self.reader.take() {
+            let _ = reader.join();
+        }
     }
 }
 
 impl Shared {
     fn path_of(&self, hash: BlockHash) -> PathBuf {
         self.dir.join(format!("{}.kvb", hash.to_hex()))
+    }
+
+    /// The page of `block`, if its file is present and passes every check
+    /// ([`DiskBlock::decode`]); a file that fails is logged, counted and deleted, so a
+    /// later write can replace it.
+    fn read(&self, block: &BlockToRead) -> Option<Vec<u8>> {
+        let path = self.path_of(block.hash);
+        let bytes = fs::read(&path).ok()?;
+        let expect = Expected {
+            hash: block.hash,
+            parent: block.parent,
+            tokens: &block.tokens,
+            page_bytes: self.page_bytes,
+        };
+        match DiskBlock::decode(&bytes, &self.fingerprint, &expect) {
+            Ok(page) => {
+                // Least recently used goes first under the cap: a hit is a use.
+                if let Ok(file) = fs::File::open(&path) {
+                    let _ = file.set_modified(SystemTime::now());
+                }
+                self.counters.read.fetch_add(1, Ordering::Relaxed);
+                Some(page)
+            }
+            Err(bad) => {
+                self.refuse(&path, bad);
+                None
+            }
+        }
+    }
+
+    fn refuse(&self, path: &Path, bad: BadBlock) {
+        self.counters.bad.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!("KV offload: ignoring {} ({bad})", path.display());
+        let _ = fs::remove_file(path);
     }
 
     /// Writes one block whole or not at all: a temporary name, `fsync`, then the rename
@@ -356,6 +496,18 @@ fn write_loop(shared: &Shared, blocks: Receiver<DiskBlock>) {
                     );
                 }
             }
+        }
+    }
+}
+
+/// The reader thread: reads each job's blocks in order, up to the first that fails, until
+/// the tier is dropped.
+fn read_loop(shared: &Shared, gate: &ReadGate, jobs: Receiver<ReadJob>, done: Sender<ReadDone>) {
+    for job in jobs {
+        gate.wait_open();
+        let pages = job.blocks.iter().map_while(|b| shared.read(b)).collect();
+        if done.send(ReadDone { id: job.id, pages }).is_err() {
+            return;
         }
     }
 }
@@ -478,6 +630,20 @@ mod tests {
         }
     }
 
+    /// Reads `b` back through the reader thread and waits for it.
+    fn read_back(tier: &KvDiskTier, b: &DiskBlock) -> Option<Vec<u8>> {
+        let ask = BlockToRead {
+            hash: b.hash,
+            parent: b.parent,
+            tokens: b.tokens.clone(),
+        };
+        tier.start_read(ReadId(7), vec![ask]);
+        let mut done = tier.finished_reads(Some(Duration::from_secs(60)));
+        assert_eq!(done.len(), 1);
+        assert_eq!(done[0].id, ReadId(7));
+        done.pop().and_then(|d| d.pages.into_iter().next())
+    }
+
     fn temp_dir(name: &str) -> PathBuf {
         let dir =
             std::env::temp_dir().join(format!("tokenmill-kv-disk-{name}-{}", std::process::id()));
@@ -493,8 +659,8 @@ mod tests {
         tier.flush();
         let tier = KvDiskTier::open(&config(&dir, None), &layout());
         let b = block(5);
-        assert_eq!(tier.read(b.hash, None, &b.tokens), Some(b.page));
-        assert_eq!(tier.read(block(6).hash, None, &block(6).tokens), None);
+        assert_eq!(read_back(&tier, &b), Some(b.page));
+        assert_eq!(read_back(&tier, &block(6)), None);
         let _ = fs::remove_dir_all(&dir);
     }
 
@@ -511,7 +677,34 @@ mod tests {
         let tier = KvDiskTier::open(&other, &layout());
         let b = block(5);
         assert!(!tier.contains(b.hash));
-        assert_eq!(tier.read(b.hash, None, &b.tokens), None);
+        assert_eq!(read_back(&tier, &b), None);
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_read_stops_at_the_first_missing_block_and_waits_while_held() {
+        let dir = temp_dir("run");
+        let mut tier = KvDiskTier::open(&config(&dir, None), &layout());
+        for i in [1, 2, 4] {
+            tier.store(block(i));
+        }
+        tier.flush();
+        let ask = |i: u32| {
+            let b = block(i);
+            BlockToRead {
+                hash: b.hash,
+                parent: None,
+                tokens: b.tokens,
+            }
+        };
+        let hold = tier.hold_reads();
+        tier.start_read(ReadId(1), vec![ask(1), ask(2), ask(3), ask(4)]);
+        assert!(tier.finished_reads(None).is_empty(), "read while held");
+        drop(hold);
+        let done = tier.finished_reads(Some(Duration::from_secs(60)));
+        assert_eq!(done.len(), 1);
+        assert_eq!(done[0].pages, vec![block(1).page, block(2).page]);
+        assert_eq!(tier.stats().blocks_read, 2);
         let _ = fs::remove_dir_all(&dir);
     }
 

@@ -8,6 +8,8 @@ use super::spec_decode_stats::SpecDecodeStats;
 pub struct SchedulerStats {
     pub num_running: usize,
     pub num_waiting: usize,
+    /// Admitted requests waiting for their prefix's reads from the disk tier (in no batch).
+    pub num_loading: usize,
     pub kv_cache_usage: f64,
     /// Prompt tokens looked up in the prefix cache, and how many were found.
     pub prefix_cache_queries: u64,

@@ -5,9 +5,8 @@
 use super::Engine;
 use crate::error::{EngineError, Result};
 use crate::kv::disk_block::DiskBlock;
-use crate::kv::kv_disk_tier::{KvDiskStats, KvDiskTier, KvLayout, KvOffloadConfig};
+use crate::kv::kv_disk_tier::{KvDiskStats, KvDiskTier, KvLayout, KvOffloadConfig, ReadHold};
 use crate::kv::kv_event::KvEvent;
-use crate::sched::scheduler_output::SchedulerOutput;
 
 impl Engine {
     /// Writes every block that enters the prefix cache through to `config.dir` and takes
@@ -48,6 +47,13 @@ impl Engine {
         self.scheduler.disk_tier().map(KvDiskTier::stats)
     }
 
+    /// Test support: the disk tier's reader starts no read until the hold is dropped, so a
+    /// test can step the engine while a request's reads are in flight.
+    #[doc(hidden)]
+    pub fn hold_kv_offload_reads(&self) -> Option<ReadHold> {
+        self.scheduler.disk_tier().map(KvDiskTier::hold_reads)
+    }
+
     /// Waits until every block handed to the disk tier so far is on disk (tests, and a
     /// clean shutdown, which dropping the engine does too).
     pub fn flush_kv_offload(&mut self) {
@@ -56,9 +62,11 @@ impl Engine {
         }
     }
 
-    /// Copies the pages the scheduler read from disk into the KV cache.
-    pub(super) fn load_pages(&mut self, out: &mut SchedulerOutput) -> Result<()> {
-        for load in std::mem::take(&mut out.loads) {
+    /// Copies the pages whose reads from disk finished into the KV cache. Called before
+    /// `schedule`, on the engine thread, while no forward pass runs: the reader thread
+    /// filled buffers of its own, and these pages' requests join a batch only after this.
+    pub(super) fn load_pages(&mut self) -> Result<()> {
+        for load in self.scheduler.finish_loads() {
             if !self.runner.copy_page_in(load.block, &load.page) {
                 // The tier checks every page's size on reading; this would be a bug.
                 return Err(EngineError::InvalidRequest(format!(
