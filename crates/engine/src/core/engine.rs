@@ -237,7 +237,7 @@ impl Engine {
     pub fn set_kv_event_sink(&mut self, sink: KvEventSink) {
         self.scheduler.block_manager_mut().enable_events();
         if let Some(tier) = self.scheduler.disk_tier() {
-            tier.record_written();
+            tier.record_changes();
         }
         self.kv_events = Some(sink);
         self.publish_kv_events();

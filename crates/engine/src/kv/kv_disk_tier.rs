@@ -161,8 +161,17 @@ struct Shared {
     counters: Counters,
     /// One log line for the first write failure, not one per block.
     warned: AtomicBool,
-    /// Blocks written since the last `take_written`, for KV events (only while wanted).
-    written: Mutex<Option<Vec<DiskBlockKey>>>,
+    /// Blocks written and files deleted since the last `take_changes`, in order, for KV
+    /// events (only while wanted).
+    changes: Mutex<Option<Vec<DiskChange>>>,
+}
+
+/// A change to the set of blocks in this engine's folder, as KV events announce it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DiskChange {
+    Written(DiskBlockKey),
+    /// A block's file deleted: by the size cap, or refused on reading.
+    Removed(BlockHash),
 }
 
 /// A stored block's identity, without its page.
@@ -207,7 +216,7 @@ impl KvDiskTier {
             max_bytes: config.max_bytes,
             counters: Counters::default(),
             warned: AtomicBool::new(false),
-            written: Mutex::new(None),
+            changes: Mutex::new(None),
         });
         let writable = probe_writable(&shared.dir);
         let (queue, writer) = match writable {
@@ -348,24 +357,20 @@ impl KvDiskTier {
         ReadHold(Arc::clone(&self.gate))
     }
 
-    /// Starts keeping the keys of the blocks written, for KV events; `take_written` hands
-    /// them on.
-    pub fn record_written(&self) {
-        *self
-            .shared
-            .written
-            .lock()
-            .unwrap_or_else(|e| e.into_inner()) = Some(Vec::new());
+    /// Starts keeping the blocks written and the files deleted, for KV events;
+    /// `take_changes` hands them on.
+    pub fn record_changes(&self) {
+        *self.shared.changes() = Some(Vec::new());
     }
 
-    /// The blocks written since the last call (empty unless `record_written` was called).
-    pub fn take_written(&self) -> Vec<DiskBlockKey> {
-        let mut written = self
-            .shared
-            .written
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        written.as_mut().map(std::mem::take).unwrap_or_default()
+    /// The changes since the last call, oldest first (empty unless `record_changes` was
+    /// called).
+    pub fn take_changes(&self) -> Vec<DiskChange> {
+        self.shared
+            .changes()
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
     }
 
     /// Waits until every block handed over so far is written (or failed), then stops the
@@ -426,7 +431,28 @@ impl Shared {
     fn refuse(&self, path: &Path, bad: BadBlock) {
         self.counters.bad.fetch_add(1, Ordering::Relaxed);
         tracing::warn!("KV offload: ignoring {} ({bad})", path.display());
-        let _ = fs::remove_file(path);
+        if fs::remove_file(path).is_ok() {
+            self.removed(path);
+        }
+    }
+
+    fn changes(&self) -> std::sync::MutexGuard<'_, Option<Vec<DiskChange>>> {
+        self.changes.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Records the deletion of the block file at `path` when it is one of this engine's
+    /// (other fingerprints' blocks are other models': no event of this one names them).
+    fn removed(&self, path: &Path) {
+        if path.parent() != Some(self.dir.as_path()) {
+            return;
+        }
+        let hash = path
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .and_then(BlockHash::from_hex);
+        if let (Some(hash), Some(changes)) = (hash, self.changes().as_mut()) {
+            changes.push(DiskChange::Removed(hash));
+        }
     }
 
     /// Writes one block whole or not at all: a temporary name, `fsync`, then the rename
@@ -466,17 +492,12 @@ fn write_loop(shared: &Shared, blocks: Receiver<DiskBlock>) {
             Ok(bytes) => {
                 if bytes > 0 {
                     shared.counters.written.fetch_add(1, Ordering::Relaxed);
-                    if let Some(written) = shared
-                        .written
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .as_mut()
-                    {
-                        written.push(DiskBlockKey {
+                    if let Some(changes) = shared.changes().as_mut() {
+                        changes.push(DiskChange::Written(DiskBlockKey {
                             hash: block.hash,
                             parent: block.parent,
                             tokens: block.tokens,
-                        });
+                        }));
                     }
                 }
                 if let (Some(used), Some(cap)) = (used.as_mut(), shared.max_bytes) {
@@ -526,6 +547,7 @@ fn evict(shared: &Shared, cap: u64) -> u64 {
         if fs::remove_file(&path).is_ok() {
             used -= size;
             shared.counters.evicted.fetch_add(1, Ordering::Relaxed);
+            shared.removed(&path);
         }
     }
     used

@@ -5,7 +5,9 @@
 use super::Engine;
 use crate::error::{EngineError, Result};
 use crate::kv::disk_block::DiskBlock;
-use crate::kv::kv_disk_tier::{KvDiskStats, KvDiskTier, KvLayout, KvOffloadConfig, ReadHold};
+use crate::kv::kv_disk_tier::{
+    DiskChange, KvDiskStats, KvDiskTier, KvLayout, KvOffloadConfig, ReadHold,
+};
 use crate::kv::kv_event::KvEvent;
 
 impl Engine {
@@ -98,15 +100,31 @@ impl Engine {
         }
     }
 
-    /// The blocks the disk tier wrote since the last call, as events (a run along one
-    /// prefix per event, as RAM's are); empty while no event sink is set.
+    /// The blocks the disk tier wrote and the files it deleted since the last call, as
+    /// events (a run along one prefix per stored event, as RAM's are, and a run of
+    /// deletions per removed one); empty while no event sink is set.
     pub(super) fn disk_events(&self) -> Vec<KvEvent> {
         let Some(tier) = self.scheduler.disk_tier() else {
             return Vec::new();
         };
         let block_size = self.limits.block_size;
         let mut events: Vec<KvEvent> = Vec::new();
-        for block in tier.take_written() {
+        for change in tier.take_changes() {
+            let block = match change {
+                DiskChange::Written(block) => block,
+                DiskChange::Removed(hash) => {
+                    let hash = hash.external();
+                    match events.last_mut() {
+                        Some(KvEvent::BlockRemovedFromDisk { block_hashes }) => {
+                            block_hashes.push(hash);
+                        }
+                        _ => events.push(KvEvent::BlockRemovedFromDisk {
+                            block_hashes: vec![hash],
+                        }),
+                    }
+                    continue;
+                }
+            };
             let (hash, parent) = (block.hash.external(), block.parent.map(|p| p.external()));
             if let Some(KvEvent::BlockStoredOnDisk {
                 block_hashes,
