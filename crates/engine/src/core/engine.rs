@@ -226,6 +226,7 @@ impl Engine {
     pub fn stats(&self) -> SchedulerStats {
         SchedulerStats {
             moe_active_experts: self.moe_experts.clone(),
+            kv_offload: self.kv_offload_stats().unwrap_or_default(),
             ..self.scheduler.stats()
         }
     }

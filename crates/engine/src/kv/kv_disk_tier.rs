@@ -23,8 +23,12 @@
 //! share a directory without seeing each other's blocks.
 //!
 //! Disk trouble never fails a request: a directory that cannot be written at startup, or
-//! a write that fails later (a full disk), is logged once and the tier goes on as far as
-//! it can (RAM-only when nothing can be written); a block that cannot be read is computed.
+//! a write that fails later, is logged once and the tier goes on as far as it can
+//! (RAM-only when nothing can be written); a block that cannot be read is computed. A full
+//! filesystem (`ENOSPC`, or a quota's `EDQUOT`) is logged once as such; the failed write's
+//! temporary file is removed, and until the filesystem has room for a block again (asked
+//! of `statvfs` before each block, not by writing) blocks are skipped, so a full disk costs
+//! one system call per block, never a write attempt per block.
 //! With a size cap the writer deletes the least recently used files (by modification
 //! time; a read touches its file) once the directory grows past it.
 
@@ -161,6 +165,8 @@ struct Shared {
     counters: Counters,
     /// One log line for the first write failure, not one per block.
     warned: AtomicBool,
+    /// One log line for the first time the filesystem is found full.
+    warned_full: AtomicBool,
     /// Blocks written and files deleted since the last `take_changes`, in order, for KV
     /// events (only while wanted).
     changes: Mutex<Option<Vec<DiskChange>>>,
@@ -216,6 +222,7 @@ impl KvDiskTier {
             max_bytes: config.max_bytes,
             counters: Counters::default(),
             warned: AtomicBool::new(false),
+            warned_full: AtomicBool::new(false),
             changes: Mutex::new(None),
         });
         let writable = probe_writable(&shared.dir);
@@ -486,10 +493,26 @@ fn write_loop(shared: &Shared, blocks: Receiver<DiskBlock>) {
     remove_stale_temps(&shared.dir);
     let mut used = shared.max_bytes.map(|_| directory_bytes(&shared.root));
     let mut serial = 0u64;
+    // Set when a write found the filesystem full: blocks are skipped until it has room.
+    let mut full = false;
     for block in blocks {
         serial += 1;
+        if full {
+            let needed = (block.page.len() + 4 * block.tokens.len() + 4096) as u64;
+            if free_bytes(&shared.dir).is_some_and(|free| free < needed) {
+                shared.counters.skipped.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+        }
         match shared.write(&block, serial) {
             Ok(bytes) => {
+                if full {
+                    full = false;
+                    tracing::info!(
+                        "KV offload: {} has room again; blocks are written through",
+                        shared.dir.display()
+                    );
+                }
                 if bytes > 0 {
                     shared.counters.written.fetch_add(1, Ordering::Relaxed);
                     if let Some(changes) = shared.changes().as_mut() {
@@ -507,6 +530,17 @@ fn write_loop(shared: &Shared, blocks: Receiver<DiskBlock>) {
                     }
                 }
             }
+            Err(e) if is_full(&e) => {
+                shared.counters.failed.fetch_add(1, Ordering::Relaxed);
+                full = true;
+                if !shared.warned_full.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(
+                        "KV offload: the disk holding {} is full ({e}); new blocks stay in RAM \
+                         only until it has room again (logged once)",
+                        shared.dir.display()
+                    );
+                }
+            }
             Err(e) => {
                 shared.counters.failed.fetch_add(1, Ordering::Relaxed);
                 if !shared.warned.swap(true, Ordering::Relaxed) {
@@ -519,6 +553,31 @@ fn write_loop(shared: &Shared, blocks: Receiver<DiskBlock>) {
             }
         }
     }
+}
+
+/// Whether `e` says the filesystem (or the user's quota on it) has no room.
+fn is_full(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded
+    ) || matches!(e.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT))
+}
+
+/// Bytes an unprivileged writer may still put on the filesystem holding `dir`; `None`
+/// when it cannot be asked.
+fn free_bytes(dir: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    let mut stat = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: `path` is a NUL-terminated string that outlives the call, and `stat` points
+    // at room for one `statvfs`, which the call fills when it returns 0 (read only then).
+    let stat = unsafe {
+        if libc::statvfs(path.as_ptr(), stat.as_mut_ptr()) != 0 {
+            return None;
+        }
+        stat.assume_init()
+    };
+    Some(stat.f_bavail.saturating_mul(stat.f_frsize))
 }
 
 /// The reader thread: reads each job's blocks in order, up to the first that fails, until
