@@ -572,6 +572,12 @@ impl BlockManager {
         true
     }
 
+    /// The page of `group` the prefix cache holds for the block keyed `hash`, if any (its
+    /// content stays until the page is next allocated).
+    pub fn cached_page(&self, group: KvGroup, hash: BlockHash) -> Option<BlockId> {
+        self.by_hash.get(&(group, hash)).copied()
+    }
+
     /// How many pages the prefix cache can hand out by content, over every group.
     pub fn num_cached(&self) -> usize {
         self.by_hash.len()

@@ -20,7 +20,7 @@ use crate::sched::scheduler_stats::SchedulerStats;
 use crate::sched::sequence::Sequence;
 use crate::sched::step_cost_model::{StepCostModel, StepShape};
 use disk_hits::Loading;
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
 #[derive(Debug, Clone)]
@@ -60,6 +60,10 @@ pub struct Scheduler {
     loading: Vec<Loading>,
     /// Reads that finished while the engine waited for one, for the next `finish_loads`.
     reads_done: Vec<ReadDone>,
+    /// Blocks whose read failed after a lookup found their file, for a model with several
+    /// KV cache groups (whose prompt is admitted afresh): never looked for on disk again,
+    /// so a file that cannot be deleted (a read-only directory) is not read in a loop.
+    failed_on_disk: HashSet<BlockHash>,
 }
 
 /// What one step may still schedule: tokens under the hard budget and, of them, prefill
@@ -92,6 +96,7 @@ impl Scheduler {
             disk: None,
             loading: Vec::new(),
             reads_done: Vec::new(),
+            failed_on_disk: HashSet::new(),
         }
     }
 

@@ -257,6 +257,82 @@ fn blocks_deleted_or_corrupted_after_the_lookup_are_computed_with_the_cold_runs_
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The zoo's tiny gemma-3 (six sliding-window layers of window 8 beside a global one) on
+/// the exact path, blocks of 8 tokens, writing through to `dir` when given.
+fn gemma3(dir: Option<&KvOffloadConfig>) -> Engine {
+    use tokenmill_engine::config::WeightMode;
+    use tokenmill_engine::models::checkpoint;
+    let path = common::model::zoo("tiny-gemma3").join("model-f32.gguf");
+    let mut ckpt = checkpoint::open(&path).unwrap();
+    let config = EngineConfig {
+        weight_mode: WeightMode::F32,
+        kv_cache_dtype: KvCacheDtype::F32,
+        block_size: 8,
+        num_kv_blocks: Some(200),
+        max_num_batched_tokens: 32,
+        max_num_seqs: 4,
+        ..EngineConfig::default()
+    };
+    let mut engine = Engine::load(&mut *ckpt, config).unwrap();
+    if let Some(dir) = dir {
+        engine.enable_kv_offload(dir);
+    }
+    engine
+}
+
+#[test]
+fn a_sliding_window_model_restarted_serves_from_disk_with_the_cold_runs_output() {
+    let dir = temp_dir("gemma3");
+    // Token ids under the zoo's vocabulary of 512; a prompt of many windows.
+    let long: Vec<u32> = (0..150).map(|i| ((i * 37 + 11) % 500) as u32 + 2).collect();
+    let cold = run(&mut gemma3(None), &long, 10);
+    let mut first = gemma3(Some(&offload(&dir, 3)));
+    assert_eq!(run(&mut first, &long, 10), cold);
+    drop(first);
+    let blocks = (long.len() - 1) / 8;
+    let files = block_files(&dir);
+    assert!(files.len() >= blocks, "{} files", files.len());
+
+    let mut restarted = gemma3(Some(&offload(&dir, 3)));
+    assert_eq!(
+        run(&mut restarted, &long, 10),
+        cold,
+        "served from disk, the output changed"
+    );
+    assert_eq!(restarted.stats().disk_cache_hits, (blocks * 8) as u64);
+    drop(restarted);
+
+    // A block whose file is corrupted between the lookup and the read: the prompt is
+    // admitted again with what came back and computes the rest.
+    let mut restarted = gemma3(Some(&offload(&dir, 3)));
+    let hold = restarted.hold_kv_offload_reads().expect("the tier is on");
+    let (_, rx) = restarted.add_request(request(&long, 10)).unwrap();
+    restarted.step().unwrap();
+    assert_eq!(restarted.stats().num_loading, 1, "found on disk");
+    let name = format!("{}.kvb", BlockHash::of_full_blocks(&long, 8)[9].to_hex());
+    let file = block_files(&dir)
+        .into_iter()
+        .find(|p| p.file_name().is_some_and(|n| n == name.as_str()))
+        .expect("block 9 was written");
+    let mut bytes = std::fs::read(&file).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0x08;
+    std::fs::write(&file, bytes).unwrap();
+    drop(hold);
+    while restarted.has_unfinished() {
+        restarted.step().unwrap();
+    }
+    let done = collect_completion(rx).expect("finished");
+    assert_eq!(done.token_ids(), cold, "block 9 corrupted");
+    assert_eq!(restarted.kv_offload_stats().unwrap().bad_files, 1);
+    assert!(
+        done.cached_prompt_tokens >= 9 * 8,
+        "{}",
+        done.cached_prompt_tokens
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn a_directory_written_for_another_kv_dtype_or_model_gives_no_hits() {
     common::skip_without_model!();

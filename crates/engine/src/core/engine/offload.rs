@@ -1,6 +1,14 @@
 //! The engine's side of the disk tier (`--kv-offload-dir`): opening it, copying each block
 //! that enters the prefix cache to its writer after `update`, and copying pages read from
-//! it into the KV cache before the forward pass.
+//! it into the KV cache before `schedule`.
+//!
+//! A model with several KV cache groups (sliding-window layers beside full ones, as
+//! gemma-3) stores a block as one file holding every group's page for that block position,
+//! group after group: a block is written only once each group has its page cached, and a
+//! read fills the pages of the groups the reading sequence needs (a sliding group's only
+//! within the window before the prefix's end). One file per position keeps the chained key,
+//! the lookup and the cap as they are for one group; the price is that a sliding group's
+//! pages far behind the window are stored though a hit never reads them.
 
 use super::Engine;
 use crate::error::{EngineError, Result};
@@ -14,28 +22,22 @@ impl Engine {
     /// Writes every block that enters the prefix cache through to `config.dir` and takes
     /// prefix hits from the files there (this engine's and any earlier or parallel one's
     /// with the same fingerprint). Off, with a log line saying why, when prefix caching is
-    /// off or the model has sliding-window layers (their pages are kept per group; not
-    /// offloaded yet). A directory that cannot be written leaves a tier that only reads.
+    /// off. A directory that cannot be written leaves a tier that only reads.
     pub fn enable_kv_offload(&mut self, config: &KvOffloadConfig) {
         let groups = self.model_config().kv_cache_groups();
         if !self.scheduler.block_manager().prefix_caching() {
             tracing::warn!("KV offload: off, prefix caching is off");
             return;
         }
-        if groups.num_groups() != 1 || groups.window(0).is_some() {
-            tracing::warn!(
-                "KV offload: off, the model has sliding-window layers (not offloaded yet)"
-            );
-            return;
-        }
         let layout = KvLayout {
             description: format!(
-                "{:?} KV; model {:?}",
+                "{:?} KV; groups {groups:?}; model {:?}",
                 self.runner.kv_dtype(),
                 self.model_config()
             ),
             block_size: self.limits.block_size,
-            page_bytes: self.runner.kv_page_bytes(),
+            // Every group's page of the block position, group after group.
+            page_bytes: self.runner.kv_page_bytes() * groups.num_groups(),
         };
         let tier = KvDiskTier::open(config, &layout);
         if tier.is_writing() {
@@ -82,15 +84,31 @@ impl Engine {
     }
 
     /// Hands each block registered in this step's `update` to the disk tier's writer: a
-    /// copy of its page, never a wait on the disk.
+    /// copy of every group's page of it, never a wait on the disk. A block some group has
+    /// no cached page of is not written (a later registration of that page writes it).
     pub(super) fn offload_blocks(&mut self) {
         let registered = self.scheduler.block_manager_mut().take_offload();
         let Some(tier) = self.scheduler.disk_tier() else {
             return;
         };
+        let blocks = self.scheduler.block_manager();
+        let num_groups = blocks.groups().num_groups();
+        let mut last = None;
         for block in registered {
-            let mut page = Vec::with_capacity(self.runner.kv_page_bytes());
-            self.runner.copy_page_out(block.id, &mut page);
+            // A block registered in several groups at once is listed once per group.
+            if last.replace(block.hash) == Some(block.hash) {
+                continue;
+            }
+            let pages: Option<Vec<_>> = (0..num_groups)
+                .map(|g| blocks.cached_page(g, block.hash))
+                .collect();
+            let Some(pages) = pages else {
+                continue;
+            };
+            let mut page = Vec::with_capacity(self.runner.kv_page_bytes() * num_groups);
+            for id in pages {
+                self.runner.copy_page_out(id, &mut page);
+            }
             tier.store(DiskBlock {
                 hash: block.hash,
                 parent: block.parent,

@@ -64,7 +64,7 @@ impl Scheduler {
         };
         let end = most.min(hashes.len());
         (first..end.max(first))
-            .take_while(|&b| disk.contains(hashes[b]))
+            .take_while(|&b| !self.failed_on_disk.contains(&hashes[b]) && disk.contains(hashes[b]))
             .count()
     }
 
@@ -127,17 +127,39 @@ impl Scheduler {
         let bs = self.blocks.block_size();
         debug_assert!(read.pages.len() <= blocks);
         let loaded = read.pages.len().min(blocks);
+        let num_groups = seq.block_tables.len().max(1);
         for (b, page) in (first..first + loaded).zip(read.pages) {
             let tokens = &seq.tokens[b * bs..(b + 1) * bs];
             let parent = b.checked_sub(1).map(|p| hashes[p]);
-            let id = seq
-                .block_tables
-                .first()
-                .and_then(|t| t.get(b))
-                .expect("admission allocated every loaded block's page");
-            self.blocks
-                .register_loaded(0, id, hashes[b], parent, tokens);
-            loads.push(PageLoad { block: id, page });
+            // The file holds every group's page, group after group; the sequence holds a
+            // page of each full group and of each sliding group whose window reaches it.
+            let group_bytes = page.len() / num_groups;
+            for (g, table) in seq.block_tables.iter().enumerate() {
+                let Some(id) = table.get(b) else {
+                    continue;
+                };
+                self.blocks
+                    .register_loaded(g, id, hashes[b], parent, tokens);
+                let bytes = page[g * group_bytes..(g + 1) * group_bytes].to_vec();
+                loads.push(PageLoad {
+                    block: id,
+                    page: bytes,
+                });
+            }
+        }
+        if loaded < blocks && num_groups > 1 {
+            // A sliding group holds pages only for the window before the whole run's end:
+            // the window before a shorter run's end has none. The pages that came back are
+            // cached now; the prompt goes back to waiting, and its next admission finds
+            // them in RAM and never looks for the block that failed on disk again.
+            self.failed_on_disk.insert(hashes[first + loaded]);
+            self.free_blocks(&mut seq);
+            seq.num_computed = 0;
+            if first_admission {
+                seq.timings.first_scheduled = None;
+            }
+            self.waiting.push_front(seq);
+            return;
         }
         let cached = (first + loaded) * bs;
         seq.num_computed = cached;
