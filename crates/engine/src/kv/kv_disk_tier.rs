@@ -12,8 +12,9 @@
 //! [`ReadId`] they were asked under. The reader never touches the KV cache: the forward
 //! pass borrows each slab whole, so a second thread storing into any page of it while the
 //! pass runs would be a data race in Rust's terms even where the pages are disjoint. The
-//! engine thread copies the checked pages in between steps, a `memcpy` that costs a small
-//! share of the read and checksum the reader did (docs/performance.md gives both).
+//! engine thread copies the checked pages in between steps: one `memcpy` of each byte,
+//! where the reader read it from the file, hashed it (SHA-256, several times slower per
+//! byte than a copy) and copied it out of the file's buffer.
 //!
 //! Crash safety: a block is written to a temporary name, flushed to the disk (`fsync`) and
 //! renamed to its final name, so a visible file is always whole; each file also carries a
