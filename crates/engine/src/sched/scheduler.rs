@@ -144,7 +144,9 @@ impl Scheduler {
     pub fn stats(&self) -> SchedulerStats {
         SchedulerStats {
             num_running: self.running.len(),
-            num_waiting: self.waiting.len(),
+            // A prompt waiting on its disk reads waits, as vLLM counts one waiting for its
+            // KV transfer.
+            num_waiting: self.waiting.len() + self.loading.len(),
             num_loading: self.loading.len(),
             kv_cache_usage: self.blocks.usage(),
             ..self.stats.clone()

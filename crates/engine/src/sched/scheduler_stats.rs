@@ -9,7 +9,8 @@ use crate::kv::kv_disk_tier::KvDiskStats;
 pub struct SchedulerStats {
     pub num_running: usize,
     pub num_waiting: usize,
-    /// Admitted requests waiting for their prefix's reads from the disk tier (in no batch).
+    /// Admitted requests waiting for their prefix's reads from the disk tier (in no batch;
+    /// counted in `num_waiting` too).
     pub num_loading: usize,
     pub kv_cache_usage: f64,
     /// Prompt tokens looked up in the prefix cache, and how many were found.
