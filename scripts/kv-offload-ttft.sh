@@ -2,9 +2,13 @@
 # docs/performance.md, "The prefix cache on disk": time to first token of a ~4,000-token
 # prompt on a cold server, then on a server restarted on the same --kv-offload-dir (the
 # repeat served from disk), and whether both answers are the same. Usage:
-#   scripts/kv-offload-ttft.sh [path/to/tokenmill]   (default: target/release/tokenmill)
+#   scripts/kv-offload-ttft.sh [path/to/tokenmill [serve flags...]]
+# (default: target/release/tokenmill on the default model; flags such as `--model FILE` go
+# to both servers).
 set -euo pipefail
 BIN="${1:-target/release/tokenmill}"
+shift || true
+FLAGS=("$@")
 PORT="${PORT:-18431}"
 DIR=$(mktemp -d)
 trap 'kill "${PID:-0}" 2>/dev/null || true; rm -rf "$DIR"' EXIT
@@ -12,7 +16,7 @@ PROMPT=$(python3 -c 'print(" ".join(f"Item {i}: the {w} of the system prompt." f
 BODY=$(python3 -c 'import json,sys; print(json.dumps({"prompt": sys.argv[1], "max_tokens": 1, "temperature": 0, "ignore_eos": True}))' "$PROMPT")
 
 start() {
-  "$BIN" serve --port "$PORT" --kv-offload-dir "$DIR" >"$DIR.log" 2>&1 &
+  "$BIN" serve --port "$PORT" --kv-offload-dir "$DIR" ${FLAGS[@]+"${FLAGS[@]}"} >"$DIR.log" 2>&1 &
   PID=$!
   until curl -sf "localhost:$PORT/health" >/dev/null; do sleep 0.2; done
 }

@@ -226,6 +226,7 @@ impl Engine {
     pub fn stats(&self) -> SchedulerStats {
         SchedulerStats {
             moe_active_experts: self.moe_experts.clone(),
+            kv_offload: self.kv_offload_stats().unwrap_or_default(),
             ..self.scheduler.stats()
         }
     }
@@ -237,7 +238,7 @@ impl Engine {
     pub fn set_kv_event_sink(&mut self, sink: KvEventSink) {
         self.scheduler.block_manager_mut().enable_events();
         if let Some(tier) = self.scheduler.disk_tier() {
-            tier.record_written();
+            tier.record_changes();
         }
         self.kv_events = Some(sink);
         self.publish_kv_events();
@@ -334,12 +335,14 @@ impl Engine {
         let mut times = self.times;
         self.abort_abandoned();
         self.propose_drafts();
-        let mut out = self.scheduler.schedule();
+        self.load_pages()?;
+        let out = self.scheduler.schedule();
         if out.is_empty() {
+            // Only prompts waiting on disk reads (or on pages): wait for a read, not spin.
+            self.scheduler.wait_for_loads();
             return Ok(0);
         }
         self.in_flight = out.chunks.iter().map(|c| c.seq_id).collect();
-        self.load_pages(&mut out)?;
         clock.lap(&mut times.schedule);
         if let Some(fault) = &mut self.fault {
             fault(&out.batch)?;

@@ -71,6 +71,19 @@ impl BlockHash {
         self.0.iter().map(|b| format!("{b:02x}")).collect()
     }
 
+    /// The key [`to_hex`](Self::to_hex) wrote; `None` for any other text.
+    pub fn from_hex(hex: &str) -> Option<Self> {
+        if hex.len() != 64 || !hex.is_ascii() {
+            return None;
+        }
+        let mut key = [0u8; 32];
+        for (byte, pair) in key.iter_mut().zip(hex.as_bytes().chunks_exact(2)) {
+            let pair = std::str::from_utf8(pair).ok()?;
+            *byte = u8::from_str_radix(pair, 16).ok()?;
+        }
+        Some(Self(key))
+    }
+
     /// The key as a 64-bit integer, the form vLLM's KV-cache events carry (its default,
     /// `VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES`): the SHA-256 digest read as a big-endian
     /// integer and cut to its low 64 bits (`int.from_bytes(h, "big") & (2**64 - 1)`),
@@ -557,6 +570,12 @@ impl BlockManager {
         });
         self.by_hash.insert((group, hash), id);
         true
+    }
+
+    /// The page of `group` the prefix cache holds for the block keyed `hash`, if any (its
+    /// content stays until the page is next allocated).
+    pub fn cached_page(&self, group: KvGroup, hash: BlockHash) -> Option<BlockId> {
+        self.by_hash.get(&(group, hash)).copied()
     }
 
     /// How many pages the prefix cache can hand out by content, over every group.

@@ -6,6 +6,16 @@
 //! engine (after a clean stop or a kill -9) and other replicas on the same machine find
 //! the blocks by their chained key, as blocks evicted from RAM are found.
 //!
+//! Reads are asynchronous too: [`start_read`](KvDiskTier::start_read) hands a run of
+//! blocks to a reader thread, which reads and checks each file into a buffer of its own;
+//! [`finished_reads`](KvDiskTier::finished_reads) hands the pages back, tagged with the
+//! [`ReadId`] they were asked under. The reader never touches the KV cache: the forward
+//! pass borrows each slab whole, so a second thread storing into any page of it while the
+//! pass runs would be a data race in Rust's terms even where the pages are disjoint. The
+//! engine thread copies the checked pages in between steps: one `memcpy` of each byte,
+//! where the reader read it from the file, hashed it (SHA-256, several times slower per
+//! byte than a copy) and copied it out of the file's buffer.
+//!
 //! Crash safety: a block is written to a temporary name, flushed to the disk (`fsync`) and
 //! renamed to its final name, so a visible file is always whole; each file also carries a
 //! checksum and the tier's fingerprint (model identity, KV layout and dtype, block size),
@@ -14,8 +24,12 @@
 //! share a directory without seeing each other's blocks.
 //!
 //! Disk trouble never fails a request: a directory that cannot be written at startup, or
-//! a write that fails later (a full disk), is logged once and the tier goes on as far as
-//! it can (RAM-only when nothing can be written); a block that cannot be read is computed.
+//! a write that fails later, is logged once and the tier goes on as far as it can
+//! (RAM-only when nothing can be written); a block that cannot be read is computed. A full
+//! filesystem (`ENOSPC`, or a quota's `EDQUOT`) is logged once as such; the failed write's
+//! temporary file is removed, and until the filesystem has room for a block again (asked
+//! of `statvfs` before each block, not by writing) blocks are skipped, so a full disk costs
+//! one system call per block, never a write attempt per block.
 //! With a size cap the writer deletes the least recently used files (by modification
 //! time; a read touches its file) once the directory grows past it.
 
@@ -26,8 +40,10 @@ use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
-use std::sync::{Arc, Mutex};
+use std::sync::mpsc::{
+    channel, sync_channel, Receiver, RecvTimeoutError, Sender, SyncSender, TrySendError,
+};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime};
 
@@ -69,6 +85,8 @@ pub struct KvDiskStats {
     /// Files found but refused (torn, corrupted, foreign).
     pub bad_files: u64,
     pub files_evicted: u64,
+    /// Blocks the reader thread read back and found whole.
+    pub blocks_read: u64,
 }
 
 #[derive(Default)]
@@ -78,6 +96,64 @@ struct Counters {
     failed: AtomicU64,
     bad: AtomicU64,
     evicted: AtomicU64,
+    read: AtomicU64,
+}
+
+/// Which read a finished one answers: the caller's tag, handed back unchanged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ReadId(pub u64);
+
+/// A block to read back: the key its file is named after, and the parent key and tokens
+/// the file must hold (checked as [`DiskBlock::decode`] checks them).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BlockToRead {
+    pub hash: BlockHash,
+    pub parent: Option<BlockHash>,
+    pub tokens: Vec<u32>,
+}
+
+/// What [`KvDiskTier::start_read`] hands the reader thread.
+struct ReadJob {
+    id: ReadId,
+    blocks: Vec<BlockToRead>,
+}
+
+/// A finished read: the pages of the asked blocks' leading run whose files were present
+/// and whole, in order. It stops at the first block whose file vanished or failed its
+/// checks, so `pages.len()` may be anything from zero to the blocks asked for; the rest
+/// are for the caller to compute.
+#[derive(Debug)]
+pub struct ReadDone {
+    pub id: ReadId,
+    pub pages: Vec<Vec<u8>>,
+}
+
+/// Test support: while any [`ReadHold`] lives, the reader thread starts no read, so a
+/// test can act between a read's start and its end without timing anything.
+#[derive(Default)]
+struct ReadGate {
+    holds: Mutex<usize>,
+    opened: Condvar,
+}
+
+impl ReadGate {
+    fn wait_open(&self) {
+        let mut holds = self.holds.lock().unwrap_or_else(|e| e.into_inner());
+        while *holds > 0 {
+            holds = self.opened.wait(holds).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+}
+
+/// Holds the reader thread back until dropped ([`KvDiskTier::hold_reads`]).
+pub struct ReadHold(Arc<ReadGate>);
+
+impl Drop for ReadHold {
+    fn drop(&mut self) {
+        let mut holds = self.0.holds.lock().unwrap_or_else(|e| e.into_inner());
+        *holds -= 1;
+        self.0.opened.notify_all();
+    }
 }
 
 struct Shared {
@@ -90,8 +166,19 @@ struct Shared {
     counters: Counters,
     /// One log line for the first write failure, not one per block.
     warned: AtomicBool,
-    /// Blocks written since the last `take_written`, for KV events (only while wanted).
-    written: Mutex<Option<Vec<DiskBlockKey>>>,
+    /// One log line for the first time the filesystem is found full.
+    warned_full: AtomicBool,
+    /// Blocks written and files deleted since the last `take_changes`, in order, for KV
+    /// events (only while wanted).
+    changes: Mutex<Option<Vec<DiskChange>>>,
+}
+
+/// A change to the set of blocks in this engine's folder, as KV events announce it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DiskChange {
+    Written(DiskBlockKey),
+    /// A block's file deleted: by the size cap, or refused on reading.
+    Removed(BlockHash),
 }
 
 /// A stored block's identity, without its page.
@@ -107,6 +194,14 @@ pub struct KvDiskTier {
     /// `None` when the directory could not be written at startup: reads only.
     queue: Option<SyncSender<DiskBlock>>,
     writer: Option<JoinHandle<()>>,
+    /// The reader thread's jobs; `None` once stopped.
+    reads: Option<Sender<ReadJob>>,
+    /// Finished reads, from the reader thread (or from `start_read` itself when there is
+    /// no reader thread: every such read is answered with no page).
+    done: Receiver<ReadDone>,
+    done_tx: Sender<ReadDone>,
+    reader: Option<JoinHandle<()>>,
+    gate: Arc<ReadGate>,
 }
 
 impl KvDiskTier {
@@ -128,7 +223,8 @@ impl KvDiskTier {
             max_bytes: config.max_bytes,
             counters: Counters::default(),
             warned: AtomicBool::new(false),
-            written: Mutex::new(None),
+            warned_full: AtomicBool::new(false),
+            changes: Mutex::new(None),
         });
         let writable = probe_writable(&shared.dir);
         let (queue, writer) = match writable {
@@ -167,10 +263,30 @@ impl KvDiskTier {
                     .unwrap_or_default()
             );
         }
+        let (done_tx, done) = channel();
+        let gate = Arc::<ReadGate>::default();
+        let (jobs_tx, jobs) = channel();
+        let (for_thread, answers, gate_for_thread) =
+            (Arc::clone(&shared), done_tx.clone(), Arc::clone(&gate));
+        let reader = std::thread::Builder::new()
+            .name("kv-offload-read".into())
+            .spawn(move || read_loop(&for_thread, &gate_for_thread, jobs, answers));
+        let (reads, reader) = match reader {
+            Ok(handle) => (Some(jobs_tx), Some(handle)),
+            Err(e) => {
+                tracing::warn!("KV offload: no reader thread ({e}); blocks on disk are computed");
+                (None, None)
+            }
+        };
         Self {
             shared,
             queue,
             writer,
+            reads,
+            done,
+            done_tx,
+            reader,
+            gate,
         }
     }
 
@@ -188,6 +304,7 @@ impl KvDiskTier {
             write_failures: c.failed.load(Ordering::Relaxed),
             bad_files: c.bad.load(Ordering::Relaxed),
             files_evicted: c.evicted.load(Ordering::Relaxed),
+            blocks_read: c.read.load(Ordering::Relaxed),
         }
     }
 
@@ -210,62 +327,58 @@ impl KvDiskTier {
         self.shared.path_of(hash).is_file()
     }
 
-    /// The page of the block `expect` names, if its file is present and passes every check
-    /// ([`DiskBlock::decode`]); a file that fails is logged, counted and deleted, so a
-    /// later write can replace it.
-    pub fn read(
-        &self,
-        hash: BlockHash,
-        parent: Option<BlockHash>,
-        tokens: &[u32],
-    ) -> Option<Vec<u8>> {
-        let path = self.shared.path_of(hash);
-        let bytes = fs::read(&path).ok()?;
-        let expect = Expected {
-            hash,
-            parent,
-            tokens,
-            page_bytes: self.shared.page_bytes,
+    /// Hands `blocks` (a run along one prefix) to the reader thread; its pages come back
+    /// from [`finished_reads`](Self::finished_reads) under `id`. Never waits on the disk.
+    pub fn start_read(&self, id: ReadId, blocks: Vec<BlockToRead>) {
+        let job = ReadJob { id, blocks };
+        let refused = match &self.reads {
+            Some(reads) => reads.send(job).err().map(|e| e.0),
+            None => Some(job),
         };
-        match DiskBlock::decode(&bytes, &self.shared.fingerprint, &expect) {
-            Ok(page) => {
-                // Least recently used goes first under the cap: a hit is a use.
-                if let Ok(file) = fs::File::open(&path) {
-                    let _ = file.set_modified(SystemTime::now());
-                }
-                Some(page)
-            }
-            Err(bad) => {
-                self.refuse(&path, bad);
-                None
-            }
+        if let Some(job) = refused {
+            // No reader: the blocks are computed instead.
+            let _ = self.done_tx.send(ReadDone {
+                id: job.id,
+                pages: Vec::new(),
+            });
         }
     }
 
-    fn refuse(&self, path: &Path, bad: BadBlock) {
-        self.shared.counters.bad.fetch_add(1, Ordering::Relaxed);
-        tracing::warn!("KV offload: ignoring {} ({bad})", path.display());
-        let _ = fs::remove_file(path);
+    /// The reads finished since the last call. With `wait`, and none finished yet, waits up
+    /// to that long for one (an engine with nothing else to do, not a spinning loop).
+    pub fn finished_reads(&self, wait: Option<Duration>) -> Vec<ReadDone> {
+        let mut out = Vec::new();
+        if let Some(wait) = wait {
+            match self.done.recv_timeout(wait) {
+                Ok(done) => out.push(done),
+                Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => {}
+            }
+        }
+        out.extend(self.done.try_iter());
+        out
     }
 
-    /// Starts keeping the keys of the blocks written, for KV events; `take_written` hands
-    /// them on.
-    pub fn record_written(&self) {
-        *self
-            .shared
-            .written
-            .lock()
-            .unwrap_or_else(|e| e.into_inner()) = Some(Vec::new());
+    /// Test support: the reader thread starts no read until the hold is dropped.
+    #[doc(hidden)]
+    pub fn hold_reads(&self) -> ReadHold {
+        *self.gate.holds.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+        ReadHold(Arc::clone(&self.gate))
     }
 
-    /// The blocks written since the last call (empty unless `record_written` was called).
-    pub fn take_written(&self) -> Vec<DiskBlockKey> {
-        let mut written = self
-            .shared
-            .written
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        written.as_mut().map(std::mem::take).unwrap_or_default()
+    /// Starts keeping the blocks written and the files deleted, for KV events;
+    /// `take_changes` hands them on.
+    pub fn record_changes(&self) {
+        *self.shared.changes() = Some(Vec::new());
+    }
+
+    /// The changes since the last call, oldest first (empty unless `record_changes` was
+    /// called).
+    pub fn take_changes(&self) -> Vec<DiskChange> {
+        self.shared
+            .changes()
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
     }
 
     /// Waits until every block handed over so far is written (or failed), then stops the
@@ -281,12 +394,73 @@ impl KvDiskTier {
 impl Drop for KvDiskTier {
     fn drop(&mut self) {
         self.flush();
+        // The reader ends once its queue closes (a held gate would keep it waiting: holds
+        // belong to tests, which drop them first).
+        self.reads = None;
+        if let Some(reader) = self.reader.take() {
+            let _ = reader.join();
+        }
     }
 }
 
 impl Shared {
     fn path_of(&self, hash: BlockHash) -> PathBuf {
         self.dir.join(format!("{}.kvb", hash.to_hex()))
+    }
+
+    /// The page of `block`, if its file is present and passes every check
+    /// ([`DiskBlock::decode`]); a file that fails is logged, counted and deleted, so a
+    /// later write can replace it.
+    fn read(&self, block: &BlockToRead) -> Option<Vec<u8>> {
+        let path = self.path_of(block.hash);
+        let bytes = fs::read(&path).ok()?;
+        let expect = Expected {
+            hash: block.hash,
+            parent: block.parent,
+            tokens: &block.tokens,
+            page_bytes: self.page_bytes,
+        };
+        match DiskBlock::decode(&bytes, &self.fingerprint, &expect) {
+            Ok(page) => {
+                // Least recently used goes first under the cap: a hit is a use.
+                if let Ok(file) = fs::File::open(&path) {
+                    let _ = file.set_modified(SystemTime::now());
+                }
+                self.counters.read.fetch_add(1, Ordering::Relaxed);
+                Some(page)
+            }
+            Err(bad) => {
+                self.refuse(&path, bad);
+                None
+            }
+        }
+    }
+
+    fn refuse(&self, path: &Path, bad: BadBlock) {
+        self.counters.bad.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!("KV offload: ignoring {} ({bad})", path.display());
+        if fs::remove_file(path).is_ok() {
+            self.removed(path);
+        }
+    }
+
+    fn changes(&self) -> std::sync::MutexGuard<'_, Option<Vec<DiskChange>>> {
+        self.changes.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Records the deletion of the block file at `path` when it is one of this engine's
+    /// (other fingerprints' blocks are other models': no event of this one names them).
+    fn removed(&self, path: &Path) {
+        if path.parent() != Some(self.dir.as_path()) {
+            return;
+        }
+        let hash = path
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .and_then(BlockHash::from_hex);
+        if let (Some(hash), Some(changes)) = (hash, self.changes().as_mut()) {
+            changes.push(DiskChange::Removed(hash));
+        }
     }
 
     /// Writes one block whole or not at all: a temporary name, `fsync`, then the rename
@@ -320,23 +494,34 @@ fn write_loop(shared: &Shared, blocks: Receiver<DiskBlock>) {
     remove_stale_temps(&shared.dir);
     let mut used = shared.max_bytes.map(|_| directory_bytes(&shared.root));
     let mut serial = 0u64;
+    // Set when a write found the filesystem full: blocks are skipped until it has room.
+    let mut full = false;
     for block in blocks {
         serial += 1;
+        if full {
+            let needed = (block.page.len() + 4 * block.tokens.len() + 4096) as u64;
+            if free_bytes(&shared.dir).is_some_and(|free| free < needed) {
+                shared.counters.skipped.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+        }
         match shared.write(&block, serial) {
             Ok(bytes) => {
+                if full {
+                    full = false;
+                    tracing::info!(
+                        "KV offload: {} has room again; blocks are written through",
+                        shared.dir.display()
+                    );
+                }
                 if bytes > 0 {
                     shared.counters.written.fetch_add(1, Ordering::Relaxed);
-                    if let Some(written) = shared
-                        .written
-                        .lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .as_mut()
-                    {
-                        written.push(DiskBlockKey {
+                    if let Some(changes) = shared.changes().as_mut() {
+                        changes.push(DiskChange::Written(DiskBlockKey {
                             hash: block.hash,
                             parent: block.parent,
                             tokens: block.tokens,
-                        });
+                        }));
                     }
                 }
                 if let (Some(used), Some(cap)) = (used.as_mut(), shared.max_bytes) {
@@ -344,6 +529,17 @@ fn write_loop(shared: &Shared, blocks: Receiver<DiskBlock>) {
                     if *used > cap {
                         *used = evict(shared, cap);
                     }
+                }
+            }
+            Err(e) if is_full(&e) => {
+                shared.counters.failed.fetch_add(1, Ordering::Relaxed);
+                full = true;
+                if !shared.warned_full.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(
+                        "KV offload: the disk holding {} is full ({e}); new blocks stay in RAM \
+                         only until it has room again (logged once)",
+                        shared.dir.display()
+                    );
                 }
             }
             Err(e) => {
@@ -356,6 +552,43 @@ fn write_loop(shared: &Shared, blocks: Receiver<DiskBlock>) {
                     );
                 }
             }
+        }
+    }
+}
+
+/// Whether `e` says the filesystem (or the user's quota on it) has no room.
+fn is_full(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded
+    ) || matches!(e.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT))
+}
+
+/// Bytes an unprivileged writer may still put on the filesystem holding `dir`; `None`
+/// when it cannot be asked.
+fn free_bytes(dir: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    let mut stat = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: `path` is a NUL-terminated string that outlives the call, and `stat` points
+    // at room for one `statvfs`, which the call fills when it returns 0 (read only then).
+    let stat = unsafe {
+        if libc::statvfs(path.as_ptr(), stat.as_mut_ptr()) != 0 {
+            return None;
+        }
+        stat.assume_init()
+    };
+    Some(stat.f_bavail.saturating_mul(stat.f_frsize))
+}
+
+/// The reader thread: reads each job's blocks in order, up to the first that fails, until
+/// the tier is dropped.
+fn read_loop(shared: &Shared, gate: &ReadGate, jobs: Receiver<ReadJob>, done: Sender<ReadDone>) {
+    for job in jobs {
+        gate.wait_open();
+        let pages = job.blocks.iter().map_while(|b| shared.read(b)).collect();
+        if done.send(ReadDone { id: job.id, pages }).is_err() {
+            return;
         }
     }
 }
@@ -374,6 +607,7 @@ fn evict(shared: &Shared, cap: u64) -> u64 {
         if fs::remove_file(&path).is_ok() {
             used -= size;
             shared.counters.evicted.fetch_add(1, Ordering::Relaxed);
+            shared.removed(&path);
         }
     }
     used
@@ -478,6 +712,20 @@ mod tests {
         }
     }
 
+    /// Reads `b` back through the reader thread and waits for it.
+    fn read_back(tier: &KvDiskTier, b: &DiskBlock) -> Option<Vec<u8>> {
+        let ask = BlockToRead {
+            hash: b.hash,
+            parent: b.parent,
+            tokens: b.tokens.clone(),
+        };
+        tier.start_read(ReadId(7), vec![ask]);
+        let mut done = tier.finished_reads(Some(Duration::from_secs(60)));
+        assert_eq!(done.len(), 1);
+        assert_eq!(done[0].id, ReadId(7));
+        done.pop().and_then(|d| d.pages.into_iter().next())
+    }
+
     fn temp_dir(name: &str) -> PathBuf {
         let dir =
             std::env::temp_dir().join(format!("tokenmill-kv-disk-{name}-{}", std::process::id()));
@@ -493,8 +741,8 @@ mod tests {
         tier.flush();
         let tier = KvDiskTier::open(&config(&dir, None), &layout());
         let b = block(5);
-        assert_eq!(tier.read(b.hash, None, &b.tokens), Some(b.page));
-        assert_eq!(tier.read(block(6).hash, None, &block(6).tokens), None);
+        assert_eq!(read_back(&tier, &b), Some(b.page));
+        assert_eq!(read_back(&tier, &block(6)), None);
         let _ = fs::remove_dir_all(&dir);
     }
 
@@ -511,7 +759,34 @@ mod tests {
         let tier = KvDiskTier::open(&other, &layout());
         let b = block(5);
         assert!(!tier.contains(b.hash));
-        assert_eq!(tier.read(b.hash, None, &b.tokens), None);
+        assert_eq!(read_back(&tier, &b), None);
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_read_stops_at_the_first_missing_block_and_waits_while_held() {
+        let dir = temp_dir("run");
+        let mut tier = KvDiskTier::open(&config(&dir, None), &layout());
+        for i in [1, 2, 4] {
+            tier.store(block(i));
+        }
+        tier.flush();
+        let ask = |i: u32| {
+            let b = block(i);
+            BlockToRead {
+                hash: b.hash,
+                parent: None,
+                tokens: b.tokens,
+            }
+        };
+        let hold = tier.hold_reads();
+        tier.start_read(ReadId(1), vec![ask(1), ask(2), ask(3), ask(4)]);
+        assert!(tier.finished_reads(None).is_empty(), "read while held");
+        drop(hold);
+        let done = tier.finished_reads(Some(Duration::from_secs(60)));
+        assert_eq!(done.len(), 1);
+        assert_eq!(done[0].pages, vec![block(1).page, block(2).page]);
+        assert_eq!(tier.stats().blocks_read, 2);
         let _ = fs::remove_dir_all(&dir);
     }
 

@@ -30,6 +30,9 @@ pub enum KvEvent {
     },
     /// Blocks whose content was evicted (their memory is reused for other tokens).
     BlockRemoved { block_hashes: Vec<u64> },
+    /// Block files the disk tier deleted (its size cap, `--kv-offload-max-gib`, or a file
+    /// refused on reading): vLLM's `BlockRemoved` with the disk tier's `medium`.
+    BlockRemovedFromDisk { block_hashes: Vec<u64> },
     /// Every block was dropped from the set.
     AllBlocksCleared,
 }

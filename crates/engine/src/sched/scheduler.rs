@@ -12,14 +12,15 @@ mod update;
 
 use crate::config::{PartialPrefillLimits, SchedulingPolicy};
 use crate::kv::block_manager::{BlockHash, BlockManager};
-use crate::kv::kv_disk_tier::KvDiskTier;
+use crate::kv::kv_disk_tier::{KvDiskTier, ReadDone};
 use crate::sched::prefill_slots::PrefillSlots;
 use crate::sched::request::{FinishReason, SeqId};
 use crate::sched::scheduler_output::{ScheduledChunk, SchedulerOutput};
 use crate::sched::scheduler_stats::SchedulerStats;
 use crate::sched::sequence::Sequence;
 use crate::sched::step_cost_model::{StepCostModel, StepShape};
-use std::collections::VecDeque;
+use disk_hits::Loading;
+use std::collections::{HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
 #[derive(Debug, Clone)]
@@ -54,6 +55,15 @@ pub struct Scheduler {
     keep_all_drafts: bool,
     /// The prefix cache's tier on disk (`--kv-offload-dir`); `None`: RAM only.
     disk: Option<KvDiskTier>,
+    /// Admitted requests whose prefix is being read back from disk (`scheduler/disk_hits.rs`):
+    /// they hold their pages but are in no batch until the read is back.
+    loading: Vec<Loading>,
+    /// Reads that finished while the engine waited for one, for the next `finish_loads`.
+    reads_done: Vec<ReadDone>,
+    /// Blocks whose read failed after a lookup found their file, for a model with several
+    /// KV cache groups (whose prompt is admitted afresh): never looked for on disk again,
+    /// so a file that cannot be deleted (a read-only directory) is not read in a loop.
+    failed_on_disk: HashSet<BlockHash>,
 }
 
 /// What one step may still schedule: tokens under the hard budget and, of them, prefill
@@ -84,6 +94,9 @@ impl Scheduler {
             starved_steps: 0,
             keep_all_drafts: false,
             disk: None,
+            loading: Vec::new(),
+            reads_done: Vec::new(),
+            failed_on_disk: HashSet::new(),
         }
     }
 
@@ -109,7 +122,7 @@ impl Scheduler {
     }
 
     pub fn has_unfinished(&self) -> bool {
-        !self.waiting.is_empty() || !self.running.is_empty()
+        !self.waiting.is_empty() || !self.running.is_empty() || !self.loading.is_empty()
     }
 
     pub fn num_waiting(&self) -> usize {
@@ -124,13 +137,17 @@ impl Scheduler {
         self.running
             .iter()
             .chain(self.waiting.iter())
+            .chain(self.loading.iter().map(|l| &l.seq))
             .find(|s| s.id == id)
     }
 
     pub fn stats(&self) -> SchedulerStats {
         SchedulerStats {
             num_running: self.running.len(),
-            num_waiting: self.waiting.len(),
+            // A prompt waiting on its disk reads waits, as vLLM counts one waiting for its
+            // KV transfer.
+            num_waiting: self.waiting.len() + self.loading.len(),
+            num_loading: self.loading.len(),
             kv_cache_usage: self.blocks.usage(),
             ..self.stats.clone()
         }
@@ -530,7 +547,7 @@ impl Scheduler {
         for id in self.waiting_order() {
             if budget.tokens == 0
                 || budget.prefill == 0
-                || self.running.len() >= self.config.max_num_seqs
+                || self.running.len() + self.loading.len() >= self.config.max_num_seqs
             {
                 break;
             }
@@ -554,10 +571,39 @@ impl Scheduler {
                 true => 0,
             };
             let hit = self.blocks.lookup_prefix(&seq.tokens, &hashes, most);
-            // Blocks after the RAM hit that the disk tier holds count as cached: they are
-            // read into their pages before this step's forward pass.
+            // Blocks after the RAM hit that the disk tier holds are read back, not computed:
+            // the prompt takes their pages now and waits, out of every batch, for the read.
             let on_disk = self.disk_run(&hashes, hit.blocks, most);
-            let cached = (hit.blocks + on_disk) * bs;
+            if on_disk > 0 {
+                let end = (hit.blocks + on_disk) * bs;
+                let new = self.blocks.pages_needed(&hit.tables, end, end);
+                if new + self.blocks.count_free(hit.ids()) + reserve.blocks > self.blocks.num_free()
+                {
+                    break; // Wait for blocks; newcomers never preempt.
+                }
+                let mut seq = self.waiting.remove(index).expect("listed");
+                for id in hit.ids() {
+                    self.blocks.acquire(id);
+                }
+                seq.block_tables = hit.tables;
+                let placed = self.blocks.allocate_to(&mut seq.block_tables, end, end);
+                assert!(placed, "checked free count above");
+                seq.num_computed = hit.blocks * bs;
+                seq.block_hashes = hashes[..hit.blocks].to_vec();
+                let first_admission = seq.timings.first_scheduled.is_none();
+                if first_admission {
+                    seq.timings.first_scheduled = Some(Instant::now());
+                }
+                self.start_load(Loading {
+                    seq,
+                    hashes,
+                    first: hit.blocks,
+                    blocks: on_disk,
+                    first_admission,
+                });
+                continue;
+            }
+            let cached = hit.blocks * bs;
             let uncomputed = seq.tokens.len() - cached;
             let is_long = limits.is_long(uncomputed);
             let mut n = self.chunk_len(uncomputed, false, budget);
@@ -579,36 +625,17 @@ impl Scheduler {
             for id in hit.ids() {
                 self.blocks.acquire(id);
             }
-            let in_ram = hit.blocks;
             seq.block_tables = hit.tables;
             let placed = self
                 .blocks
                 .allocate_to(&mut seq.block_tables, cached, cached + n);
             assert!(placed, "checked free count above");
-            // A file that fails its checks ends the disk hit early: the chunk then starts
-            // sooner (its pages are held already, and the later ones are used next step).
-            let loaded = self.load_from_disk(&seq, &hashes, in_ram..in_ram + on_disk, out);
-            let cached = (in_ram + loaded) * bs;
-            seq.block_hashes = hashes[..in_ram + loaded].to_vec();
+            seq.block_hashes = hashes[..hit.blocks].to_vec();
             seq.num_computed = cached;
             if seq.timings.first_scheduled.is_none() {
                 seq.timings.first_scheduled = Some(Instant::now());
                 seq.cached_prompt_tokens = cached;
-                self.stats.prefix_cache_queries += seq.prompt_len as u64;
-                self.stats.prefix_cache_hits += cached as u64;
-                if self.disk.is_some() {
-                    self.stats.disk_cache_queries += seq.prompt_len as u64;
-                    self.stats.disk_cache_hits += (loaded * bs) as u64;
-                }
-                // Which prompt hit how much, for following a router's placement from the logs.
-                tracing::debug!(
-                    "admitted {:?}: {} prompt tokens, {cached} from the prefix cache ({} from disk), first block {:?}, {} running",
-                    seq.id,
-                    seq.prompt_len,
-                    loaded * bs,
-                    hashes.first(),
-                    self.running.len()
-                );
+                self.count_first_admission(&seq, (cached, 0), hashes.first());
             }
             out.chunks.push(ScheduledChunk {
                 seq_id: seq.id,
@@ -624,6 +651,31 @@ impl Scheduler {
         }
         budget.tokens += reserve.tokens;
         budget.prefill += reserve.tokens;
+    }
+
+    /// Counts a prompt's first admission in the prefix cache's counters: `cached` of its
+    /// tokens hit, `from_disk` of them read back from the disk tier; `first_block` is its
+    /// first block's key (logged, to follow a router's placement).
+    fn count_first_admission(
+        &mut self,
+        seq: &Sequence,
+        (cached, from_disk): (usize, usize),
+        first_block: Option<&BlockHash>,
+    ) {
+        self.stats.prefix_cache_queries += seq.prompt_len as u64;
+        self.stats.prefix_cache_hits += cached as u64;
+        if self.disk.is_some() {
+            self.stats.disk_cache_queries += seq.prompt_len as u64;
+            self.stats.disk_cache_hits += from_disk as u64;
+        }
+        // Which prompt hit how much, for following a router's placement from the logs.
+        tracing::debug!(
+            "admitted {:?}: {} prompt tokens, {cached} from the prefix cache ({from_disk} from disk), first block {:?}, {} running",
+            seq.id,
+            seq.prompt_len,
+            first_block,
+            self.running.len()
+        );
     }
 
     fn build_batch(&self, out: &mut SchedulerOutput) {
@@ -678,6 +730,10 @@ impl Scheduler {
     pub fn abort(&mut self, id: SeqId) -> Option<Sequence> {
         let mut seq = if let Some(i) = self.running_index(id) {
             self.running.remove(i)
+        } else if let Some(i) = self.loading.iter().position(|l| l.seq.id == id) {
+            // Its read may still be under way: the reader fills a buffer of its own, never
+            // these pages, so they are free at once (the read's result is dropped).
+            self.loading.swap_remove(i).seq
         } else {
             let i = self.waiting.iter().position(|s| s.id == id)?;
             self.waiting.remove(i)?

@@ -36,12 +36,10 @@ pub struct SchedulerOutput {
     pub prefill_allowance: Option<usize>,
     /// Prompt tokens this step computes (every chunk but the one-token decodes).
     pub prefill_tokens: usize,
-    /// Pages read from the disk tier at admission, to copy into the KV cache before the
-    /// forward pass (they are registered as cached already).
-    pub loads: Vec<PageLoad>,
 }
 
-/// One page's bytes read from the disk tier, and the page they go to.
+/// One page's bytes read back from the disk tier, and the page they go to (registered as
+/// cached already: the engine copies them in before the next `schedule`).
 #[derive(Debug)]
 pub struct PageLoad {
     pub block: BlockId,

@@ -3,11 +3,15 @@
 
 use super::moe_expert_stats::MoeExpertStats;
 use super::spec_decode_stats::SpecDecodeStats;
+use crate::kv::kv_disk_tier::KvDiskStats;
 
 #[derive(Debug, Clone, Default)]
 pub struct SchedulerStats {
     pub num_running: usize,
     pub num_waiting: usize,
+    /// Admitted requests waiting for their prefix's reads from the disk tier (in no batch;
+    /// counted in `num_waiting` too).
+    pub num_loading: usize,
     pub kv_cache_usage: f64,
     /// Prompt tokens looked up in the prefix cache, and how many were found.
     pub prefix_cache_queries: u64,
@@ -16,6 +20,8 @@ pub struct SchedulerStats {
     /// how many of the prefix cache's hits its files served (vLLM's external prefix cache).
     pub disk_cache_queries: u64,
     pub disk_cache_hits: u64,
+    /// The disk tier's own counters (all zero without one). `Engine::stats` fills them in.
+    pub kv_offload: KvDiskStats,
     pub num_preemptions: u64,
     /// Wall time of every step (schedule to update).
     pub step_seconds: StepHistogram,

@@ -53,7 +53,7 @@ impl Mirror {
                 }
                 KvEvent::AllBlocksCleared => self.blocks.clear(),
                 // The disk tier's blocks; these tests run without one.
-                KvEvent::BlockStoredOnDisk { .. } => {}
+                KvEvent::BlockStoredOnDisk { .. } | KvEvent::BlockRemovedFromDisk { .. } => {}
             }
         }
     }

@@ -8,11 +8,13 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 use tokenmill_engine::config::KvCacheDtype;
+use tokenmill_engine::core::completion::collect_completion;
 use tokenmill_engine::kv::block_manager::BlockHash;
 use tokenmill_engine::kv::kv_disk_tier::KvOffloadConfig;
 use tokenmill_engine::sample::sampling_params::SamplingParams;
-use tokenmill_engine::sched::request::Request;
+use tokenmill_engine::sched::request::{Request, RequestEvent};
 use tokenmill_engine::{Engine, EngineConfig};
+use tokio::sync::mpsc::UnboundedReceiver;
 
 const BLOCK: usize = 16;
 
@@ -143,6 +145,191 @@ fn restart_serves_from_disk(dtype: KvCacheDtype, name: &str) {
     let stats = restarted.stats();
     assert_eq!(stats.disk_cache_hits, (blocks * BLOCK) as u64);
     assert_eq!(stats.disk_cache_queries, long.len() as u64);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Writes `long`'s blocks to `dir` through a first engine (dropped, so all are on disk).
+fn write_through(dir: &Path, long: &[u32]) {
+    let mut first = engine(KvCacheDtype::Auto, Some(&offload(dir, 1)));
+    run(&mut first, long, 1);
+}
+
+/// The token events that arrived on `rx` so far.
+fn tokens_so_far(rx: &mut UnboundedReceiver<RequestEvent>) -> usize {
+    std::iter::from_fn(|| rx.try_recv().ok())
+        .filter(|e| matches!(e, RequestEvent::Token { .. }))
+        .count()
+}
+
+#[test]
+fn a_running_decode_keeps_producing_tokens_while_another_requests_disk_reads_are_in_flight() {
+    common::skip_without_model!();
+    let dir = temp_dir("overlap");
+    let long = prompt(600, 7);
+    let short = prompt(40, 8);
+    let mut cold_engine = engine(KvCacheDtype::Auto, None);
+    let (cold_long, cold_short) = (
+        run(&mut cold_engine, &long, 6),
+        run(&mut cold_engine, &short, 30),
+    );
+    drop(cold_engine);
+    write_through(&dir, &long);
+
+    let mut restarted = engine(KvCacheDtype::Auto, Some(&offload(&dir, 1)));
+    let (_, mut decode) = restarted.add_request(request(&short, 30)).unwrap();
+    restarted.step().unwrap(); // The short prompt's prefill: its first token.
+                               // The reader starts nothing while held: every step until the hold is dropped runs
+                               // while the long prompt's reads are in flight.
+    let hold = restarted.hold_kv_offload_reads().expect("the tier is on");
+    let (_, loading) = restarted.add_request(request(&long, 6)).unwrap();
+    let before = tokens_so_far(&mut decode);
+    for _ in 0..8 {
+        restarted.step().unwrap();
+        assert_eq!(
+            restarted.stats().num_loading,
+            1,
+            "the long prompt left its read"
+        );
+    }
+    assert_eq!(
+        tokens_so_far(&mut decode),
+        8,
+        "a decode step was skipped during the read"
+    );
+    assert_eq!(before, 1);
+    assert_eq!(restarted.kv_offload_stats().unwrap().blocks_read, 0);
+    drop(hold);
+    while restarted.has_unfinished() {
+        restarted.step().unwrap();
+    }
+    let long_done = collect_completion(loading).expect("finished");
+    assert_eq!(
+        long_done.token_ids(),
+        cold_long,
+        "served from disk, the output changed"
+    );
+    let blocks = (long.len() - 1) / BLOCK;
+    assert_eq!(long_done.cached_prompt_tokens, blocks * BLOCK);
+    assert_eq!(restarted.stats().disk_cache_hits, (blocks * BLOCK) as u64);
+    assert_eq!(restarted.stats().num_loading, 0);
+    let mut rest = tokens_so_far(&mut decode);
+    rest += 9; // The tokens counted above.
+    assert_eq!(rest, cold_short.len());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn blocks_deleted_or_corrupted_after_the_lookup_are_computed_with_the_cold_runs_output() {
+    common::skip_without_model!();
+    let dir = temp_dir("vanished");
+    let long = prompt(500, 10);
+    let cold = run(&mut engine(KvCacheDtype::Auto, None), &long, 8);
+    write_through(&dir, &long);
+    for (damage, name) in [(12, "corrupted"), (0, "deleted")] {
+        let mut restarted = engine(KvCacheDtype::Auto, Some(&offload(&dir, 1)));
+        let hold = restarted.hold_kv_offload_reads().expect("the tier is on");
+        let (_, rx) = restarted.add_request(request(&long, 8)).unwrap();
+        restarted.step().unwrap();
+        assert_eq!(restarted.stats().num_loading, 1, "found on disk");
+        // Between the lookup (which saw every file) and the read.
+        let file = file_of(&dir, &long, damage);
+        if name == "deleted" {
+            std::fs::remove_file(&file).unwrap();
+        } else {
+            let mut bytes = std::fs::read(&file).unwrap();
+            let middle = bytes.len() / 2;
+            bytes[middle] ^= 0x08;
+            std::fs::write(&file, bytes).unwrap();
+        }
+        drop(hold);
+        while restarted.has_unfinished() {
+            restarted.step().unwrap();
+        }
+        let done = collect_completion(rx).expect("finished");
+        assert_eq!(done.token_ids(), cold, "block {damage} {name}");
+        assert_eq!(restarted.stats().disk_cache_hits, (damage * BLOCK) as u64);
+        assert_eq!(done.cached_prompt_tokens, damage * BLOCK);
+        let bad = u64::from(name == "corrupted");
+        assert_eq!(restarted.kv_offload_stats().unwrap().bad_files, bad);
+        // The restarted engine wrote the recomputed blocks back for the next round.
+        drop(restarted);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The zoo's tiny gemma-3 (six sliding-window layers of window 8 beside a global one) on
+/// the exact path, blocks of 8 tokens, writing through to `dir` when given.
+fn gemma3(dir: Option<&KvOffloadConfig>) -> Engine {
+    use tokenmill_engine::config::WeightMode;
+    use tokenmill_engine::models::checkpoint;
+    let path = common::model::zoo("tiny-gemma3").join("model-f32.gguf");
+    let mut ckpt = checkpoint::open(&path).unwrap();
+    let config = EngineConfig {
+        weight_mode: WeightMode::F32,
+        kv_cache_dtype: KvCacheDtype::F32,
+        block_size: 8,
+        num_kv_blocks: Some(200),
+        max_num_batched_tokens: 32,
+        max_num_seqs: 4,
+        ..EngineConfig::default()
+    };
+    let mut engine = Engine::load(&mut *ckpt, config).unwrap();
+    if let Some(dir) = dir {
+        engine.enable_kv_offload(dir);
+    }
+    engine
+}
+
+#[test]
+fn a_sliding_window_model_restarted_serves_from_disk_with_the_cold_runs_output() {
+    let dir = temp_dir("gemma3");
+    // Token ids under the zoo's vocabulary of 512; a prompt of many windows.
+    let long: Vec<u32> = (0..150).map(|i| ((i * 37 + 11) % 500) as u32 + 2).collect();
+    let cold = run(&mut gemma3(None), &long, 10);
+    let mut first = gemma3(Some(&offload(&dir, 3)));
+    assert_eq!(run(&mut first, &long, 10), cold);
+    drop(first);
+    let blocks = (long.len() - 1) / 8;
+    let files = block_files(&dir);
+    assert!(files.len() >= blocks, "{} files", files.len());
+
+    let mut restarted = gemma3(Some(&offload(&dir, 3)));
+    assert_eq!(
+        run(&mut restarted, &long, 10),
+        cold,
+        "served from disk, the output changed"
+    );
+    assert_eq!(restarted.stats().disk_cache_hits, (blocks * 8) as u64);
+    drop(restarted);
+
+    // A block whose file is corrupted between the lookup and the read: the prompt is
+    // admitted again with what came back and computes the rest.
+    let mut restarted = gemma3(Some(&offload(&dir, 3)));
+    let hold = restarted.hold_kv_offload_reads().expect("the tier is on");
+    let (_, rx) = restarted.add_request(request(&long, 10)).unwrap();
+    restarted.step().unwrap();
+    assert_eq!(restarted.stats().num_loading, 1, "found on disk");
+    let name = format!("{}.kvb", BlockHash::of_full_blocks(&long, 8)[9].to_hex());
+    let file = block_files(&dir)
+        .into_iter()
+        .find(|p| p.file_name().is_some_and(|n| n == name.as_str()))
+        .expect("block 9 was written");
+    let mut bytes = std::fs::read(&file).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0x08;
+    std::fs::write(&file, bytes).unwrap();
+    drop(hold);
+    while restarted.has_unfinished() {
+        restarted.step().unwrap();
+    }
+    let done = collect_completion(rx).expect("finished");
+    assert_eq!(done.token_ids(), cold, "block 9 corrupted");
+    assert_eq!(restarted.kv_offload_stats().unwrap().bad_files, 1);
+    assert!(
+        done.cached_prompt_tokens >= 9 * 8,
+        "{}",
+        done.cached_prompt_tokens
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -59,3 +59,12 @@ fn the_same_tokens_after_different_parents_get_different_keys() {
     );
     assert_ne!(BlockHash::chain(None, &X), BlockHash::chain(Some(a0), &X));
 }
+
+#[test]
+fn a_key_reads_back_from_the_hex_that_names_its_file_and_nothing_else_does() {
+    let key = BlockHash::chain(None, &A0);
+    assert_eq!(BlockHash::from_hex(&key.to_hex()), Some(key));
+    assert_eq!(BlockHash::from_hex(&key.to_hex()[1..]), None);
+    assert_eq!(BlockHash::from_hex(&"g".repeat(64)), None);
+    assert_eq!(BlockHash::from_hex(&"é".repeat(32)), None);
+}

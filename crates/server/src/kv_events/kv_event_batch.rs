@@ -22,7 +22,9 @@
 //!
 //! Hashes are unsigned 64-bit integers (vLLM's default int form of its block hashes),
 //! `lora_id` is nil (no adapters), and `medium` is `"GPU"`: vLLM's name for the engine's own
-//! KV pool, the one requests compute from (tokenmill's lives in host memory).
+//! KV pool, the one requests compute from (tokenmill's lives in host memory). The disk
+//! tier's blocks (`--kv-offload-dir`), stored and deleted, are the same events with
+//! `medium` `"DISK"`.
 
 use std::io;
 
@@ -41,7 +43,7 @@ pub const MEDIUM_DISK: &str = "DISK";
 /// The medium an event's blocks live in.
 fn medium_of(event: &KvEvent) -> &'static str {
     match event {
-        KvEvent::BlockStoredOnDisk { .. } => MEDIUM_DISK,
+        KvEvent::BlockStoredOnDisk { .. } | KvEvent::BlockRemovedFromDisk { .. } => MEDIUM_DISK,
         _ => MEDIUM,
     }
 }
@@ -108,11 +110,11 @@ fn write_event(out: &mut Vec<u8>, event: &KvEvent) -> io::Result<()> {
             encode::write_nil(out)?; // lora_id
             text(out, medium_of(event))
         }
-        KvEvent::BlockRemoved { block_hashes } => {
+        KvEvent::BlockRemoved { block_hashes } | KvEvent::BlockRemovedFromDisk { block_hashes } => {
             array(out, 3)?;
             text(out, "BlockRemoved")?;
             uints(out, block_hashes.iter().copied())?;
-            text(out, MEDIUM)
+            text(out, medium_of(event))
         }
         KvEvent::AllBlocksCleared => {
             array(out, 1)?;
@@ -152,13 +154,13 @@ fn write_event_map(out: &mut Vec<u8>, event: &KvEvent) -> io::Result<()> {
             pair(out, "medium", |out| text(out, medium_of(event)))?;
             pair(out, "lora_name", nil)
         }
-        KvEvent::BlockRemoved { block_hashes } => {
+        KvEvent::BlockRemoved { block_hashes } | KvEvent::BlockRemovedFromDisk { block_hashes } => {
             map(out, 3)?;
             pair(out, "type", |out| text(out, "BlockRemoved"))?;
             pair(out, "block_hashes", |out| {
                 uints(out, block_hashes.iter().copied())
             })?;
-            pair(out, "medium", |out| text(out, MEDIUM))
+            pair(out, "medium", |out| text(out, medium_of(event)))
         }
         KvEvent::AllBlocksCleared => {
             map(out, 1)?;
@@ -317,6 +319,33 @@ mod tests {
                 disk.encode_as(encoding).unwrap(),
             );
             // The same bytes but the medium: "GPU" (a fixstr of 3) becomes "DISK".
+            let gpu = str_bytes("GPU");
+            let at = ram.windows(gpu.len()).position(|w| w == gpu).unwrap();
+            let mut want = ram[..at].to_vec();
+            want.extend(str_bytes("DISK"));
+            want.extend_from_slice(&ram[at + gpu.len()..]);
+            assert_eq!(disk, want, "{encoding:?}");
+        }
+    }
+
+    #[test]
+    fn a_disk_tier_deletion_is_a_block_removed_event_with_medium_disk() {
+        let one = |event: KvEvent| KvEventBatch {
+            ts: 0.0,
+            events: vec![event],
+            data_parallel_rank: Some(0),
+        };
+        let ram = one(KvEvent::BlockRemoved {
+            block_hashes: vec![7, 9],
+        });
+        let disk = one(KvEvent::BlockRemovedFromDisk {
+            block_hashes: vec![7, 9],
+        });
+        for encoding in [EventEncoding::Array, EventEncoding::Map] {
+            let (ram, disk) = (
+                ram.encode_as(encoding).unwrap(),
+                disk.encode_as(encoding).unwrap(),
+            );
             let gpu = str_bytes("GPU");
             let at = ram.windows(gpu.len()).position(|w| w == gpu).unwrap();
             let mut want = ram[..at].to_vec();

@@ -339,6 +339,25 @@ impl Metrics {
             "Prompt tokens of prefix-cache hits read from the disk tier (--kv-offload-dir).",
             stats.disk_cache_hits as f64,
         );
+        let disk = &stats.kv_offload;
+        counter(
+            out,
+            "kv_offload_blocks_written",
+            "Blocks the disk tier (--kv-offload-dir) wrote.",
+            disk.blocks_written as f64,
+        );
+        counter(
+            out,
+            "kv_offload_blocks_skipped",
+            "Blocks the disk tier did not write: its queue was full, or its disk was.",
+            disk.blocks_skipped as f64,
+        );
+        counter(
+            out,
+            "kv_offload_write_failures",
+            "Block writes the disk tier attempted that failed (a full disk's first among them).",
+            disk.write_failures as f64,
+        );
         counter(
             out,
             "num_preemptions",

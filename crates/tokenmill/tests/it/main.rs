@@ -6,6 +6,7 @@ mod common;
 mod engine_bench;
 mod generate_text_flags;
 mod hub_models;
+mod kv_offload_full_disk;
 mod perplexity;
 mod run_chat;
 mod several_models;

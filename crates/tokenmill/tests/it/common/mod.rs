@@ -42,15 +42,20 @@ impl ServedBinary {
     /// it logs the address it listens on.
     pub fn start_with_env(args: &[&str], env: &[(&str, &std::ffi::OsStr)]) -> Self {
         let mut command = Command::new(env!("CARGO_BIN_EXE_tokenmill"));
-        command
-            .args(["serve", "--port", "0"])
-            .args(args)
-            .env("RUST_LOG", "info")
-            .env("NO_COLOR", "1")
-            .stderr(Stdio::piped());
+        command.args(["serve", "--port", "0"]).args(args);
         for (name, value) in env {
             command.env(name, value);
         }
+        Self::start_command(command)
+    }
+
+    /// `command`, which must end up running `tokenmill serve --port 0` in its own process
+    /// (a wrapper that `exec`s it), returned once it logs the address it listens on.
+    pub fn start_command(mut command: Command) -> Self {
+        command
+            .env("RUST_LOG", "info")
+            .env("NO_COLOR", "1")
+            .stderr(Stdio::piped());
         let mut child = command.spawn().expect("the binary runs");
         let stderr = child.stderr.take().unwrap();
         let (addr_tx, addr_rx) = mpsc::channel();
