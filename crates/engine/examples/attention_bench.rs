@@ -2,10 +2,10 @@
 //! chunk at several context lengths and decode rows, best of many repetitions (the minimum
 //! filters out what other tenants of the machine take), in GFLOP/s of its multiply-adds.
 //!
-//! `cargo run --release -p tokenmill-engine --example attention_bench [-- --reps N] [--rows R] [--seqs S] [--cold]`
+//! `cargo run --release -p tokenmill-engine --example attention_bench [-- --reps N] [--rows R] [--seqs S] [--cold] [--dtype D]`
 //! (`--rows 1`: only the decode cases, `--seqs 64` only those of 64 sequences, e.g. under
 //! `perf record`; `--cold`: the caches flushed before each repetition, as a decode step
-//! finds them).
+//! finds them; `--dtype`: the KV cache's, as `--kv-cache-dtype` spells it, default f16).
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::time::Instant;
@@ -43,6 +43,11 @@ fn main() {
         .nth(1)
         .and_then(|n| n.parse().ok());
     let cold = std::env::args().any(|a| a == "--cold");
+    let dtype: KvCacheDtype = std::env::args()
+        .skip_while(|a| a != "--dtype")
+        .nth(1)
+        .map_or(Ok(KvCacheDtype::F16), |d| d.parse())
+        .unwrap_or_else(|e| panic!("--dtype: {e}"));
     let flush: Vec<u8> = (0..64usize << 20).map(|i| i as u8).collect();
     let cases = [
         Case {
@@ -106,7 +111,7 @@ fn main() {
             .filter(|c| only_rows.is_none_or(|r| r == c.rows))
             .filter(|c| only_seqs.is_none_or(|n| n == c.seqs))
         {
-            let (kv, batch) = setup(shape, case, &mut rng);
+            let (kv, batch) = setup(shape, case, dtype, &mut rng);
             let q: Vec<f32> = (0..batch.num_tokens() * heads * d)
                 .map(|_| rng.random_range(-1.0..1.0))
                 .collect();
@@ -150,8 +155,14 @@ fn main() {
     }
 }
 
-/// A one-layer f16 cache holding random K/V for every sequence's context, and the batch.
-fn setup(shape: AttentionShape, case: &Case, rng: &mut StdRng) -> (KvCache, ForwardBatch) {
+/// A one-layer cache of `dtype` holding random K/V for every sequence's context, and the
+/// batch.
+fn setup(
+    shape: AttentionShape,
+    case: &Case,
+    dtype: KvCacheDtype,
+    rng: &mut StdRng,
+) -> (KvCache, ForwardBatch) {
     let width = shape.num_kv_heads * shape.head_dim;
     let per_seq = case.context.div_ceil(BLOCK);
     let total = per_seq * case.seqs;
@@ -162,7 +173,7 @@ fn setup(shape: AttentionShape, case: &Case, rng: &mut StdRng) -> (KvCache, Forw
         num_kv_heads: shape.num_kv_heads,
         head_dim: shape.head_dim,
     };
-    let mut kv = KvCache::new(1, total, BLOCK, heads, KvCacheDtype::F16);
+    let mut kv = KvCache::new(1, total, BLOCK, heads, dtype);
     let mut batch = ForwardBatch::default();
     for table in ids.chunks(per_seq) {
         let table: Vec<BlockId> = table.to_vec();

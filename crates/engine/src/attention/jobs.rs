@@ -14,12 +14,13 @@ use super::online_softmax::{merge, normalise, ChunkBufs, Scratch, Span};
 use super::plan::Ctx;
 #[cfg(target_arch = "x86_64")]
 use super::rows::Direct;
-use super::rows::{Bf16Rows, F16Rows, F32Rows, Q8Rows, Rows};
+use super::rows::{Bf16Rows, DirectCode, F16Rows, F32Rows, Rows, ScaledRows};
 #[cfg(target_arch = "x86_64")]
 use super::CHUNK;
 use super::PARTITION;
 use crate::kv::block_table::BlockTable;
 use crate::kv::kv_cache::{KvLayer, KvSlab};
+use crate::kv::scaled_slab::ScaledSlab;
 use std::cell::RefCell;
 use std::ops::Range;
 
@@ -56,15 +57,27 @@ pub(super) fn dispatch<J: Job>(isa: Isa, kv: &KvLayer, job: J) {
             }
             Isa::Portable => with_isa(isa, job, &Bf16Rows::<false> { keys, values }, scratch),
         },
-        (KvSlab::Q8(keys), KvSlab::Q8(values)) => match isa {
-            #[cfg(target_arch = "x86_64")]
-            Isa::Avx2 | Isa::Avx512 => {
-                with_isa(isa, job, &Q8Rows::<true> { keys, values }, scratch)
-            }
-            Isa::Portable => with_isa(isa, job, &Q8Rows::<false> { keys, values }, scratch),
-        },
+        (KvSlab::Q8(keys), KvSlab::Q8(values)) => with_scaled(isa, job, keys, values, scratch),
+        (KvSlab::Fp8(keys), KvSlab::Fp8(values)) => with_scaled(isa, job, keys, values, scratch),
         _ => unreachable!("keys and values share one dtype"),
     })
+}
+
+/// [`with_isa`] over a quantized cache's rows.
+fn with_scaled<J: Job, Q: DirectCode>(
+    isa: Isa,
+    job: J,
+    keys: &ScaledSlab<Q>,
+    values: &ScaledSlab<Q>,
+    scratch: &mut Scratch,
+) {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 | Isa::Avx512 => {
+            with_isa(isa, job, &ScaledRows::<Q, true> { keys, values }, scratch)
+        }
+        Isa::Portable => with_isa(isa, job, &ScaledRows::<Q, false> { keys, values }, scratch),
+    }
 }
 
 fn with_isa<J: Job, R: Rows>(isa: Isa, job: J, rows: &R, scratch: &mut Scratch) {
@@ -181,7 +194,7 @@ impl Job for TileJob<'_> {
 }
 
 impl TileJob<'_> {
-    /// A lone decode row's every KV head, straight from the f16 or `q8_0` cache, chunk by chunk with
+    /// A lone decode row's every KV head, straight from the f16, `q8_0` or `fp8` cache, chunk by chunk with
     /// the heads inside: a block's keys of all heads are one contiguous run, and so are its
     /// values, where head by head the row's context is read as short pieces strided across
     /// the block, which streams from memory at about half the rate. Every head sees the

@@ -188,7 +188,7 @@ impl<R: Rows> Span<'_, R> {
         }
     }
 
-    /// A lone row's chunk folded straight from an f16 or `q8_0` cache when the chunk lies
+    /// A lone row's chunk folded straight from an f16, `q8_0` or `fp8` cache when the chunk lies
     /// inside one block (AVX2 + F16C only); `false` leaves the chunk to the widened copy.
     /// With one row the copy is used by only the group's few heads, so writing and
     /// re-reading it cost more than widening on the fly (decode attention is most of its
@@ -307,7 +307,7 @@ pub(super) fn direct_chunk<'a>(
             value_stride: d,
             next: None,
         }),
-        Direct::Q8(keys, values) => backends::avx2::DirectChunk::Q8(backends::avx2::Q8Chunk {
+        Direct::Q8(keys, values) => backends::avx2::DirectChunk::Q8(backends::avx2::ScaledChunk {
             keys,
             first_key,
             values,
@@ -315,6 +315,16 @@ pub(super) fn direct_chunk<'a>(
             value_stride: d,
             next: None,
         }),
+        Direct::Fp8(keys, values) => {
+            backends::avx2::DirectChunk::Fp8(backends::avx2::ScaledChunk {
+                keys,
+                first_key,
+                values,
+                first_value,
+                value_stride: d,
+                next: None,
+            })
+        }
     }
 }
 

@@ -1,8 +1,10 @@
 //! How a job reads the cache ([`Rows`]): a run of one key element's positions, or one
-//! value row, widened to f32 from an f32, f16, bf16 or `q8_0` slab. Generic, so each dtype (and
-//! whether the job runs under AVX2) compiles its own copy of the kernel.
+//! value row, widened to f32 from an f32, f16, bf16, `q8_0` or `fp8` slab. Generic, so each
+//! dtype (and whether the job runs under AVX2) compiles its own copy of the kernel.
 
+use crate::kv::fp8_slab::{E4m3, Fp8Slab};
 use crate::kv::q8_slab::Q8Slab;
+use crate::kv::scaled_slab::{Code, ScaledSlab};
 
 /// Reads `dst.len()` consecutive cache elements at an element offset, widened to f32: a run of
 /// positions of one key element, or one head's value row.
@@ -14,7 +16,7 @@ pub(super) trait Rows: Sync {
     fn key(&self, start: usize, dst: &mut [f32]);
     fn value(&self, start: usize, dst: &mut [f32]);
     /// The cache's keys and values, where this build's direct folds read them without a
-    /// widened copy (the f16 and `q8_0` caches under AVX2).
+    /// widened copy (the f16, `q8_0` and `fp8` caches under AVX2).
     #[inline(always)]
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     fn direct(&self) -> Option<Direct<'_>> {
@@ -28,6 +30,7 @@ pub(super) trait Rows: Sync {
 pub(super) enum Direct<'a> {
     F16(&'a [u16], &'a [u16]),
     Q8(&'a Q8Slab, &'a Q8Slab),
+    Fp8(&'a Fp8Slab, &'a Fp8Slab),
 }
 
 pub(super) struct F32Rows<'a, const AVX2: bool> {
@@ -101,13 +104,32 @@ unsafe fn widen_f16_f16c(src: &[u16], dst: &mut [f32]) {
     }
 }
 
-/// `q8_0` int8s times their blocks' f16 scales (exact in f32).
-pub(super) struct Q8Rows<'a, const AVX2: bool> {
-    pub(super) keys: &'a Q8Slab,
-    pub(super) values: &'a Q8Slab,
+/// A quantized cache's codes times their blocks' f16 scales (exact in f32): `q8_0`'s int8s
+/// or `fp8`'s e4m3 bytes.
+pub(super) struct ScaledRows<'a, Q, const AVX2: bool> {
+    pub(super) keys: &'a ScaledSlab<Q>,
+    pub(super) values: &'a ScaledSlab<Q>,
 }
 
-impl<const AVX2: bool> Rows for Q8Rows<'_, AVX2> {
+/// A code whose slabs a direct fold reads in place.
+pub(super) trait DirectCode: Code + Sync {
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+    fn direct<'a>(keys: &'a ScaledSlab<Self>, values: &'a ScaledSlab<Self>) -> Direct<'a>;
+}
+
+impl DirectCode for i8 {
+    fn direct<'a>(keys: &'a Q8Slab, values: &'a Q8Slab) -> Direct<'a> {
+        Direct::Q8(keys, values)
+    }
+}
+
+impl DirectCode for E4m3 {
+    fn direct<'a>(keys: &'a Fp8Slab, values: &'a Fp8Slab) -> Direct<'a> {
+        Direct::Fp8(keys, values)
+    }
+}
+
+impl<Q: DirectCode, const AVX2: bool> Rows for ScaledRows<'_, Q, AVX2> {
     const AVX2: bool = AVX2;
     #[inline(always)]
     fn key(&self, start: usize, dst: &mut [f32]) {
@@ -119,7 +141,7 @@ impl<const AVX2: bool> Rows for Q8Rows<'_, AVX2> {
     }
     #[inline(always)]
     fn direct(&self) -> Option<Direct<'_>> {
-        AVX2.then_some(Direct::Q8(self.keys, self.values))
+        AVX2.then(|| Q::direct(self.keys, self.values))
     }
 }
 

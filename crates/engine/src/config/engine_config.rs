@@ -217,7 +217,7 @@ impl EngineConfig {
         // Keys and values; `bytes_for` saturates, so an overflow reads as too large.
         let block_bytes = self
             .kv_cache_dtype
-            .bytes_for(values)
+            .bytes_for(values, model.head_dim)
             .checked_mul(2)
             .filter(|&b| b < usize::MAX / 2)
             .ok_or_else(too_large)?;

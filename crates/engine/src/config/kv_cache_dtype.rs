@@ -12,6 +12,12 @@ pub enum KvCacheDtype {
     /// times one f16 scale (34 bytes per 32 values, 1.88× f16's tokens). Quantized as the
     /// keys and values are written; attention reads the int8s and scales directly.
     Q8_0,
+    /// vLLM's `fp8`: OCP e4m3 (`e4m3fn`, no infinities) bytes, each head's row of one
+    /// token (its key or its value) times one f16 scale, the row's largest magnitude over
+    /// 448 (`head_dim + 2` bytes per `head_dim` values: 1.94× f16's tokens at head dim 64).
+    /// Quantized as the keys and values are written; attention reads the bytes and scales
+    /// directly. Any head dim.
+    Fp8,
 }
 
 /// Values of one `q8_0` block, which share one f16 scale. A head dim must be a multiple.
@@ -26,12 +32,14 @@ impl KvCacheDtype {
         }
     }
 
-    /// Bytes that `values` stored numbers take (a whole number of `q8_0` blocks for
-    /// `q8_0`: a head dim is checked to be a multiple of [`Q8_BLOCK`]). Saturates.
-    pub fn bytes_for(self, values: usize) -> usize {
+    /// Bytes that `values` stored numbers take, in whole heads of `head_dim` (a whole number
+    /// of `q8_0` blocks for `q8_0`: a head dim is checked to be a multiple of [`Q8_BLOCK`];
+    /// one scale per head's row for `fp8`). Saturates.
+    pub fn bytes_for(self, values: usize, head_dim: usize) -> usize {
         match self.resolve() {
             Self::F32 => values.saturating_mul(4),
             Self::Q8_0 => (values / Q8_BLOCK).saturating_mul(Q8_BLOCK + 2),
+            Self::Fp8 => values.saturating_add((values / head_dim.max(1)).saturating_mul(2)),
             _ => values.saturating_mul(2),
         }
     }
@@ -54,8 +62,9 @@ impl std::str::FromStr for KvCacheDtype {
             "f16" | "float16" | "half" => Ok(Self::F16),
             "bf16" | "bfloat16" => Ok(Self::Bf16),
             "q8_0" => Ok(Self::Q8_0),
+            "fp8" | "fp8_e4m3" => Ok(Self::Fp8),
             other => Err(format!(
-                "unknown KV cache dtype {other:?} (auto, f32, f16, bf16, q8_0)"
+                "unknown KV cache dtype {other:?} (auto, f32, f16, bf16, q8_0, fp8)"
             )),
         }
     }
@@ -70,6 +79,7 @@ impl std::fmt::Display for KvCacheDtype {
             Self::F16 => "f16",
             Self::Bf16 => "bf16",
             Self::Q8_0 => "q8_0",
+            Self::Fp8 => "fp8",
         })
     }
 }

@@ -185,7 +185,7 @@ impl ModelConfig {
         let values = [self.num_layers, self.num_kv_heads, self.head_dim]
             .into_iter()
             .fold(1usize, usize::saturating_mul);
-        dtype.bytes_for(values).saturating_mul(2)
+        dtype.bytes_for(values, self.head_dim).saturating_mul(2)
     }
 
     /// Refuses a shape no model has — a zero width or count, an odd head (RoPE rotates

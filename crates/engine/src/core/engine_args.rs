@@ -49,10 +49,11 @@ pub struct EngineArgs {
     /// seconds, so it is taken, not only reserved.
     #[arg(long, default_value_t = EngineConfig::DEFAULT.kv_cache_memory_bytes as f64 / GIB)]
     pub kv_cache_memory_gib: f64,
-    /// KV cache element type: auto (= f16), f32, f16, bf16 or q8_0. Halves hold twice the
-    /// tokens of f32 in the same --kv-cache-memory-gib; q8_0 (blocks of 32 int8s with one f16
-    /// scale, quantized as they are written; the head dim must be a multiple of 32) 1.88
-    /// times f16's.
+    /// KV cache element type: auto (= f16), f32, f16, bf16, q8_0 or fp8 (= fp8_e4m3). Halves
+    /// hold twice the tokens of f32 in the same --kv-cache-memory-gib; q8_0 (blocks of 32 int8s
+    /// with one f16 scale, quantized as they are written; the head dim must be a multiple of
+    /// 32) 1.88 times f16's; fp8 (e4m3 bytes with one f16 scale per token's row of each KV
+    /// head, any head dim) 1.94 times at head dim 64.
     #[arg(long, default_value_t = EngineConfig::DEFAULT.kv_cache_dtype)]
     pub kv_cache_dtype: KvCacheDtype,
     /// Exact number of KV blocks, pages of one KV cache group's layers each (overrides

@@ -1,6 +1,6 @@
-//! `KvCache`: the paged key/value storage, in f32, f16, bf16 or `q8_0` ([`Q8Slab`]): one
-//! pair of slabs per layer
-//! of a KV cache group ([`KvCacheGroups`]), shared by every group.
+//! `KvCache`: the paged key/value storage, in f32, f16, bf16, `q8_0` ([`Q8Slab`]) or `fp8`
+//! ([`Fp8Slab`]): one pair of slabs per layer of a KV cache group ([`KvCacheGroups`]),
+//! shared by every group.
 //!
 //! A page (block) `b` is row `b` of each of the `group_size` slab pairs: layer `l` (group
 //! `G(l)`, index `j(l)`) keeps its keys and values in slab pair `j(l)`, at the pages its
@@ -26,7 +26,9 @@ use std::ops::Range;
 use crate::config::model_config::KvHeads;
 use crate::config::{KvCacheDtype, KvCacheGroups};
 use crate::kernels::compute_pool::ComputePool;
-use crate::kv::q8_slab::{quantize_block, Q8Slab, Q8_BLOCK};
+use crate::kv::fp8_slab::{E4m3, Fp8Slab};
+use crate::kv::q8_slab::{Q8Slab, Q8_BLOCK};
+use crate::kv::scaled_slab::{Code, ScaledSlab};
 
 /// One slab of rows. Half types are kept as their bits so a fresh pool is zeroed pages
 /// the OS hands out lazily, not gigabytes written at startup ([`KvCache::fault_in_next`]
@@ -38,15 +40,18 @@ pub enum KvSlab {
     F16(Vec<u16>),
     Bf16(Vec<u16>),
     Q8(Q8Slab),
+    Fp8(Fp8Slab),
 }
 
 impl KvSlab {
-    /// `len` zero elements; a `q8_0` block's elements lie `stride` apart.
-    fn zeroed(dtype: KvCacheDtype, len: usize, stride: usize) -> Self {
+    /// `len` zero elements; a quantization block's elements lie `stride` apart (an `fp8`
+    /// block is one head's row, `head_dim` values).
+    fn zeroed(dtype: KvCacheDtype, len: usize, stride: usize, head_dim: usize) -> Self {
         match dtype.resolve() {
             KvCacheDtype::F32 => Self::F32(vec![0.0; len]),
             KvCacheDtype::Bf16 => Self::Bf16(vec![0; len]),
-            KvCacheDtype::Q8_0 => Self::Q8(Q8Slab::zeroed(len, stride)),
+            KvCacheDtype::Q8_0 => Self::Q8(Q8Slab::zeroed(len, Q8_BLOCK, stride)),
+            KvCacheDtype::Fp8 => Self::Fp8(Fp8Slab::zeroed(len, head_dim, stride)),
             _ => Self::F16(vec![0; len]),
         }
     }
@@ -57,16 +62,13 @@ impl KvSlab {
         match self {
             Self::F32(s) => touch_bytes(s, range.start * 4..range.end * 4),
             Self::F16(s) | Self::Bf16(s) => touch_bytes(s, range.start * 2..range.end * 2),
-            Self::Q8(s) => {
-                let (qs, scales) = s.byte_ranges(range);
-                touch_bytes(&mut s.qs, qs);
-                touch_bytes(&mut s.scales, scales);
-            }
+            Self::Q8(s) => touch_scaled(s, range),
+            Self::Fp8(s) => touch_scaled(s, range),
         }
     }
 
     /// The slab's arrays as bytes (native order), for copying whole pages to and from a
-    /// disk tier without knowing the element type: the elements, and for `q8_0` its scales
+    /// disk tier without knowing the element type: the elements, and for `q8_0`/`fp8` its scales
     /// (empty otherwise). Each array holds the pages one after another, so a page is the same
     /// fraction of each (a page's elements fill whole quantization blocks).
     fn byte_arrays_mut(&mut self) -> [&mut [u8]; 2] {
@@ -74,6 +76,7 @@ impl KvSlab {
             Self::F32(s) => [as_bytes_mut(s), &mut []],
             Self::F16(s) | Self::Bf16(s) => [as_bytes_mut(s), &mut []],
             Self::Q8(s) => [as_bytes_mut(&mut s.qs), as_bytes_mut(&mut s.scales)],
+            Self::Fp8(s) => [as_bytes_mut(&mut s.qs), as_bytes_mut(&mut s.scales)],
         }
     }
 
@@ -83,6 +86,7 @@ impl KvSlab {
             Self::F32(s) => [as_bytes(s), &[]],
             Self::F16(s) | Self::Bf16(s) => [as_bytes(s), &[]],
             Self::Q8(s) => [as_bytes(&s.qs), as_bytes(&s.scales)],
+            Self::Fp8(s) => [as_bytes(&s.qs), as_bytes(&s.scales)],
         }
     }
 
@@ -92,12 +96,8 @@ impl KvSlab {
             Self::F32(s) => RawSlab::F32(s.as_mut_ptr(), s.len()),
             Self::F16(s) => RawSlab::F16(s.as_mut_ptr(), s.len()),
             Self::Bf16(s) => RawSlab::Bf16(s.as_mut_ptr(), s.len()),
-            Self::Q8(s) => RawSlab::Q8 {
-                qs: s.qs.as_mut_ptr(),
-                scales: s.scales.as_mut_ptr(),
-                len: s.qs.len(),
-                stride: s.stride,
-            },
+            Self::Q8(s) => RawSlab::Q8(RawScaled::of(s)),
+            Self::Fp8(s) => RawSlab::Fp8(RawScaled::of(s)),
         }
     }
 
@@ -113,8 +113,16 @@ impl KvSlab {
                 .reinterpret_cast::<bf16>()
                 .convert_to_f32_slice(dst),
             Self::Q8(s) => s.load(start, dst),
+            Self::Fp8(s) => s.load(start, dst),
         }
     }
+}
+
+/// [`KvSlab::touch_pages`] of a quantized slab: its codes' and its scales' pages.
+fn touch_scaled<Q: Code>(s: &mut ScaledSlab<Q>, range: Range<usize>) {
+    let (qs, scales) = s.byte_ranges(range);
+    touch_bytes(&mut s.qs, qs);
+    touch_bytes(&mut s.scales, scales);
 }
 
 /// Reads and writes back one byte in every page that bytes `range` of `slab` touch.
@@ -239,8 +247,8 @@ impl KvCache {
         let slab = num_blocks * block_size * width;
         let slabs = (0..groups.group_size())
             .map(|_| KvLayer {
-                keys: KvSlab::zeroed(dtype, slab, block_size),
-                values: KvSlab::zeroed(dtype, slab, 1),
+                keys: KvSlab::zeroed(dtype, slab, block_size, head_dim),
+                values: KvSlab::zeroed(dtype, slab, 1, head_dim),
                 block_size,
                 width,
                 head_dim,
@@ -268,7 +276,8 @@ impl KvCache {
     /// unchanged, so blocks that hold data (cached prefixes) keep it.
     pub fn fault_in_next(&mut self) -> bool {
         let block_elements = self.block_size * self.width;
-        let block_bytes = self.dtype.bytes_for(block_elements);
+        let head_dim = self.slabs.first().map_or(1, |l| l.head_dim);
+        let block_bytes = self.dtype.bytes_for(block_elements, head_dim);
         let per_call = (FAULT_IN_BYTES / block_bytes.max(1)).max(1);
         let (block, slab) = self.faulted;
         if block >= self.num_blocks {
@@ -400,11 +409,17 @@ impl KvCache {
                 }
             }
         };
-        if slots.len() * w >= PARALLEL_WRITE && w > WRITE_COLUMNS {
-            ComputePool::global().for_each_range(w, WRITE_COLUMNS, store);
+        // An `fp8` block is a head's row: each task takes whole heads.
+        let columns = if self.dtype == KvCacheDtype::Fp8 {
+            (WRITE_COLUMNS / hd).max(1) * hd
         } else {
-            for start in (0..w).step_by(WRITE_COLUMNS) {
-                store(start..(start + WRITE_COLUMNS).min(w));
+            WRITE_COLUMNS
+        };
+        if slots.len() * w >= PARALLEL_WRITE && w > columns {
+            ComputePool::global().for_each_range(w, columns, store);
+        } else {
+            for start in (0..w).step_by(columns) {
+                store(start..(start + columns).min(w));
             }
         }
     }
@@ -468,7 +483,7 @@ unsafe fn round_to_f16_f16c(src: &[f32], dst: &mut [u16]) {
 /// ago), so even a few rows are worth two threads: a 16-row Qwen3-0.6B step spent ~60 µs
 /// a layer writing its KV on one.
 const PARALLEL_WRITE: usize = 8 * 1024;
-/// Elements of each row one write task stores.
+/// Elements of each row one write task stores (rounded to whole heads for `fp8`).
 const WRITE_COLUMNS: usize = 128;
 
 /// A slab's elements as a raw pointer and length, shared by tasks that store disjoint
@@ -478,13 +493,61 @@ enum RawSlab {
     F32(*mut f32, usize),
     F16(*mut u16, usize),
     Bf16(*mut u16, usize),
-    /// A `q8_0` slab: its int8s (`len` of them), scales, and a block's element stride.
-    Q8 {
-        qs: *mut i8,
-        scales: *mut u16,
-        len: usize,
-        stride: usize,
-    },
+    Q8(RawScaled<i8>),
+    Fp8(RawScaled<E4m3>),
+}
+
+/// A quantized slab's codes (`len` of them) and scales as raw pointers, with its block
+/// length and a block's element stride.
+struct RawScaled<Q> {
+    qs: *mut Q,
+    scales: *mut u16,
+    len: usize,
+    block: usize,
+    stride: usize,
+}
+
+// Copy whatever `Q` is (a derive would ask `Q: Copy`, which the pointers do not need).
+impl<Q> Clone for RawScaled<Q> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<Q> Copy for RawScaled<Q> {}
+
+impl<Q: Code> RawScaled<Q> {
+    fn of(s: &mut ScaledSlab<Q>) -> Self {
+        Self {
+            qs: s.qs.as_mut_ptr(),
+            scales: s.scales.as_mut_ptr(),
+            len: s.qs.len(),
+            block: s.block,
+            stride: s.stride,
+        }
+    }
+
+    /// Quantizes `src`, whole blocks from the start of one, into elements `start`, `start
+    /// + stride`, … (`stride` the slab's block stride), and their blocks' scales.
+    ///
+    /// # Safety
+    /// As [`RawSlab::store`].
+    unsafe fn store(self, start: usize, stride: usize, src: &[f32]) {
+        let (n, block) = (src.len(), self.block);
+        let span = block * self.stride;
+        assert!(stride == self.stride && n.is_multiple_of(block));
+        assert!(start % span < self.stride && start + (n - 1) * stride < self.len);
+        for (b, values) in src.chunks_exact(block).enumerate() {
+            let first = start + b * span;
+            // SAFETY: in bounds (asserted, and the scales are `len / block`); exclusive by
+            // the caller's contract.
+            unsafe {
+                let scale = Q::quantize(values, |j, q| *self.qs.add(first + j * stride) = q);
+                *self
+                    .scales
+                    .add(first / span * self.stride + first % self.stride) = scale;
+            }
+        }
+    }
 }
 
 // SAFETY: a `RawSlab` is only stored through, by tasks whose elements are disjoint
@@ -502,7 +565,8 @@ impl RawSlab {
             let (base, size) = match self {
                 Self::F32(p, _) => (p as *const i8, 4),
                 Self::F16(p, _) | Self::Bf16(p, _) => (p as *const i8, 2),
-                Self::Q8 { qs, .. } => (qs as *const i8, 1),
+                Self::Q8(s) => (s.qs as *const i8, 1),
+                Self::Fp8(s) => (s.qs as *const i8, 1),
             };
             let step = (64 / (stride * size)).max(1);
             for j in (0..n).step_by(step) {
@@ -515,15 +579,15 @@ impl RawSlab {
         let _ = (self, start, stride, n);
     }
 
-    /// Rounds `src` (at most [`WRITE_COLUMNS`] values) into elements `start`, `start +
-    /// stride`, … (one per element of `src`). A `q8_0` slab takes whole quantization
-    /// blocks: `src` a multiple of [`Q8_BLOCK`] values starting a block, at its `stride`.
+    /// Rounds `src` into elements `start`, `start + stride`, … (one per element of `src`;
+    /// at most [`WRITE_COLUMNS`] of them for a half type). A quantized slab takes whole
+    /// quantization blocks: `src` a multiple of its block length starting a block, at its
+    /// `stride`.
     ///
     /// # Safety
     /// No other thread reads or writes those elements (or their blocks' scales) meanwhile.
     unsafe fn store(self, start: usize, stride: usize, src: &[f32]) {
         let n = src.len();
-        assert!(n <= WRITE_COLUMNS);
         let Some(last) = n.checked_sub(1) else {
             return;
         };
@@ -538,38 +602,20 @@ impl RawSlab {
                 return;
             }
             Self::F16(p, len) => {
+                assert!(n <= WRITE_COLUMNS);
                 round_to_f16(src, &mut bits[..n]);
                 (p, len)
             }
             Self::Bf16(p, len) => {
+                assert!(n <= WRITE_COLUMNS);
                 bits[..n]
                     .reinterpret_cast_mut::<bf16>()
                     .convert_from_f32_slice(src);
                 (p, len)
             }
-            Self::Q8 {
-                qs,
-                scales,
-                len,
-                stride: block_stride,
-            } => {
-                let span = Q8_BLOCK * block_stride;
-                assert!(stride == block_stride && n.is_multiple_of(Q8_BLOCK));
-                assert!(start % span < block_stride && start + last * stride < len);
-                for (b, block) in src.chunks_exact(Q8_BLOCK).enumerate() {
-                    let (scale, q) = quantize_block(block.try_into().expect("a whole block"));
-                    let first = start + b * span;
-                    // SAFETY: in bounds (asserted: the scales are `len / Q8_BLOCK`);
-                    // exclusive by the caller's contract.
-                    unsafe {
-                        *scales.add(first / span * block_stride + first % block_stride) = scale;
-                        for (j, &x) in q.iter().enumerate() {
-                            *qs.add(first + j * stride) = x;
-                        }
-                    }
-                }
-                return;
-            }
+            // SAFETY (both): the caller's contract.
+            Self::Q8(s) => return unsafe { s.store(start, stride, src) },
+            Self::Fp8(s) => return unsafe { s.store(start, stride, src) },
         };
         assert!(start + last * stride < len);
         for (j, &b) in bits[..n].iter().enumerate() {
@@ -584,18 +630,19 @@ trait PlainNumber: Copy {}
 impl PlainNumber for f32 {}
 impl PlainNumber for u16 {}
 impl PlainNumber for i8 {}
+impl PlainNumber for E4m3 {}
 
 /// A slice of plain numbers as its bytes (native order).
 fn as_bytes<T: PlainNumber>(s: &[T]) -> &[u8] {
-    // SAFETY: the element types here (f32, u16, i8) have no padding and any byte is valid
-    // for u8, which has no alignment needs; the view borrows `s` for its lifetime.
+    // SAFETY: the element types here (f32, u16, i8, E4m3: a `u8`) have no padding and any
+    // byte is valid for u8, which has no alignment needs; the view borrows `s` for its lifetime.
     unsafe { std::slice::from_raw_parts(s.as_ptr().cast::<u8>(), size_of_val(s)) }
 }
 
 /// A mutable slice of plain numbers as its bytes (native order).
 fn as_bytes_mut<T: PlainNumber>(s: &mut [T]) -> &mut [u8] {
     let len = size_of_val(s);
-    // SAFETY: as for `as_bytes`, and every byte pattern is a valid f32, u16 or i8, so
+    // SAFETY: as for `as_bytes`, and every byte pattern is a valid f32, u16, i8 or E4m3, so
     // writing any bytes leaves valid elements.
     unsafe { std::slice::from_raw_parts_mut(s.as_mut_ptr().cast::<u8>(), len) }
 }

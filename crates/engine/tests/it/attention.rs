@@ -22,11 +22,12 @@ use tokenmill_engine::kv::block_table::BlockTable;
 use tokenmill_engine::kv::kv_cache::KvCache;
 
 const TOL: f64 = 2e-6;
-const DTYPES: [KvCacheDtype; 4] = [
+const DTYPES: [KvCacheDtype; 5] = [
     KvCacheDtype::F32,
     KvCacheDtype::F16,
     KvCacheDtype::Bf16,
     KvCacheDtype::Q8_0,
+    KvCacheDtype::Fp8,
 ];
 
 /// One sequence of a case: its whole context is in the cache; the batch computes rows
@@ -332,7 +333,8 @@ fn every_kernel_this_cpu_runs_gives_the_portable_kernels_bits() {
     // copy of the portable fold.
     let kernels = CpuKernel::supported();
     eprintln!("kernels: {kernels:?}");
-    for round in 0..32 {
+    // Every dtype meets every head size.
+    for round in 0..8 * DTYPES.len() {
         let dtype = DTYPES[round % DTYPES.len()];
         let head_dim = [64, 128, 32, 96, 6, 16, 36, 192][(round / DTYPES.len()) % 8];
         let case = random_case_with(&mut rng, dtype, head_dim_for(dtype, head_dim));
@@ -420,6 +422,11 @@ fn a_lone_decode_row_folded_straight_from_the_q8_0_cache_gives_the_tile_and_port
     lone_rows_give_the_tile_and_portable_bits(KvCacheDtype::Q8_0);
 }
 
+#[test]
+fn a_lone_decode_row_folded_straight_from_the_fp8_cache_gives_the_tile_and_portable_bits() {
+    lone_rows_give_the_tile_and_portable_bits(KvCacheDtype::Fp8);
+}
+
 fn lone_rows_give_the_tile_and_portable_bits(dtype: KvCacheDtype) {
     // Head sizes that are multiples of 32 and blocks of whole chunks take the AVX2 build's
     // direct f16 fold for lone rows (where the CPU has F16C), multiples of 64 the AVX-512
@@ -495,13 +502,13 @@ fn lone_rows_give_the_tile_and_portable_bits(dtype: KvCacheDtype) {
 fn a_sliding_row_has_the_same_bits_with_the_blocks_before_its_window_released() {
     let mut rng = StdRng::seed_from_u64(15);
     let mut dropped_any = false;
-    for round in 0..32 {
+    for round in 0..8 * DTYPES.len() {
         let dtype = DTYPES[round % DTYPES.len()];
         let head_dim = head_dim_for(dtype, [32, 64, 8][round % 3]);
         let mut case = random_case_with(&mut rng, dtype, head_dim);
         case.shape.window = SlidingWindow::new(rng.random_range(1..3 * PARTITION / 2));
-        // Every block size meets every dtype (`round % 4` is the dtype).
-        case.shape.block_size = [16, 32, 5, 1][(round + round / 4) % 4];
+        // Every block size meets every dtype (`round % DTYPES.len()` is the dtype).
+        case.shape.block_size = [16, 32, 5, 1][(round / DTYPES.len()) % 4];
         let case = Case::new(case.shape, case.seqs, dtype, &mut rng);
         let bs = case.shape.block_size;
         let window = case.shape.window.expect("a sliding layer");

@@ -2,7 +2,7 @@
 //! over many steps) and a tiny KV pool (preemption) give exactly the tokens each gives
 //! alone, with the same logprobs to the bit (ARCHITECTURE.md: a token's result does not
 //! depend on what is batched with it); a shared prefix is computed once. The default KV
-//! cache is f16; the f32 and q8_0 caches are checked too.
+//! cache is f16; the f32, q8_0 and fp8 caches are checked too.
 
 use crate::common;
 
@@ -163,6 +163,12 @@ fn greedy_outputs_are_identical_alone_and_batched_with_chunking_and_preemption()
 fn greedy_outputs_with_the_q8_0_kv_cache_are_identical_alone_and_batched() {
     crate::common::skip_without_model!();
     greedy_alone_and_batched(KvCacheDtype::Q8_0);
+}
+
+#[test]
+fn greedy_outputs_with_the_fp8_kv_cache_are_identical_alone_and_batched() {
+    crate::common::skip_without_model!();
+    greedy_alone_and_batched(KvCacheDtype::Fp8);
 }
 
 #[test]

@@ -121,6 +121,13 @@ fn a_q8_0_cache_restarted_serves_from_disk_with_the_cold_runs_output() {
     restart_serves_from_disk(KvCacheDtype::Q8_0, "restart-q8");
 }
 
+#[test]
+fn an_fp8_cache_restarted_serves_from_disk_with_the_cold_runs_output() {
+    common::skip_without_model!();
+    // Its pages are e4m3 bytes and one scale per head's row: both must come back.
+    restart_serves_from_disk(KvCacheDtype::Fp8, "restart-fp8");
+}
+
 fn restart_serves_from_disk(dtype: KvCacheDtype, name: &str) {
     let dir = temp_dir(name);
     let long = prompt(1_050, 1);
@@ -348,6 +355,10 @@ fn a_directory_written_for_another_kv_dtype_or_model_gives_no_hits() {
     let mut bf16 = engine(KvCacheDtype::Bf16, Some(&offload(&dir, 1)));
     assert_eq!(run(&mut bf16, &long, 4), cold_bf16);
     assert_eq!(bf16.stats().disk_cache_hits, 0);
+    let cold_fp8 = run(&mut engine(KvCacheDtype::Fp8, None), &long, 4);
+    let mut fp8 = engine(KvCacheDtype::Fp8, Some(&offload(&dir, 1)));
+    assert_eq!(run(&mut fp8, &long, 4), cold_fp8);
+    assert_eq!(fp8.stats().disk_cache_hits, 0);
     let mut other_model = engine(KvCacheDtype::F16, Some(&offload(&dir, 2)));
     run(&mut other_model, &long, 4);
     assert_eq!(other_model.stats().disk_cache_hits, 0);

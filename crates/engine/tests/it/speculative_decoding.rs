@@ -179,6 +179,12 @@ fn greedy_ids_and_logprobs_on_the_q8_0_kv_cache_are_identical_with_and_without_s
 }
 
 #[test]
+fn greedy_ids_and_logprobs_on_the_fp8_kv_cache_are_identical_with_and_without_speculation() {
+    crate::common::skip_without_model!();
+    check(KvCacheDtype::Fp8, greedy, "greedy, fp8");
+}
+
+#[test]
 fn seeded_sampling_with_penalties_is_identical_with_and_without_speculation() {
     crate::common::skip_without_model!();
     check(

@@ -47,6 +47,7 @@ impl ServingConfig {
                 KvCacheDtype::F32 => "float32",
                 KvCacheDtype::Bf16 => "bfloat16",
                 KvCacheDtype::Q8_0 => "q8_0",
+                KvCacheDtype::Fp8 => "fp8",
                 _ => "float16",
             },
             cpu_kernel: CpuKernel::active().name(),

@@ -7,14 +7,31 @@
 use crate::attention::exp2::{exp2, EXP2_C};
 use crate::attention::lanes::Lanes;
 use crate::attention::CHUNK;
-use crate::kv::q8_slab::{Q8Slab, Q8_BLOCK};
+use crate::kv::fp8_slab::E4m3;
+use crate::kv::q8_slab::Q8_BLOCK;
+use crate::kv::scaled_slab::{Code, ScaledSlab};
 use std::arch::x86_64::*;
 
-/// What a fold reads (its `KIND`): a widened f32 chunk, or the f16 or `q8_0` cache in place.
+/// What a fold reads (its `KIND`): a widened f32 chunk, or the f16, `q8_0` or `fp8` cache in
+/// place.
 pub(super) const F32: u8 = 0;
 pub(super) const F16: u8 = 1;
 pub(super) const Q8: u8 = 2;
+pub(super) const FP8: u8 = 3;
 const _: () = assert!(Q8_BLOCK == 32, "a key block's scales serve 32 key rows");
+
+/// A quantized code's fold `KIND`.
+pub(super) trait ScaledKind: Code {
+    const KIND: u8;
+}
+
+impl ScaledKind for i8 {
+    const KIND: u8 = Q8;
+}
+
+impl ScaledKind for E4m3 {
+    const KIND: u8 = FP8;
+}
 
 const _: () = assert!(CHUNK == 16, "two 8-lane registers per chunk");
 
@@ -78,13 +95,13 @@ pub(in crate::attention) struct F16Chunk<'a> {
     pub next: Option<(usize, usize)>,
 }
 
-/// Where one chunk of one KV head sits in a `q8_0` cache: as [`F16Chunk`], the int8s at the
-/// same element offsets (keys `CHUNK`-position rows a block apart, as the block size is the
-/// key stride), each times its block's scale ([`Q8Slab::scale_index`]).
-pub(in crate::attention) struct Q8Chunk<'a> {
-    pub keys: &'a Q8Slab,
+/// Where one chunk of one KV head sits in a `q8_0` or `fp8` cache: as [`F16Chunk`], the
+/// codes at the same element offsets (keys `CHUNK`-position rows a block apart, as the block
+/// size is the key stride), each times its block's scale ([`ScaledSlab::scale_index`]).
+pub(in crate::attention) struct ScaledChunk<'a, Q> {
+    pub keys: &'a ScaledSlab<Q>,
     pub first_key: usize,
-    pub values: &'a Q8Slab,
+    pub values: &'a ScaledSlab<Q>,
     pub first_value: usize,
     pub value_stride: usize,
     /// As [`F16Chunk::next`].
@@ -94,7 +111,8 @@ pub(in crate::attention) struct Q8Chunk<'a> {
 /// A chunk a lone row's fold reads in place.
 pub(in crate::attention) enum DirectChunk<'a> {
     F16(F16Chunk<'a>),
-    Q8(Q8Chunk<'a>),
+    Q8(ScaledChunk<'a, i8>),
+    Fp8(ScaledChunk<'a, E4m3>),
 }
 
 impl DirectChunk<'_> {
@@ -103,10 +121,12 @@ impl DirectChunk<'_> {
         let at = match next {
             DirectChunk::F16(n) => (n.first_key, n.first_value),
             DirectChunk::Q8(n) => (n.first_key, n.first_value),
+            DirectChunk::Fp8(n) => (n.first_key, n.first_value),
         };
         match self {
             DirectChunk::F16(c) => c.next = Some(at),
             DirectChunk::Q8(c) => c.next = Some(at),
+            DirectChunk::Fp8(c) => c.next = Some(at),
         }
     }
 }
@@ -120,7 +140,9 @@ pub(in crate::attention) struct F32Chunk<'a> {
 /// Where one chunk's keys and values start and how far apart their rows are, in
 /// elements; the fold's `KIND` picks which pointers are read (the others are never used).
 /// A `q8_0` chunk's key row `e`, lane `j` has its scale at `key_scales[(e / 32) ·
-/// key_stride + j]`, and its value element at `at` its scale at `value_scales[at / 32]`.
+/// key_stride + j]`, and its value element at `at` its scale at `value_scales[at / 32]`;
+/// an `fp8` chunk's (one block a head's row) at `key_scales[j]` and, position `j`'s values,
+/// at `value_scales[j]`. `keys8`/`values8` point at either kind's bytes.
 #[derive(Clone, Copy)]
 pub(super) struct Source {
     pub keys16: *const u16,
@@ -137,7 +159,7 @@ pub(super) struct Source {
     pub ahead: Option<Ahead>,
 }
 
-/// The next chunk's first bytes of keys, values and (`q8_0`) their scales.
+/// The next chunk's first bytes of keys, values and (`q8_0`, `fp8`) their scales.
 #[derive(Clone, Copy)]
 pub(super) struct Ahead {
     keys: *const u8,
@@ -185,22 +207,25 @@ impl Source {
     }
 
     /// Panics unless the chunk holds `d` key rows of `CHUNK` and value rows up to the last
-    /// of `lanes`, with their scales.
-    pub(super) fn q8(c: &Q8Chunk, d: usize, lanes: Lanes) -> Self {
+    /// of `lanes`, with their scales, in blocks of `Q::KIND`'s length (32, or the head).
+    pub(super) fn scaled<Q: ScaledKind>(c: &ScaledChunk<Q>, d: usize, lanes: Lanes) -> Self {
         assert!(d.is_multiple_of(32) && lanes.first < lanes.end && lanes.end <= CHUNK);
         let (keys, values) = (c.keys, c.values);
-        let stride = keys.stride;
-        assert!(values.stride == 1 && c.first_value.is_multiple_of(Q8_BLOCK));
+        let (stride, block) = (keys.stride, if Q::KIND == Q8 { Q8_BLOCK } else { d });
+        assert!(keys.block == block && values.block == block && c.value_stride == d);
+        assert!(values.stride == 1 && c.first_value.is_multiple_of(block));
         let first_key_scale = keys.scale_index(c.first_key);
-        assert!(keys.qs.len() >= c.first_key + (d - 1) * stride + CHUNK);
-        assert!(keys.scales.len() >= first_key_scale + (d / 32 - 1) * stride + CHUNK);
+        let last_key = c.first_key + (d - 1) * stride;
+        assert!(keys.qs.len() >= last_key + CHUNK);
+        assert!(keys.scales.len() >= keys.scale_index(last_key) + CHUNK);
         let values_end = c.first_value + (lanes.end - 1) * c.value_stride + d;
-        assert!(values.qs.len() >= values_end && values.scales.len() >= values_end / Q8_BLOCK);
+        assert!(values.qs.len() >= values_end);
+        assert!(values.scales.len() > values.scale_index(values_end - 1));
         Self {
-            keys8: keys.qs[c.first_key..].as_ptr(),
-            values8: values.qs[c.first_value..].as_ptr(),
+            keys8: keys.qs[c.first_key..].as_ptr().cast(),
+            values8: values.qs[c.first_value..].as_ptr().cast(),
             key_scales: keys.scales[first_key_scale..].as_ptr(),
-            value_scales: values.scales[c.first_value / Q8_BLOCK..].as_ptr(),
+            value_scales: values.scales[values.scale_index(c.first_value)..].as_ptr(),
             key_stride: stride,
             value_stride: c.value_stride,
             // Prefetch addresses need not be in bounds: a prefetch never faults.
@@ -212,7 +237,11 @@ impl Source {
                     .as_ptr()
                     .wrapping_add(keys.scale_index(k))
                     .cast(),
-                value_scales: values.scales.as_ptr().wrapping_add(v / Q8_BLOCK).cast(),
+                value_scales: values
+                    .scales
+                    .as_ptr()
+                    .wrapping_add(values.scale_index(v))
+                    .cast(),
             }),
             ..NO_SOURCE
         }
@@ -239,20 +268,21 @@ impl Source {
 /// attention read 0.39–0.56 ms a layer cold, and SmolLM2's 64-sequence one 0.40–0.49;
 /// this way 0.41–0.46 and 0.32–0.36, `attention_bench --rows 1 --cold`.) A `q8_0` chunk
 /// is half the lines: its `d / 4` key lines at `e ≡ 0 (mod 4)`, value lines at `e ≡ 2`,
-/// and a line of each 32 key rows' scales and of its values' scales at `e ≡ 1, 3 (mod 32)`.
+/// and a line of each 32 key rows' scales and of its values' scales at `e ≡ 1, 3 (mod 32)`;
+/// an `fp8` chunk the same bytes, and one line of key and of value scales (`e` = 1, 3).
 #[inline(always)]
 pub(super) fn prefetch_ahead<const KIND: u8>(c: &Source, e: usize, d: usize) {
     let Some(a) = c.ahead else {
         return;
     };
-    let line = if KIND == Q8 {
-        // A line holds four key rows of `CHUNK` int8s (a block of 16 positions' keys are
+    let line = if KIND == Q8 || KIND == FP8 {
+        // A line holds four key rows of `CHUNK` bytes (a block of 16 positions' keys are
         // `[d][16]`), and a chunk's values of one head are `16 · d` contiguous bytes.
         match (e % 4, e % 32) {
             (0, _) => a.keys.wrapping_add(e * c.key_stride),
             (2, _) => a.values.wrapping_add(e / 4 * 64),
-            (_, 1) => a.key_scales.wrapping_add(e / 32 * c.key_stride * 2),
-            (_, 3) => a.value_scales.wrapping_add(e / 32 * 64),
+            (_, 1) if KIND == Q8 || e == 1 => a.key_scales.wrapping_add(e / 32 * c.key_stride * 2),
+            (_, 3) if KIND == Q8 || e == 3 => a.value_scales.wrapping_add(e / 32 * 64),
             _ => return,
         }
     } else if e.is_multiple_of(2) {
@@ -289,23 +319,30 @@ pub(super) unsafe fn fold_heads_f16(
     unsafe { fold_heads::<F16>(queries, Source::f16(chunk, d, lanes), d, lanes, heads) }
 }
 
-/// [`fold_heads_f16`] from a `q8_0` cache: each int8 is widened and multiplied by its
-/// block's scale in a register, which is exact, so the same floats as the widened copy
+/// [`fold_heads_f16`] from a `q8_0` or `fp8` cache: each code is widened and multiplied by
+/// its block's scale in a register, which is exact, so the same floats as the widened copy
 /// and the same bits.
 ///
 /// # Safety
 /// As [`fold_heads_f16`].
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(super) unsafe fn fold_heads_q8(
+pub(super) unsafe fn fold_heads_scaled<Q: ScaledKind>(
     queries: &[f32],
-    chunk: &Q8Chunk,
+    chunk: &ScaledChunk<Q>,
     d: usize,
     lanes: Lanes,
     heads: HeadStates,
 ) {
-    // SAFETY: the CPU has the features (caller's contract); `Source::q8` bounds the chunk.
-    unsafe { fold_heads::<Q8>(queries, Source::q8(chunk, d, lanes), d, lanes, heads) }
+    let src = Source::scaled(chunk, d, lanes);
+    // SAFETY: the CPU has the features (caller's contract); `Source::scaled` bounds the chunk.
+    unsafe {
+        if Q::KIND == Q8 {
+            fold_heads::<Q8>(queries, src, d, lanes, heads)
+        } else {
+            fold_heads::<FP8>(queries, src, d, lanes, heads)
+        }
+    }
 }
 
 /// [`fold_chunk`] for every query head of one prefill row's GQA group at once, from the
@@ -443,7 +480,7 @@ impl Heads<'_> {
                 });
                 for j in lanes.first..lanes.end {
                     let row = j * c.value_stride + base;
-                    let scale = value_scale::<KIND>(&c, row);
+                    let scale = value_scale::<KIND>(&c, j, row);
                     let wb: [__m256; G] = std::array::from_fn(|h| _mm256_set1_ps(w[h][j]));
                     for i in 0..4 {
                         let v = value::<KIND>(&c, row + 8 * i, scale);
@@ -462,8 +499,9 @@ impl Heads<'_> {
     }
 }
 
-/// The `q8_0` scales of lanes `lane..lane + 8` of key rows `32 · block..`, widened (zero
-/// for other kinds, which do not use them).
+/// The `q8_0` scales of lanes `lane..lane + 8` of key rows `32 · block..`, widened (`fp8`:
+/// the head's, times 2^8 for [`widen_e4m3`]'s 2^-8; zero for other kinds, which do not use
+/// them).
 ///
 /// # Safety
 /// The caller bounds the read within the chunk `c` names.
@@ -474,14 +512,18 @@ unsafe fn key_scales<const KIND: u8>(c: &Source, block: usize, lane: usize) -> _
         if KIND == Q8 {
             let at = c.key_scales.add(block * c.key_stride + lane);
             _mm256_cvtph_ps(_mm_loadu_si128(at as *const __m128i))
+        } else if KIND == FP8 {
+            let at = c.key_scales.add(lane);
+            let scales = _mm256_cvtph_ps(_mm_loadu_si128(at as *const __m128i));
+            _mm256_mul_ps(scales, _mm256_set1_ps(256.0))
         } else {
             _mm256_setzero_ps()
         }
     }
 }
 
-/// Lanes `lane..lane + 8` of key row `e`, widened; a `q8_0` int8 times its `scale`
-/// (exact).
+/// Lanes `lane..lane + 8` of key row `e`, widened; a `q8_0` or `fp8` code times its
+/// `scale` (exact).
 ///
 /// # Safety
 /// The caller bounds the read within the chunk `c` names.
@@ -493,29 +535,33 @@ unsafe fn key<const KIND: u8>(c: &Source, e: usize, lane: usize, scale: __m256) 
         match KIND {
             F32 => _mm256_loadu_ps(c.keys32.add(at)),
             F16 => _mm256_cvtph_ps(_mm_loadu_si128(c.keys16.add(at) as *const __m128i)),
-            _ => _mm256_mul_ps(widen_i8(c.keys8.add(at)), scale),
+            Q8 => _mm256_mul_ps(widen_i8(c.keys8.add(at)), scale),
+            _ => _mm256_mul_ps(widen_e4m3(c.keys8.add(at)), scale),
         }
     }
 }
 
-/// The `q8_0` scale of value element `at` in every lane (zero for other kinds).
+/// The `q8_0` scale of value element `at` (of position `j`) in every lane; `fp8`'s of
+/// position `j`'s row, times 2^8 for [`widen_e4m3`] (zero for other kinds).
 ///
 /// # Safety
 /// The caller bounds the read within the chunk `c` names.
 #[inline(always)]
-unsafe fn value_scale<const KIND: u8>(c: &Source, at: usize) -> __m256 {
+unsafe fn value_scale<const KIND: u8>(c: &Source, j: usize, at: usize) -> __m256 {
     // SAFETY: the caller's contract.
     unsafe {
-        if KIND == Q8 {
-            let bits = *c.value_scales.add(at / Q8_BLOCK);
-            _mm256_cvtph_ps(_mm_set1_epi16(bits as i16))
-        } else {
-            _mm256_setzero_ps()
+        match KIND {
+            Q8 => _mm256_cvtph_ps(_mm_set1_epi16(*c.value_scales.add(at / Q8_BLOCK) as i16)),
+            FP8 => _mm256_mul_ps(
+                _mm256_cvtph_ps(_mm_set1_epi16(*c.value_scales.add(j) as i16)),
+                _mm256_set1_ps(256.0),
+            ),
+            _ => _mm256_setzero_ps(),
         }
     }
 }
 
-/// Value elements `at..at + 8`, widened; a `q8_0` int8 times `scale` (exact).
+/// Value elements `at..at + 8`, widened; a `q8_0` or `fp8` code times `scale` (exact).
 ///
 /// # Safety
 /// The caller bounds the read within the chunk `c` names.
@@ -526,7 +572,8 @@ unsafe fn value<const KIND: u8>(c: &Source, at: usize, scale: __m256) -> __m256 
         match KIND {
             F32 => _mm256_loadu_ps(c.values32.add(at)),
             F16 => _mm256_cvtph_ps(_mm_loadu_si128(c.values16.add(at) as *const __m128i)),
-            _ => _mm256_mul_ps(widen_i8(c.values8.add(at)), scale),
+            Q8 => _mm256_mul_ps(widen_i8(c.values8.add(at)), scale),
+            _ => _mm256_mul_ps(widen_e4m3(c.values8.add(at)), scale),
         }
     }
 }
@@ -540,6 +587,26 @@ unsafe fn widen_i8(p: *const i8) -> __m256 {
     // SAFETY: the caller's contract.
     unsafe { _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(p as *const __m128i))) }
 }
+
+/// Eight e4m3 bytes at `p` as f32, each its value times 2^-8 (exact): sign-extended to 16
+/// bits, shifted left 7 and masked, a byte's sign, exponent and mantissa land in an f16's
+/// places ([`E4m3::f16_bits`]), which `vcvtph2ps` widens, subnormals included.
+///
+/// # Safety
+/// `p..p + 8` is readable.
+#[inline(always)]
+unsafe fn widen_e4m3(p: *const i8) -> __m256 {
+    // SAFETY: the caller's contract.
+    unsafe {
+        let b = _mm_cvtepi8_epi16(_mm_loadl_epi64(p as *const __m128i));
+        let h = _mm_and_si128(_mm_slli_epi16::<7>(b), _mm_set1_epi16(E4M3_F16_MASK));
+        _mm256_cvtph_ps(h)
+    }
+}
+
+/// The bits a sign-extended e4m3 byte shifted left 7 keeps: the sign (bit 15; the sign
+/// extension's copy in bit 14 is cleared) and the exponent and mantissa (bits 7..=13).
+pub(super) const E4M3_F16_MASK: i16 = 0xBF80u16 as i16;
 
 /// [`exp2`] on eight lanes, step for step.
 #[inline]

@@ -5,7 +5,10 @@
 //! `avx2`'s order, so the same bits. Needs a head dim that is a multiple of 64 (four
 //! registers of accumulator per head); others take the `avx2` fold.
 
-use super::avx2::{prefetch_ahead, F16Chunk, F32Chunk, HeadStates, Q8Chunk, Source, F16, F32, Q8};
+use super::avx2::{
+    prefetch_ahead, F16Chunk, F32Chunk, HeadStates, ScaledChunk, ScaledKind, Source, E4M3_F16_MASK,
+    F16, F32, FP8, Q8,
+};
 use crate::attention::exp2::{exp2, EXP2_C};
 use crate::attention::lanes::Lanes;
 use crate::attention::CHUNK;
@@ -37,22 +40,29 @@ pub(super) unsafe fn fold_heads_f16(
     unsafe { fold_heads::<F16>(queries, Source::f16(chunk, d, lanes), d, lanes, heads) }
 }
 
-/// [`super::avx2::fold_heads_q8`] on 512-bit registers.
+/// [`super::avx2::fold_heads_scaled`] on 512-bit registers.
 ///
 /// # Safety
 /// The CPU must have AVX-512F, AVX2, FMA and F16C; `covers(d)`.
 #[inline]
 #[target_feature(enable = "avx512f,avx2,fma,f16c")]
-pub(super) unsafe fn fold_heads_q8(
+pub(super) unsafe fn fold_heads_scaled<Q: ScaledKind>(
     queries: &[f32],
-    chunk: &Q8Chunk,
+    chunk: &ScaledChunk<Q>,
     d: usize,
     lanes: Lanes,
     heads: HeadStates,
 ) {
     assert!(covers(d));
-    // SAFETY: the CPU has the features (caller's contract); `Source::q8` bounds the chunk.
-    unsafe { fold_heads::<Q8>(queries, Source::q8(chunk, d, lanes), d, lanes, heads) }
+    let src = Source::scaled(chunk, d, lanes);
+    // SAFETY: the CPU has the features (caller's contract); `Source::scaled` bounds the chunk.
+    unsafe {
+        if Q::KIND == Q8 {
+            fold_heads::<Q8>(queries, src, d, lanes, heads)
+        } else {
+            fold_heads::<FP8>(queries, src, d, lanes, heads)
+        }
+    }
 }
 
 /// [`super::avx2::fold_heads_f32`] on 512-bit registers.
@@ -156,7 +166,7 @@ impl Heads<'_> {
     }
 }
 
-/// Key row `e`'s sixteen lanes, widened; a `q8_0` int8 times its `scale` (exact).
+/// Key row `e`'s sixteen lanes, widened; a `q8_0` or `fp8` code times its `scale` (exact).
 ///
 /// # Safety
 /// The caller bounds the read within the chunk `c` names.
@@ -168,13 +178,14 @@ unsafe fn key<const KIND: u8>(c: &Source, e: usize, scale: __m512) -> __m512 {
         match KIND {
             F32 => _mm512_loadu_ps(c.keys32.add(at)),
             F16 => _mm512_cvtph_ps(_mm256_loadu_si256(c.keys16.add(at) as *const __m256i)),
-            _ => _mm512_mul_ps(widen_i8(c.keys8.add(at)), scale),
+            Q8 => _mm512_mul_ps(widen_i8(c.keys8.add(at)), scale),
+            _ => _mm512_mul_ps(widen_e4m3(c.keys8.add(at)), scale),
         }
     }
 }
 
-/// The `q8_0` scales of the sixteen lanes of key rows `32 · block..`, widened (zero for
-/// other kinds).
+/// The `q8_0` scales of the sixteen lanes of key rows `32 · block..`, widened (`fp8`: the
+/// head's, times 2^8 for [`widen_e4m3`]; zero for other kinds).
 ///
 /// # Safety
 /// The caller bounds the read within the chunk `c` names.
@@ -185,28 +196,37 @@ unsafe fn key_scales<const KIND: u8>(c: &Source, block: usize) -> __m512 {
         if KIND == Q8 {
             let at = c.key_scales.add(block * c.key_stride);
             _mm512_cvtph_ps(_mm256_loadu_si256(at as *const __m256i))
+        } else if KIND == FP8 {
+            let scales = _mm512_cvtph_ps(_mm256_loadu_si256(c.key_scales as *const __m256i));
+            _mm512_mul_ps(scales, _mm512_set1_ps(256.0))
         } else {
             _mm512_setzero_ps()
         }
     }
 }
 
-/// Value elements `at..at + 16`, widened; a `q8_0` int8 times its block's scale, read
-/// here (the sixteen share one block).
+/// Value elements `at..at + 16` (of position `j`), widened; a `q8_0` or `fp8` code times
+/// its block's scale, read here (the sixteen share one block).
 ///
 /// # Safety
 /// The caller bounds the read within the chunk `c` names.
 #[inline(always)]
-unsafe fn value<const KIND: u8>(c: &Source, at: usize) -> __m512 {
+unsafe fn value<const KIND: u8>(c: &Source, j: usize, at: usize) -> __m512 {
     // SAFETY: the caller's contract.
     unsafe {
         match KIND {
             F32 => _mm512_loadu_ps(c.values32.add(at)),
             F16 => _mm512_cvtph_ps(_mm256_loadu_si256(c.values16.add(at) as *const __m256i)),
-            _ => {
+            Q8 => {
                 let bits = *c.value_scales.add(at / Q8_BLOCK);
                 let scale = _mm512_cvtph_ps(_mm256_set1_epi16(bits as i16));
                 _mm512_mul_ps(widen_i8(c.values8.add(at)), scale)
+            }
+            _ => {
+                let bits = *c.value_scales.add(j);
+                let scale = _mm512_cvtph_ps(_mm256_set1_epi16(bits as i16));
+                let scale = _mm512_mul_ps(scale, _mm512_set1_ps(256.0));
+                _mm512_mul_ps(widen_e4m3(c.values8.add(at)), scale)
             }
         }
     }
@@ -220,6 +240,21 @@ unsafe fn value<const KIND: u8>(c: &Source, at: usize) -> __m512 {
 unsafe fn widen_i8(p: *const i8) -> __m512 {
     // SAFETY: the caller's contract.
     unsafe { _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(p as *const __m128i))) }
+}
+
+/// Sixteen e4m3 bytes at `p` as f32, each its value times 2^-8 (exact), as
+/// [`super::avx2`]'s `widen_e4m3`.
+///
+/// # Safety
+/// `p..p + 16` is readable.
+#[inline(always)]
+unsafe fn widen_e4m3(p: *const i8) -> __m512 {
+    // SAFETY: the caller's contract.
+    unsafe {
+        let b = _mm256_cvtepi8_epi16(_mm_loadu_si128(p as *const __m128i));
+        let h = _mm256_and_si256(_mm256_slli_epi16::<7>(b), _mm256_set1_epi16(E4M3_F16_MASK));
+        _mm512_cvtph_ps(h)
+    }
 }
 
 /// Scores of the chunk's sixteen positions for the `G` query heads at `q` (`[G, d]`):
@@ -289,7 +324,7 @@ unsafe fn accumulate<const G: usize, const KIND: u8>(
                 let row = j * c.value_stride + base;
                 let wb: [__m512; G] = std::array::from_fn(|h| _mm512_set1_ps(w[h][j]));
                 for i in 0..4 {
-                    let v = value::<KIND>(c, row + 16 * i);
+                    let v = value::<KIND>(c, j, row + 16 * i);
                     for h in 0..G {
                         a[h][i] = _mm512_fmadd_ps(wb[h], v, a[h][i]);
                     }

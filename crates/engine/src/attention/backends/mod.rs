@@ -88,7 +88,7 @@ impl Isa {
         unsafe { avx512::fold_batch_f32(q, chunk, d, heads) }
     }
 
-    /// [`fold_f32`](Self::fold_f32) from an f16 or `q8_0` cache's chunk in place.
+    /// [`fold_f32`](Self::fold_f32) from an f16, `q8_0` or `fp8` cache's chunk in place.
     ///
     /// # Safety
     /// As [`fold_f32`](Self::fold_f32).
@@ -110,9 +110,13 @@ impl Isa {
             },
             avx2::DirectChunk::F16(c) => unsafe { avx2::fold_heads_f16(q, c, d, lanes, heads) },
             avx2::DirectChunk::Q8(c) if wide => unsafe {
-                avx512::fold_heads_q8(q, c, d, lanes, heads)
+                avx512::fold_heads_scaled(q, c, d, lanes, heads)
             },
-            avx2::DirectChunk::Q8(c) => unsafe { avx2::fold_heads_q8(q, c, d, lanes, heads) },
+            avx2::DirectChunk::Q8(c) => unsafe { avx2::fold_heads_scaled(q, c, d, lanes, heads) },
+            avx2::DirectChunk::Fp8(c) if wide => unsafe {
+                avx512::fold_heads_scaled(q, c, d, lanes, heads)
+            },
+            avx2::DirectChunk::Fp8(c) => unsafe { avx2::fold_heads_scaled(q, c, d, lanes, heads) },
         }
     }
 }

@@ -40,7 +40,12 @@ fn tiny_gemma3_gives_each_request_the_same_bits_alone_and_batched_across_its_win
             })
             .collect()
     };
-    for kv_cache_dtype in [KvCacheDtype::F16, KvCacheDtype::F32, KvCacheDtype::Q8_0] {
+    for kv_cache_dtype in [
+        KvCacheDtype::F16,
+        KvCacheDtype::F32,
+        KvCacheDtype::Q8_0,
+        KvCacheDtype::Fp8,
+    ] {
         let engine = |blocks: usize, prefix: bool| {
             let mut ckpt = checkpoint::open(&checkpoint_path("tiny-gemma3", Format::Gguf)).unwrap();
             let config = EngineConfig {
