@@ -173,14 +173,6 @@ fn each_bad_flag_of_a_server_of_several_models_is_one_line_naming_what_is_wrong(
             "--model-flags names `c`, which is not a model served here (`a`, `b`)",
         ),
         (
-            &["--model-flags", "b='--max-model-len 64"],
-            "the flags of `b` have an unclosed quote",
-        ),
-        (
-            &["--models-memory-gib", "0"],
-            "not a positive number of GiB",
-        ),
-        (
             &["--served-model-name", "x"],
             "name each as --model NAME=PATH_OR_REPO",
         ),
@@ -194,6 +186,22 @@ fn each_bad_flag_of_a_server_of_several_models_is_one_line_naming_what_is_wrong(
         assert_one_line_error(&args, expected);
     }
     assert_one_line_error(&["serve", "--models-max", "2"], "no model to serve");
+    // Refused by clap as it reads the flags: its usage error, exit status 2.
+    for (extra, expected) in [
+        (
+            ["--model-flags", "b='--max-model-len 64"],
+            "the flags of `b` have an unclosed quote",
+        ),
+        (
+            ["--models-memory-gib", "0"],
+            "`0` is not a positive number of GiB",
+        ),
+    ] {
+        let args: Vec<&str> = two.iter().chain(extra.iter()).copied().collect();
+        let (code, stderr) = tokenmill(&args);
+        assert_eq!(code, Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(expected), "{args:?}: {stderr}");
+    }
 }
 
 #[test]
