@@ -14,6 +14,10 @@
 //! is free to take a task (a helper, a caller between its own tasks or waiting for its
 //! loop's last ones) claims it from the open loop of highest priority that has tasks left,
 //! so a decode waits for at most the task another thread is inside, not a whole prefill.
+//! A `Throughput` caller is the exception: while a `Latency` loop is open it takes no task
+//! and yields its core instead, since on a machine with as many helpers as spare cores its
+//! thread is one too many, and the OS would otherwise share a core between it and the
+//! decode's own thread (measured: docs/models.md).
 //!
 //! Invariants callers rely on:
 //! - tasks are claimed dynamically, so which thread runs a task never matters: callers must
@@ -240,9 +244,14 @@ impl ComputePool {
         }
         // Our own tasks first among loops of our priority; a higher one's before them; while
         // others finish our last tasks, theirs of at least our priority (never lower: a
-        // decode must not wait out a prefill's task it chose to take).
+        // decode must not wait out a prefill's task it chose to take). A prefill's caller
+        // gives its core to the decode while one of its loops is open (see the module's doc).
         let mut spins = 0;
         while slot.done.load(Acquire) < tasks {
+            if priority == Priority::Throughput && s.latency_open.load(Relaxed) > 0 {
+                std::thread::yield_now();
+                continue;
+            }
             match best(s, priority, Some(mine)) {
                 Some(i) if work_in(s, &s.slots[i]) > 0 => spins = 0,
                 _ => backoff(&mut spins),
@@ -541,15 +550,15 @@ mod tests {
         });
     }
 
-    /// Two threads (the low loop's caller and the one helper) are held inside the low loop's
-    /// first two tasks while a latency loop of three opens; its caller takes the first and
-    /// lets them go, and each must then claim one of the other two before any more low
-    /// tasks. Every latency task waits until all three have started, or a low task was
-    /// claimed too early, so each thread holds one and a wrong order fails the test instead
-    /// of hanging it.
+    /// The low loop's caller and both helpers are held inside the low loop's first three
+    /// tasks while a latency loop of three opens; its caller takes the first and lets them
+    /// go, and each helper must then claim one of the other two before any more low tasks
+    /// (the low loop's caller takes none while the latency loop is open). Every latency task
+    /// waits until all three have started, or a low task was claimed too early, so each
+    /// thread holds one and a wrong order fails the test instead of hanging it.
     #[test]
     fn a_free_thread_claims_a_latency_loops_tasks_before_more_of_a_throughput_loop() {
-        let pool = ComputePool::start(2);
+        let pool = ComputePool::start(3);
         let log = Mutex::new(Vec::<(char, usize)>::new());
         let logged =
             |pick: &dyn Fn(&(char, usize)) -> bool| lock(&log).iter().filter(|e| pick(e)).count();
@@ -558,28 +567,28 @@ mod tests {
             scope.spawn(|| {
                 pool.run(40, &|t| {
                     lock(&log).push(('L', t));
-                    if t < 2 {
+                    if t < 3 {
                         while !gate.load(SeqCst) {
                             std::thread::yield_now();
                         }
                     }
                 });
             });
-            while logged(&|_| true) < 2 {
+            while logged(&|_| true) < 3 {
                 std::thread::yield_now();
             }
             let _latency = prioritize(Priority::Latency);
             pool.run(3, &|t| {
                 lock(&log).push(('H', t));
                 gate.store(true, SeqCst);
-                while logged(&|e| e.0 == 'H') < 3 && logged(&|e| e.0 == 'L' && e.1 >= 2) == 0 {
+                while logged(&|e| e.0 == 'H') < 3 && logged(&|e| e.0 == 'L' && e.1 >= 3) == 0 {
                     std::thread::yield_now();
                 }
             });
         });
         let log = lock(&log).clone();
         let last_h = log.iter().rposition(|e| e.0 == 'H').unwrap();
-        let first_late_l = log.iter().position(|e| e.0 == 'L' && e.1 >= 2).unwrap();
+        let first_late_l = log.iter().position(|e| e.0 == 'L' && e.1 >= 3).unwrap();
         assert!(last_h < first_late_l, "claim order: {log:?}");
         let mut lows: Vec<usize> = log.iter().filter(|e| e.0 == 'L').map(|e| e.1).collect();
         lows.sort();
