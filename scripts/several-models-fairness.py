@@ -3,14 +3,18 @@
 to back, on a server of several models (docs/models.md, "Several models in one server").
 
     tokenmill serve --port 8000 --model a=M.gguf --model b=M.gguf --no-enable-prefix-caching
-    scripts/several-models-fairness.py [http://127.0.0.1:8000]
+    scripts/several-models-fairness.py [http://127.0.0.1:8000] [--prefill-cost]
 
 Prints the time per output token (mean, median, max of the gaps between streamed chunks) of a
 128-token greedy decode, twice alone, twice beside `b`'s prefills, once alone again. Prefix
-caching must be off, or `b`'s repeated prompt is a cache hit and no prefill at all."""
+caching must be off, or `b`'s repeated prompt is a cache hit and no prefill at all.
+
+With --prefill-cost, the other side instead: the seconds of one 2,000-token prefill on `b`,
+twice alone and twice while `a` decodes 128-token replies back to back."""
 import json, statistics, sys, threading, time, urllib.request
 
-URL = sys.argv[1] if len(sys.argv) > 1 else "http://127.0.0.1:8000"
+ARGS = [a for a in sys.argv[1:] if not a.startswith("--")]
+URL = ARGS[0] if ARGS else "http://127.0.0.1:8000"
 LONG_PROMPT = "hello " * 2000
 
 
@@ -30,6 +34,33 @@ def decode_a():
                 times.append(time.perf_counter())
     gaps = [b - a for a, b in zip(times, times[1:])]
     return statistics.mean(gaps) * 1e3, statistics.median(gaps) * 1e3, max(gaps) * 1e3
+
+
+def prefill_b():
+    started = time.perf_counter()
+    with post({"model": "b", "prompt": LONG_PROMPT, "max_tokens": 1}) as reply:
+        reply.read()
+    return time.perf_counter() - started
+
+
+def prefill_cost():
+    post({"model": "a", "prompt": "x", "max_tokens": 1}).read()
+    post({"model": "b", "prompt": "x", "max_tokens": 1}).read()
+    alone = [prefill_b() for _ in range(2)]
+    stop = threading.Event()
+
+    def decode():
+        while not stop.is_set():
+            decode_a()
+
+    thread = threading.Thread(target=decode)
+    thread.start()
+    time.sleep(0.5)
+    beside = [prefill_b() for _ in range(2)]
+    stop.set()
+    thread.join()
+    print("b's 2,000-token prefill, s: alone %s, beside a's decodes %s"
+          % (", ".join("%.2f" % t for t in alone), ", ".join("%.2f" % t for t in beside)))
 
 
 def main():
@@ -59,4 +90,7 @@ def main():
     print(line % (("alone again",) + decode_a()))
 
 
-main()
+if "--prefill-cost" in sys.argv[1:]:
+    prefill_cost()
+else:
+    main()

@@ -45,6 +45,17 @@ impl ForwardBatch {
         self.token_ids.len()
     }
 
+    /// Whether every sequence only decodes: one row that samples, or one per draft it
+    /// verifies and one after them. Such a step's compute loops run at latency priority
+    /// beside another model's prefill (`compute_pool::Priority`).
+    pub fn is_decode_only(&self) -> bool {
+        !self.seqs.is_empty()
+            && self
+                .seqs
+                .iter()
+                .all(|s| s.sample && s.rows.len() == s.draft_rows + 1)
+    }
+
     /// Rows whose logits are computed, in `seqs` order: per sequence its prompt-logit rows,
     /// then its sampled rows (one, or one per verified draft and one after them). Written into `rows`, so a step's forward pass reuses the buffer.
     pub fn logit_rows_into(&self, rows: &mut Vec<usize>) {

@@ -1,22 +1,41 @@
 //! The forward pass's fork-join pool: helpers that spin between the many short parallel
-//! loops of a step instead of going to sleep.
+//! loops of a step instead of going to sleep, shared by every engine of the process.
 //!
 //! A one-row decode step runs ~150 parallel loops of a few microseconds each (one per
 //! matmul and attention call). Rayon's idle workers wait in `sched_yield` and then sleep,
 //! so on a 2-core VM the second thread noticed each loop late and took a third of the
 //! work, not half (perf: its samples 18% matmul against the caller's 35%, attention none).
-//! Here the caller publishes a loop and helpers, spinning on one atomic word, claim its
-//! tasks from a shared counter within ~100 ns; after `SPIN_LIMIT` without work they park.
+//! Here a caller publishes a loop and helpers, spinning, claim its tasks from a shared
+//! counter within ~100 ns; after `SPIN_LIMIT` without work they park.
 //!
-//! Tasks are claimed dynamically, so which thread runs a task never matters: callers must
-//! make each task's result independent of that (every caller here writes disjoint output).
+//! Several callers (one engine thread per model of a server of several) may each have a
+//! loop open at once, one per `Slot`. A loop carries its caller's `Priority`: a decode-only
+//! step's loops are `Latency`, a step carrying prefill's `Throughput`. Every thread that
+//! is free to take a task (a helper, a caller between its own tasks or waiting for its
+//! loop's last ones) claims it from the open loop of highest priority that has tasks left,
+//! so a decode waits for at most the task another thread is inside, not a whole prefill.
+//! A `Throughput` caller is the exception: while a `Latency` loop is open it takes no task
+//! and yields its core instead, since on a machine with as many helpers as spare cores its
+//! thread is one too many, and the OS would otherwise share a core between it and the
+//! decode's own thread (measured: docs/models.md).
+//!
+//! Invariants callers rely on:
+//! - tasks are claimed dynamically, so which thread runs a task never matters: callers must
+//!   make each task's result independent of that (every caller here writes disjoint output);
+//! - a loop started inside a task (on a helper, or on a caller inside its own or another's
+//!   loop) runs serially on that thread;
+//! - a panic in a task is re-raised to the loop's caller, with its payload, after the loop
+//!   ends; the pool goes on working;
+//! - `run` does not return before every thread has left its loop, which is what makes
+//!   erasing the closure's lifetime sound (see `Slot::users`).
 
-use std::cell::{Cell, UnsafeCell};
+use std::any::Any;
+use std::cell::Cell;
 use std::marker::PhantomData;
 use std::ops::Range;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::*};
-use std::sync::{Mutex, OnceLock};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Ordering::*};
+use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::thread::Thread;
 use std::time::{Duration, Instant};
 
@@ -24,44 +43,99 @@ use std::time::{Duration, Instant};
 /// loops and between steps, short enough not to hold a core through an idle server.
 const SPIN_LIMIT: Duration = Duration::from_millis(2);
 
-/// One published loop: `tasks` calls of `f`, with the lifetime erased (the caller does not
-/// return before every helper has left it).
-#[derive(Clone, Copy)]
-struct Job {
-    f: *const (dyn Fn(usize) + Sync),
-    tasks: usize,
-}
+/// Loops open at once: one per engine thread of a server of several models, with room to
+/// spare. A caller that finds every slot taken (tests on many threads) runs its loop alone.
+const SLOTS: usize = 8;
 
-struct Helper {
-    /// The word of the loop this helper is inside, or 0.
-    busy: AtomicU64,
-    sleeping: AtomicBool,
-    thread: OnceLock<Thread>,
-}
-
-struct Shared {
-    /// `epoch << 1 | closed`: a new epoch publishes a loop, the closed bit ends it.
-    word: AtomicU64,
-    job: UnsafeCell<Job>,
-    next: AtomicUsize,
-    done: AtomicUsize,
-    panicked: AtomicBool,
-    helpers: Vec<Helper>,
-}
-
-// SAFETY: `job` is written only by the caller holding `submit`, while no helper is inside a
-// loop (every `busy` is clear or stale), and read by helpers only inside one (see `helper`).
-unsafe impl Sync for Shared {}
-
-pub struct ComputePool {
-    shared: &'static Shared,
-    /// One caller at a time; others (tests on several threads) run their loops alone.
-    submit: Mutex<()>,
+/// Which open loop a free thread serves first: the higher.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
+pub enum Priority {
+    /// A step carrying prefill (or anything not an engine step): bound by throughput, its
+    /// loops long and split into many tasks.
+    #[default]
+    Throughput = 0,
+    /// A decode-only step: its time is its users' time per output token.
+    Latency = 1,
 }
 
 thread_local! {
     /// Set on helpers and on a caller inside a loop: a nested loop runs serially.
     static INSIDE: Cell<bool> = const { Cell::new(false) };
+    /// The priority of the loops this thread publishes.
+    static PRIORITY: Cell<Priority> = const { Cell::new(Priority::Throughput) };
+}
+
+/// The priority this thread's loops carry until the scope is dropped (then the one before).
+#[must_use = "the priority lasts as long as the scope"]
+pub struct PriorityScope {
+    before: Priority,
+}
+
+/// Gives this thread's loops `priority` for as long as the returned scope lives.
+pub fn prioritize(priority: Priority) -> PriorityScope {
+    PriorityScope {
+        before: PRIORITY.replace(priority),
+    }
+}
+
+impl Drop for PriorityScope {
+    fn drop(&mut self) {
+        PRIORITY.set(self.before);
+    }
+}
+
+/// The closure of an open loop, on its caller's stack, its lifetime erased.
+struct Job {
+    f: *const (dyn Fn(usize) + Sync),
+}
+
+/// Where one loop is published. Aligned to its own cache lines: other slots' claims must
+/// not invalidate this one's.
+#[repr(align(128))]
+#[derive(Default)]
+struct Slot {
+    /// Held by one caller from before it publishes a loop here until every thread has left
+    /// the loop.
+    owned: AtomicBool,
+    /// The open loop's closure, or null.
+    job: AtomicPtr<Job>,
+    /// Threads between announcing themselves (before they read `job`) and their last use of
+    /// the loop. The caller nulls `job` and then waits for zero before its closure goes out
+    /// of scope: a thread counted here either read null, or read the job while it is alive.
+    users: AtomicUsize,
+    /// The loop's `Priority`.
+    priority: AtomicU8,
+    tasks: AtomicUsize,
+    /// The next task to claim; at or past `tasks` when all are claimed.
+    next: AtomicUsize,
+    done: AtomicUsize,
+    /// The first panic among the loop's tasks, for its caller to re-raise.
+    panic: Mutex<Option<Box<dyn Any + Send>>>,
+}
+
+struct Helper {
+    sleeping: AtomicBool,
+    thread: OnceLock<Thread>,
+}
+
+struct Shared {
+    slots: [Slot; SLOTS],
+    /// Open `Priority::Latency` loops: a thread inside a `Throughput` loop looks for one
+    /// after each task.
+    latency_open: AtomicUsize,
+    /// Bumped after each loop is published, so a helper about to park sees it.
+    epoch: AtomicU64,
+    helpers: Vec<Helper>,
+}
+
+// SAFETY: `Job`'s pointer is the only field that is not `Sync` by itself; it is read only
+// by a thread counted in its slot's `users` (see `Slot::users` and `work_in`).
+unsafe impl Sync for Shared {}
+// SAFETY: as above; `Shared` is only ever shared through `&'static`.
+unsafe impl Send for Shared {}
+
+pub struct ComputePool {
+    shared: &'static Shared,
 }
 
 static THREADS: OnceLock<usize> = OnceLock::new();
@@ -71,6 +145,10 @@ static POOL: OnceLock<ComputePool> = OnceLock::new();
 /// and calls after first use change nothing.
 pub fn set_threads(n: usize) {
     let _ = THREADS.set(n.max(1));
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 impl ComputePool {
@@ -87,18 +165,14 @@ impl ComputePool {
     fn start(threads: usize) -> Self {
         let helpers = (1..threads)
             .map(|_| Helper {
-                busy: AtomicU64::new(0),
                 sleeping: AtomicBool::new(false),
                 thread: OnceLock::new(),
             })
             .collect();
-        let noop: &'static (dyn Fn(usize) + Sync) = &|_| {};
         let shared: &'static Shared = Box::leak(Box::new(Shared {
-            word: AtomicU64::new(0),
-            job: UnsafeCell::new(Job { f: noop, tasks: 0 }),
-            next: AtomicUsize::new(0),
-            done: AtomicUsize::new(0),
-            panicked: AtomicBool::new(false),
+            slots: Default::default(),
+            latency_open: AtomicUsize::new(0),
+            epoch: AtomicU64::new(0),
             helpers,
         }));
         for i in 0..threads - 1 {
@@ -108,10 +182,7 @@ impl ComputePool {
                 .expect("spawning a compute thread");
             let _ = shared.helpers[i].thread.set(handle.thread().clone());
         }
-        Self {
-            shared,
-            submit: Mutex::new(()),
-        }
+        Self { shared }
     }
 
     /// Threads that run a loop's tasks, the caller included.
@@ -120,39 +191,50 @@ impl ComputePool {
     }
 
     /// Calls `f(t)` for every `t` in `0..tasks`, spread over the pool; returns when all
-    /// have returned. A panic in a task is re-raised here after the loop ends.
+    /// have returned. A panic in a task is re-raised here after the loop ends. The loop
+    /// carries this thread's priority (`prioritize`).
     pub fn run(&self, tasks: usize, f: &(dyn Fn(usize) + Sync)) {
         if tasks == 0 {
             return;
         }
-        let serial = tasks == 1 || self.shared.helpers.is_empty() || INSIDE.get();
-        let guard = if serial {
-            None
-        } else {
-            self.submit.try_lock().ok()
-        };
-        let Some(_guard) = guard else {
+        let s = self.shared;
+        if tasks == 1 || s.helpers.is_empty() || INSIDE.get() {
+            return (0..tasks).for_each(f);
+        }
+        let Some(mine) = s.slots.iter().position(|slot| {
+            slot.owned
+                .compare_exchange(false, true, Acquire, Relaxed)
+                .is_ok()
+        }) else {
             return (0..tasks).for_each(f);
         };
-        INSIDE.set(true);
-        let s = self.shared;
-        // SAFETY: we hold `submit` and the previous loop's caller waited for every helper
-        // to leave it, so no helper reads `job` now. The lifetime is erased; this function
-        // does not return before every helper has left this loop.
-        unsafe {
-            let f: *const (dyn Fn(usize) + Sync + '_) = f;
-            *s.job.get() = Job {
-                f: std::mem::transmute::<
+        let slot = &s.slots[mine];
+        let priority = PRIORITY.get();
+        // Written before `job` is published (SeqCst, so Release) and read after it is
+        // loaded (Acquire). No thread is inside this slot's previous loop any more: its
+        // caller waited for `users` to drop to zero before giving the slot up.
+        slot.priority.store(priority as u8, Relaxed);
+        slot.tasks.store(tasks, Relaxed);
+        slot.next.store(0, Relaxed);
+        slot.done.store(0, Relaxed);
+        let f: *const (dyn Fn(usize) + Sync + '_) = f;
+        let job = Job {
+            // SAFETY: only the lifetime changes. The closure outlives every use of it: it
+            // is read only by threads counted in `slot.users`, and this function nulls
+            // `slot.job` and waits for `users` to reach zero before it returns.
+            f: unsafe {
+                std::mem::transmute::<
                     *const (dyn Fn(usize) + Sync + '_),
                     *const (dyn Fn(usize) + Sync + 'static),
-                >(f),
-                tasks,
-            };
+                >(f)
+            },
+        };
+        INSIDE.set(true);
+        if priority == Priority::Latency {
+            s.latency_open.fetch_add(1, SeqCst);
         }
-        s.next.store(0, Relaxed);
-        s.done.store(0, Relaxed);
-        let word = ((s.word.load(Relaxed) >> 1) + 1) << 1;
-        s.word.store(word, SeqCst);
+        slot.job.store(&job as *const Job as *mut Job, SeqCst);
+        s.epoch.fetch_add(1, SeqCst);
         for h in &s.helpers {
             if h.sleeping.load(SeqCst) {
                 if let Some(t) = h.thread.get() {
@@ -160,23 +242,34 @@ impl ComputePool {
                 }
             }
         }
-        let ours = claim(s, f, tasks);
+        // Our own tasks first among loops of our priority; a higher one's before them; while
+        // others finish our last tasks, theirs of at least our priority (never lower: a
+        // decode must not wait out a prefill's task it chose to take). A prefill's caller
+        // gives its core to the decode while one of its loops is open (see the module's doc).
         let mut spins = 0;
-        while s.done.load(Acquire) < tasks {
-            backoff(&mut spins);
-        }
-        s.word.store(word | 1, SeqCst);
-        for h in &s.helpers {
-            while h.busy.load(SeqCst) == word {
-                backoff(&mut spins);
+        while slot.done.load(Acquire) < tasks {
+            if priority == Priority::Throughput && s.latency_open.load(Relaxed) > 0 {
+                std::thread::yield_now();
+                continue;
+            }
+            match best(s, priority, Some(mine)) {
+                Some(i) if work_in(s, &s.slots[i]) > 0 => spins = 0,
+                _ => backoff(&mut spins),
             }
         }
+        slot.job.store(std::ptr::null_mut(), SeqCst);
+        if priority == Priority::Latency {
+            s.latency_open.fetch_sub(1, SeqCst);
+        }
+        while slot.users.load(SeqCst) != 0 {
+            backoff(&mut spins);
+        }
+        let panic = lock(&slot.panic).take();
+        slot.owned.store(false, Release);
         INSIDE.set(false);
-        let theirs = s.panicked.swap(false, Relaxed);
-        if let Some(payload) = ours {
+        if let Some(payload) = panic {
             resume_unwind(payload);
         }
-        assert!(!theirs, "a compute-pool task panicked on a helper thread");
     }
 
     /// Calls `f(range)` for consecutive ranges of `per_task` indices (the last may be
@@ -265,70 +358,95 @@ fn backoff(spins: &mut u32) {
     }
 }
 
-/// Claims and runs tasks until none are left, counting each as done; returns the first
-/// panic among them (the rest still run).
-fn claim(
-    s: &Shared,
-    f: &(dyn Fn(usize) + Sync),
-    tasks: usize,
-) -> Option<Box<dyn std::any::Any + Send>> {
-    let mut first = None;
-    loop {
-        let t = s.next.fetch_add(1, Relaxed);
-        if t >= tasks {
-            return first;
+/// The slot of the open loop with tasks left that a free thread serves next: the highest
+/// priority, at least `min`; among equals `prefer` where it qualifies (a caller's own loop,
+/// a helper's last one), else the first. The loads are hints: `work_in` checks again.
+fn best(s: &Shared, min: Priority, prefer: Option<usize>) -> Option<usize> {
+    let mut best: Option<(u8, usize)> = None;
+    for (i, slot) in s.slots.iter().enumerate() {
+        if slot.job.load(Acquire).is_null() || slot.next.load(Relaxed) >= slot.tasks.load(Relaxed) {
+            continue;
         }
-        let result = catch_unwind(AssertUnwindSafe(|| f(t)));
-        s.done.fetch_add(1, Release);
-        if let Err(payload) = result {
-            first.get_or_insert(payload);
+        let priority = slot.priority.load(Relaxed);
+        if priority < min as u8 {
+            continue;
+        }
+        let better = match best {
+            None => true,
+            Some((top, _)) => priority > top || (priority == top && prefer == Some(i)),
+        };
+        if better {
+            best = Some((priority, i));
         }
     }
+    best.map(|(_, i)| i)
+}
+
+/// Claims and runs tasks of `slot`'s loop while it is open with tasks left, leaving after
+/// each task if the loop is `Throughput` and a `Latency` loop is open; returns how many ran.
+/// A panicking task's payload is kept for the loop's caller; the rest still run.
+fn work_in(s: &Shared, slot: &Slot) -> usize {
+    slot.users.fetch_add(1, SeqCst);
+    let job = slot.job.load(SeqCst);
+    let mut ran = 0;
+    if !job.is_null() {
+        let tasks = slot.tasks.load(Relaxed);
+        let outranked = slot.priority.load(Relaxed) < Priority::Latency as u8;
+        // SAFETY: `job` was read while this thread is counted in `users`, so its caller has
+        // not passed its wait for zero users and the job and its closure are alive until
+        // the `fetch_sub` below (see `Slot::users`).
+        let f = unsafe { &*(*job).f };
+        loop {
+            let t = slot.next.fetch_add(1, Relaxed);
+            if t >= tasks {
+                break;
+            }
+            if let Err(payload) = catch_unwind(AssertUnwindSafe(|| f(t))) {
+                lock(&slot.panic).get_or_insert(payload);
+            }
+            slot.done.fetch_add(1, Release);
+            ran += 1;
+            if outranked && s.latency_open.load(Relaxed) > 0 {
+                break;
+            }
+        }
+    }
+    slot.users.fetch_sub(1, SeqCst);
+    ran
 }
 
 fn helper(s: &'static Shared, i: usize) {
     INSIDE.set(true);
     let me = &s.helpers[i];
-    let mut seen = s.word.load(Acquire);
-    loop {
-        let word = wait_for_change(s, me, seen);
-        seen = word;
-        if word & 1 == 1 {
-            continue;
-        }
-        // Announce, then re-check: either the caller sees `busy` and waits for us, or we
-        // see that it already closed this loop (both SeqCst).
-        me.busy.store(word, SeqCst);
-        if s.word.load(SeqCst) == word {
-            // SAFETY: the loop is open and its caller waits for `busy` to clear.
-            let job = unsafe { *s.job.get() };
-            // SAFETY: as above: `f` outlives our use of it.
-            if claim(s, unsafe { &*job.f }, job.tasks).is_some() {
-                s.panicked.store(true, Relaxed);
-            }
-        }
-        me.busy.store(0, SeqCst);
-    }
-}
-
-/// Spins until the word differs from `seen`, parking after `SPIN_LIMIT` without change.
-fn wait_for_change(s: &Shared, me: &Helper, seen: u64) -> u64 {
-    let mut since = Instant::now();
+    let mut last = None;
+    let mut idle_since = None;
     let mut spins = 0u32;
     loop {
-        let word = s.word.load(Acquire);
-        if word != seen {
-            return word;
+        // Read before looking: a loop published after this bumps it, so the check before
+        // parking sees any loop this look missed.
+        let seen = s.epoch.load(SeqCst);
+        if let Some(at) = best(s, Priority::Throughput, last) {
+            if work_in(s, &s.slots[at]) > 0 {
+                last = Some(at);
+                idle_since = None;
+                continue;
+            }
         }
         std::hint::spin_loop();
         spins = spins.wrapping_add(1);
-        if spins.is_multiple_of(1024) && since.elapsed() > SPIN_LIMIT {
+        if !spins.is_multiple_of(1024) {
+            continue;
+        }
+        let since = *idle_since.get_or_insert_with(Instant::now);
+        if since.elapsed() > SPIN_LIMIT {
+            // Either the caller publishing a loop sees `sleeping` and unparks us, or we see
+            // its epoch (both SeqCst).
             me.sleeping.store(true, SeqCst);
-            if s.word.load(SeqCst) == seen {
+            if s.epoch.load(SeqCst) == seen {
                 std::thread::park();
             }
             me.sleeping.store(false, SeqCst);
-            since = Instant::now();
+            idle_since = None;
         }
     }
 }
@@ -379,5 +497,101 @@ mod tests {
             sum.fetch_add(t, Relaxed);
         });
         assert_eq!(sum.load(Relaxed), 4950);
+    }
+
+    #[test]
+    fn two_callers_at_once_both_get_every_task_run_once_with_its_own_closure() {
+        let pool = ComputePool::start(3);
+        std::thread::scope(|scope| {
+            for (caller, priority) in [(1, Priority::Throughput), (2, Priority::Latency)] {
+                let pool = &pool;
+                scope.spawn(move || {
+                    let _priority = prioritize(priority);
+                    for round in 0..200 {
+                        let tasks = 2 + (round * 7 + caller) % 61;
+                        let out: Vec<AtomicUsize> =
+                            (0..tasks).map(|_| AtomicUsize::new(0)).collect();
+                        pool.run(tasks, &|t| {
+                            out[t].fetch_add(caller * 1000 + t, Relaxed);
+                        });
+                        for (t, o) in out.iter().enumerate() {
+                            assert_eq!(o.load(Relaxed), caller * 1000 + t, "caller {caller}");
+                        }
+                    }
+                });
+            }
+        });
+    }
+
+    #[test]
+    fn a_panic_reaches_its_own_caller_with_its_message_while_another_caller_runs() {
+        let pool = ComputePool::start(3);
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                for _ in 0..50 {
+                    let sum = AtomicUsize::new(0);
+                    pool.run(40, &|t| {
+                        sum.fetch_add(t, Relaxed);
+                    });
+                    assert_eq!(sum.load(Relaxed), 780);
+                }
+            });
+            for _ in 0..50 {
+                let r = catch_unwind(AssertUnwindSafe(|| {
+                    pool.run(40, &|t| assert!(t != 33, "task 33 fails"));
+                }));
+                let payload = r.expect_err("the panic reaches the caller");
+                let message = payload
+                    .downcast_ref::<String>()
+                    .map(String::as_str)
+                    .or_else(|| payload.downcast_ref::<&str>().copied());
+                assert_eq!(message, Some("task 33 fails"));
+            }
+        });
+    }
+
+    /// The low loop's caller and both helpers are held inside the low loop's first three
+    /// tasks while a latency loop of three opens; its caller takes the first and lets them
+    /// go, and each helper must then claim one of the other two before any more low tasks
+    /// (the low loop's caller takes none while the latency loop is open). Every latency task
+    /// waits until all three have started, or a low task was claimed too early, so each
+    /// thread holds one and a wrong order fails the test instead of hanging it.
+    #[test]
+    fn a_free_thread_claims_a_latency_loops_tasks_before_more_of_a_throughput_loop() {
+        let pool = ComputePool::start(3);
+        let log = Mutex::new(Vec::<(char, usize)>::new());
+        let logged =
+            |pick: &dyn Fn(&(char, usize)) -> bool| lock(&log).iter().filter(|e| pick(e)).count();
+        let gate = AtomicBool::new(false);
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                pool.run(40, &|t| {
+                    lock(&log).push(('L', t));
+                    if t < 3 {
+                        while !gate.load(SeqCst) {
+                            std::thread::yield_now();
+                        }
+                    }
+                });
+            });
+            while logged(&|_| true) < 3 {
+                std::thread::yield_now();
+            }
+            let _latency = prioritize(Priority::Latency);
+            pool.run(3, &|t| {
+                lock(&log).push(('H', t));
+                gate.store(true, SeqCst);
+                while logged(&|e| e.0 == 'H') < 3 && logged(&|e| e.0 == 'L' && e.1 >= 3) == 0 {
+                    std::thread::yield_now();
+                }
+            });
+        });
+        let log = lock(&log).clone();
+        let last_h = log.iter().rposition(|e| e.0 == 'H').unwrap();
+        let first_late_l = log.iter().position(|e| e.0 == 'L' && e.1 >= 3).unwrap();
+        assert!(last_h < first_late_l, "claim order: {log:?}");
+        let mut lows: Vec<usize> = log.iter().filter(|e| e.0 == 'L').map(|e| e.1).collect();
+        lows.sort();
+        assert_eq!(lows, (0..40).collect::<Vec<_>>());
     }
 }

@@ -116,6 +116,24 @@ impl ApiError {
         }
     }
 
+    /// A model of a server with several is counted as more memory than
+    /// `--models-memory-gib` allows all models together: the operator's configuration, so a
+    /// 503 (as for a server that cannot serve) with no retry hint, not a client's 4xx.
+    pub fn over_memory_budget(name: &str, footprint: &str, budget: u64) -> Self {
+        Self {
+            code: Some("model_over_memory_budget"),
+            ..Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "server_error",
+                format!(
+                    "the model `{name}` needs {footprint}, more than --models-memory-gib {:.2} \
+                     allows all models together; it cannot be loaded on this server",
+                    budget as f64 / (1u64 << 30) as f64
+                ),
+            )
+        }
+    }
+
     pub fn not_found(message: impl Into<String>) -> Self {
         Self::new(StatusCode::NOT_FOUND, "invalid_request_error", message)
     }

@@ -1,11 +1,14 @@
 //! `tokenmill serve` with several models (`--model NAME=PATH_OR_REPO` more than once,
 //! `--models-dir`): no model is loaded at startup; each loads on its first request, with the
-//! same engine and text flags, as its own engine, router and metrics (`models/`).
+//! serve command's engine and text flags and its own `--model-flags` over them, as its own
+//! engine, router and metrics (`models/`).
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
+use clap::{Args, Command};
 use tokio::net::TcpListener;
 
 use crate::http::api_server::{
@@ -13,6 +16,8 @@ use crate::http::api_server::{
 };
 use crate::model::model_loader;
 use crate::models::model_catalog::{catalog, ModelSpec};
+use crate::models::model_flags::{self, ModelSettings, ServeFlags};
+use crate::models::model_footprint::Footprint;
 use crate::models::model_registry::{ModelLoader, ModelRegistry, UnloadPolicy};
 use crate::models::model_switch::{front_router, Front};
 
@@ -27,18 +32,48 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
         );
     }
     if options.kv_events.is_some() {
-        bail!("--kv-events-config serves one model; it cannot be used with several");
+        // vLLM's events carry no model name: a router reading one stream would mix two
+        // models' block hashes as one cache.
+        bail!(
+            "--kv-events-config serves one model (vLLM's KV-cache events name no model); \
+             run a server per model to publish each one's events"
+        );
     }
     let specs = catalog(&args.model_list.0, args.models.models_dir.as_deref())?;
     if specs.is_empty() {
         bail!("no model to serve: give --model NAME=PATH_OR_REPO or --models-dir DIR");
     }
+    let settings = if args.models.model_flags.is_empty() {
+        specs
+            .iter()
+            .map(|spec| (spec.name.clone(), base_settings(&args)))
+            .collect()
+    } else {
+        let words = model_flags::serve_words()?;
+        let serve = ServeFlags {
+            base: base_settings(&args),
+            command: ServeArgs::augment_args(Command::new("serve")),
+            words: &words,
+        };
+        model_flags::settings(&serve, &specs, &args.models.model_flags)?
+    };
+    let models = specs
+        .into_iter()
+        .map(|spec| {
+            let footprint = Footprint::estimate(&spec.source, &settings[&spec.name].engine);
+            (spec, footprint)
+        })
+        .collect();
     let registry = ModelRegistry::new(
-        specs,
-        loader(&args),
+        models,
+        loader(&args, settings),
         UnloadPolicy {
             max_loaded: args.models.models_max,
             idle_after: args.models.sleep_idle_seconds.map(Duration::from_secs),
+            memory_budget: args
+                .models
+                .models_memory_gib
+                .map(|gib| (gib * (1u64 << 30) as f64) as u64),
         },
     );
     let front = Front {
@@ -79,14 +114,24 @@ pub fn run(args: ServeArgs) -> anyhow::Result<()> {
     served
 }
 
-/// Loads one model as a server of it alone would, named as its spec says.
-fn loader(args: &ServeArgs) -> ModelLoader {
+fn base_settings(args: &ServeArgs) -> ModelSettings {
+    ModelSettings {
+        engine: args.engine.clone(),
+        text: args.text.clone(),
+    }
+}
+
+/// Loads one model as a server of it alone with its settings would, named as its spec says.
+fn loader(args: &ServeArgs, settings: HashMap<String, ModelSettings>) -> ModelLoader {
     let args = args.clone();
     Arc::new(move |spec: &ModelSpec| {
-        let mut engine = args.engine.clone();
+        let own = settings
+            .get(&spec.name)
+            .with_context(|| format!("no settings for `{}`", spec.name))?;
+        let mut engine = own.engine.clone();
         engine.model = Some(spec.source.clone());
         let local = args.hub.localize(&engine)?;
-        let model = model_loader::load_with(&local.engine, &args.text)?;
+        let model = model_loader::load_with(&local.engine, &own.text)?;
         let mut options = args.options();
         options.served_model_name = Some(spec.name.clone());
         let state = app_state(model, &options, None);

@@ -5,9 +5,10 @@
 //!
 //! Unloading takes a model out of the table at once (its next request loads it again) and
 //! stops its engine once the requests it holds have ended, which frees its weights and KV
-//! pool. With `--models-max`, loading one more first unloads the least recently used model
-//! with no request in flight, waiting for one to become idle when all are busy; with
-//! `--sleep-idle-seconds`, a model idle that long is unloaded.
+//! pool. With `--models-max` or `--models-memory-gib`, loading one more first unloads the
+//! least recently used models with no request in flight until it fits, waiting for one to
+//! become idle when all are busy; with `--sleep-idle-seconds`, a model idle that long is
+//! unloaded.
 
 use std::num::NonZeroUsize;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -19,6 +20,7 @@ use tokio::sync::watch;
 
 use crate::api::api_error::ApiError;
 use crate::models::model_catalog::ModelSpec;
+use crate::models::model_footprint::Footprint;
 use crate::serving::app_state::AppState;
 use crate::serving::drain::Drain;
 
@@ -36,6 +38,9 @@ pub struct UnloadPolicy {
     pub max_loaded: Option<NonZeroUsize>,
     /// `--sleep-idle-seconds`.
     pub idle_after: Option<Duration>,
+    /// `--models-memory-gib`, in bytes: what the models held (loaded or loading) may be
+    /// counted as holding together (`Footprint`).
+    pub memory_budget: Option<u64>,
 }
 
 /// A loaded model.
@@ -80,6 +85,7 @@ enum Slot {
 
 struct Entry {
     spec: ModelSpec,
+    footprint: Footprint,
     slot: Slot,
 }
 
@@ -109,11 +115,17 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl ModelRegistry {
-    pub fn new(specs: Vec<ModelSpec>, loader: ModelLoader, policy: UnloadPolicy) -> Arc<Self> {
-        let entries = specs
+    /// `models`: each model and the memory it is counted as holding once loaded.
+    pub fn new(
+        models: Vec<(ModelSpec, Footprint)>,
+        loader: ModelLoader,
+        policy: UnloadPolicy,
+    ) -> Arc<Self> {
+        let entries = models
             .into_iter()
-            .map(|spec| Entry {
+            .map(|(spec, footprint)| Entry {
                 spec,
+                footprint,
                 slot: Slot::Unloaded,
             })
             .collect();
@@ -177,7 +189,7 @@ impl ModelRegistry {
     }
 
     /// A hold on `name`, loaded first if it is not: 404 for a name not served, 500 when the
-    /// model cannot be loaded.
+    /// model cannot be loaded, 503 when it alone is over `--models-memory-gib`.
     pub async fn acquire(self: &Arc<Self>, name: &str) -> Result<Lease, ApiError> {
         loop {
             // Decided under the lock; awaited after it is released.
@@ -196,7 +208,7 @@ impl ModelRegistry {
                     }
                     Slot::Loading(outcome) => Some(outcome.clone()),
                     Slot::Unloaded => self
-                        .make_room(&mut entries, at)
+                        .make_room(&mut entries, at)?
                         .map(|evicted| self.start_load(&mut entries, at, evicted)),
                 }
             };
@@ -219,21 +231,39 @@ impl ModelRegistry {
         }
     }
 
-    /// Under `--models-max`, takes the least recently used idle models out until one more
-    /// fits (returned, to be stopped before the new one loads); `None` when every loaded
-    /// model is busy.
-    fn make_room(&self, entries: &mut [Entry], wanted: usize) -> Option<Vec<Arc<Resident>>> {
-        let Some(max) = self.policy.max_loaded else {
-            return Some(Vec::new());
-        };
+    /// Under `--models-max` and `--models-memory-gib`, takes the least recently used idle
+    /// models out until one more fits (returned, to be stopped before the new one loads);
+    /// `None` when every loaded model that could make room is busy; a 503 when `wanted`
+    /// alone is over the memory budget (the server's configuration, not the request's).
+    fn make_room(
+        &self,
+        entries: &mut [Entry],
+        wanted: usize,
+    ) -> Result<Option<Vec<Arc<Resident>>>, ApiError> {
+        let need = entries[wanted].footprint;
+        if let Some(budget) = self.policy.memory_budget {
+            if need.bytes() > budget {
+                return Err(ApiError::over_memory_budget(
+                    &entries[wanted].spec.name,
+                    &need.to_string(),
+                    budget,
+                ));
+            }
+        }
         let mut evicted = Vec::new();
         loop {
-            let held = entries
-                .iter()
-                .filter(|e| !matches!(e.slot, Slot::Unloaded))
-                .count();
-            if held < max.get() {
-                return Some(evicted);
+            let held = || entries.iter().filter(|e| !matches!(e.slot, Slot::Unloaded));
+            let too_many = self
+                .policy
+                .max_loaded
+                .is_some_and(|max| held().count() >= max.get());
+            let held_bytes: u64 = held().map(|e| e.footprint.bytes()).sum();
+            let too_big = self
+                .policy
+                .memory_budget
+                .is_some_and(|budget| held_bytes + need.bytes() > budget);
+            if !too_many && !too_big {
+                return Ok(Some(evicted));
             }
             let oldest = entries
                 .iter()
@@ -249,11 +279,17 @@ impl ModelRegistry {
                 for resident in evicted {
                     self.retire(resident);
                 }
-                return None;
+                return Ok(None);
+            };
+            let why = if too_many {
+                "--models-max"
+            } else {
+                "--models-memory-gib"
             };
             tracing::info!(
-                "unloading {} to make room (--models-max {max})",
-                entries[victim].spec.name
+                "unloading {} to make room for {} ({why})",
+                entries[victim].spec.name,
+                entries[wanted].spec.name,
             );
             if let Slot::Loaded(r) = std::mem::replace(&mut entries[victim].slot, Slot::Unloaded) {
                 evicted.push(r);

@@ -2,7 +2,8 @@
 //! its first request, and `/v1/models` says which are loaded; `--models-max` swaps them,
 //! `--sleep-idle-seconds` unloads an idle one, `/models/load` and `/models/unload` do as
 //! asked and free the memory; an unknown name is OpenAI's 404, a broken file fails its own
-//! requests only, and `--models-dir` names each file it holds. Most use the zoo's tiny Qwen3
+//! requests only, and `--models-dir` names each file it holds; `--model-flags` gives a model
+//! its own engine flags and `--models-memory-gib` unloads to stay within a budget. Most use the zoo's tiny Qwen3
 //! under two names (every tier has it); the memory figures use the default model.
 
 use std::path::{Path, PathBuf};
@@ -190,6 +191,103 @@ fn load_and_unload_routes_load_and_unload_the_model_named() {
     assert_eq!(status, 400, "{reply}");
     // An unloaded model still answers: its request loads it again.
     assert_eq!(complete(&server, "b").0, 200);
+}
+
+/// A model's `max_model_len` in `/v1/models` (known once loaded).
+fn max_model_len(server: &ServedBinary, name: &str) -> Value {
+    let (_, list) = call(server, "/v1/models", None);
+    list["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["id"] == name)
+        .unwrap_or_else(|| panic!("{name} is listed"))["max_model_len"]
+        .clone()
+}
+
+#[test]
+fn each_model_is_built_with_its_own_flags_over_the_serve_commands() {
+    let server = two_tiny(&[
+        "--max-model-len",
+        "128",
+        "--num-kv-blocks",
+        "40",
+        "--model-flags",
+        "b=--max-model-len 64 --num-kv-blocks 30",
+    ]);
+    assert_eq!(complete(&server, "a").0, 200);
+    assert_eq!(complete(&server, "b").0, 200);
+    assert_eq!(max_model_len(&server, "a"), json!(128));
+    assert_eq!(max_model_len(&server, "b"), json!(64));
+    let (_, metrics) = call(&server, "/metrics", None);
+    let metrics = metrics.as_str().expect("the exposition is text");
+    for (name, blocks) in [("a", 40), ("b", 30)] {
+        let series = format!("tokenmill:kv_cache_blocks{{model_name=\"{name}\"}} {blocks}\n");
+        assert!(metrics.contains(&series), "{series}in\n{metrics}");
+    }
+    // Each model's own limit holds for its requests: 100 tokens more fit within a's 128,
+    // and b stops its reply at its 64.
+    for (name, total) in [("a", 104), ("b", 64)] {
+        let body = json!({"model": name, "prompt": "Hello", "max_tokens": 100,
+                          "ignore_eos": true, "temperature": 0});
+        let (status, reply) = call(&server, "/v1/completions", Some(body));
+        assert_eq!(status, 200, "{reply}");
+        assert_eq!(
+            reply["usage"]["total_tokens"],
+            json!(total),
+            "{name}: {reply}"
+        );
+    }
+}
+
+#[test]
+fn a_memory_budget_unloads_the_least_recently_used_model_and_refuses_one_over_it_alone() {
+    // Each tiny model counts as its 0.7 MB file plus 0.1 GiB of KV cache: one fits in
+    // 0.15 GiB, two do not; `c` with 1 GiB of KV cache does not fit alone.
+    let a = format!("a={}", tiny());
+    let b = format!("b={}", tiny());
+    let c = format!("c={}", tiny());
+    let server = ServedBinary::start_with_env(
+        &[
+            "--model",
+            &a,
+            "--model",
+            &b,
+            "--model",
+            &c,
+            "--kv-cache-memory-gib",
+            "0.1",
+            "--models-memory-gib",
+            "0.15",
+            "--model-flags",
+            "c=--kv-cache-memory-gib 1",
+        ],
+        &[],
+    );
+    assert_eq!(complete(&server, "a").0, 200);
+    assert_eq!(state_of(&server, "a"), "loaded");
+    assert_eq!(complete(&server, "b").0, 200);
+    assert_eq!(
+        states(&server),
+        [
+            ("a".into(), "unloaded".into()),
+            ("b".into(), "loaded".into()),
+            ("c".into(), "unloaded".into())
+        ]
+    );
+    let (status, reply) = complete(&server, "c");
+    assert_eq!(status, 503, "{reply}");
+    assert_eq!(
+        reply["error"]["code"], "model_over_memory_budget",
+        "{reply}"
+    );
+    let message = reply["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("`c`") && message.contains("--models-memory-gib"),
+        "{message}"
+    );
+    // Refused before anything was unloaded for it.
+    assert_eq!(state_of(&server, "b"), "loaded");
 }
 
 #[test]

@@ -157,6 +157,54 @@ fn each_bad_text_flag_is_one_line_naming_the_flag_and_exit_status_1() {
 
 /// `generate` and the engine benches take the same engine flags, checked by the same step.
 #[test]
+fn each_bad_flag_of_a_server_of_several_models_is_one_line_naming_what_is_wrong() {
+    let two = ["serve", "--model", "a=a.gguf", "--model", "b=b.gguf"];
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &["--model-flags", "b=--max-model-len many"],
+            "--model-flags of `b`: invalid value 'many' for '--max-model-len",
+        ),
+        (
+            &["--model-flags", "b=--port 9000"],
+            "--model-flags of `b`: unexpected argument '--port'",
+        ),
+        (
+            &["--model-flags", "c=--max-model-len 64"],
+            "--model-flags names `c`, which is not a model served here (`a`, `b`)",
+        ),
+        (
+            &["--served-model-name", "x"],
+            "name each as --model NAME=PATH_OR_REPO",
+        ),
+        (
+            &["--kv-events-config", r#"{"enable_kv_cache_events": true}"#],
+            "run a server per model",
+        ),
+    ];
+    for (extra, expected) in cases {
+        let args: Vec<&str> = two.iter().chain(extra.iter()).copied().collect();
+        assert_one_line_error(&args, expected);
+    }
+    assert_one_line_error(&["serve", "--models-max", "2"], "no model to serve");
+    // Refused by clap as it reads the flags: its usage error, exit status 2.
+    for (extra, expected) in [
+        (
+            ["--model-flags", "b='--max-model-len 64"],
+            "the flags of `b` have an unclosed quote",
+        ),
+        (
+            ["--models-memory-gib", "0"],
+            "`0` is not a positive number of GiB",
+        ),
+    ] {
+        let args: Vec<&str> = two.iter().chain(extra.iter()).copied().collect();
+        let (code, stderr) = tokenmill(&args);
+        assert_eq!(code, Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(expected), "{args:?}: {stderr}");
+    }
+}
+
+#[test]
 fn generate_and_the_engine_benches_refuse_a_bad_engine_flag_in_one_line_too() {
     let dummy = ["--load-format", "dummy", "--model", "smollm2-135m"];
     let commands: [&[&str]; 3] = [
