@@ -26,7 +26,7 @@
 use crate::config::{KvCacheGroups, KvGroup};
 pub use crate::kv::block_id::BlockId;
 use crate::kv::block_table::BlockTable;
-use crate::kv::kv_event::{record_removed, record_stored, KvEvent};
+use crate::kv::kv_event::{record_removed, record_stored, KvEvent, StoredBlock, Tier};
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, HashMap};
 
@@ -456,7 +456,7 @@ impl BlockManager {
                         .as_mut()
                         .filter(|_| old.group == self.events_group)
                     {
-                        record_removed(events, old.hash.external());
+                        record_removed(events, Tier::Ram, old.hash.external());
                     }
                 }
             }
@@ -554,13 +554,13 @@ impl BlockManager {
             return false;
         }
         if let Some(events) = self.events.as_mut().filter(|_| group == self.events_group) {
-            record_stored(
-                events,
-                hash.external(),
-                parent.map(|p| p.external()),
+            let block = StoredBlock {
+                hash: hash.external(),
+                parent: parent.map(|p| p.external()),
                 tokens,
-                self.block_size,
-            );
+                block_size: self.block_size,
+            };
+            record_stored(events, Tier::Ram, block);
         }
         self.blocks[id.index()].cached = Some(CachedContent {
             group,

@@ -41,43 +41,86 @@ pub enum KvEvent {
 /// thread, between steps: it must not block (send to a bounded channel with `try_send`).
 pub type KvEventSink = Box<dyn FnMut(Vec<KvEvent>) + Send + Sync>;
 
-/// Records a block entering the cache, extending the last event when it stored this
-/// block's parent (a prompt's blocks registered in one step make one event, as vLLM sends).
-pub(crate) fn record_stored(
-    events: &mut Vec<KvEvent>,
-    hash: u64,
-    parent: Option<u64>,
-    tokens: &[u32],
-    block_size: usize,
-) {
-    if let (
-        Some(KvEvent::BlockStored {
-            block_hashes,
-            token_ids,
-            ..
-        }),
-        Some(parent),
-    ) = (events.last_mut(), parent)
-    {
+/// Which tier an event describes: RAM's prefix cache (vLLM's `BlockStored`/`BlockRemoved`)
+/// or the disk tier (the `...OnDisk`/`...FromDisk` variants).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Tier {
+    Ram,
+    Disk,
+}
+
+/// A full block entering a tier, as `record_stored` takes it.
+pub(crate) struct StoredBlock<'a> {
+    pub hash: u64,
+    pub parent: Option<u64>,
+    pub tokens: &'a [u32],
+    pub block_size: usize,
+}
+
+/// Records a block entering `tier`, extending the last event when it stored this block's
+/// parent in the same tier (a prompt's blocks registered in one step make one event, as
+/// vLLM sends).
+pub(crate) fn record_stored(events: &mut Vec<KvEvent>, tier: Tier, block: StoredBlock<'_>) {
+    let run = match (events.last_mut(), tier) {
+        (
+            Some(KvEvent::BlockStored {
+                block_hashes,
+                token_ids,
+                ..
+            }),
+            Tier::Ram,
+        )
+        | (
+            Some(KvEvent::BlockStoredOnDisk {
+                block_hashes,
+                token_ids,
+                ..
+            }),
+            Tier::Disk,
+        ) => Some((block_hashes, token_ids)),
+        _ => None,
+    };
+    if let (Some((block_hashes, token_ids)), Some(parent)) = (run, block.parent) {
         if block_hashes.last() == Some(&parent) {
-            block_hashes.push(hash);
-            token_ids.extend_from_slice(tokens);
+            block_hashes.push(block.hash);
+            token_ids.extend_from_slice(block.tokens);
             return;
         }
     }
-    events.push(KvEvent::BlockStored {
-        block_hashes: vec![hash],
-        parent_block_hash: parent,
-        token_ids: tokens.to_vec(),
-        block_size,
+    let (block_hashes, parent_block_hash, token_ids, block_size) = (
+        vec![block.hash],
+        block.parent,
+        block.tokens.to_vec(),
+        block.block_size,
+    );
+    events.push(match tier {
+        Tier::Ram => KvEvent::BlockStored {
+            block_hashes,
+            parent_block_hash,
+            token_ids,
+            block_size,
+        },
+        Tier::Disk => KvEvent::BlockStoredOnDisk {
+            block_hashes,
+            parent_block_hash,
+            token_ids,
+            block_size,
+        },
     });
 }
 
-/// Records a cached block's eviction, extending the last event when it too was a removal.
-pub(crate) fn record_removed(events: &mut Vec<KvEvent>, hash: u64) {
-    match events.last_mut() {
-        Some(KvEvent::BlockRemoved { block_hashes }) => block_hashes.push(hash),
-        _ => events.push(KvEvent::BlockRemoved {
+/// Records a block leaving `tier`, extending the last event when it too was a removal from
+/// that tier.
+pub(crate) fn record_removed(events: &mut Vec<KvEvent>, tier: Tier, hash: u64) {
+    match (events.last_mut(), tier) {
+        (Some(KvEvent::BlockRemoved { block_hashes }), Tier::Ram)
+        | (Some(KvEvent::BlockRemovedFromDisk { block_hashes }), Tier::Disk) => {
+            block_hashes.push(hash)
+        }
+        (_, Tier::Ram) => events.push(KvEvent::BlockRemoved {
+            block_hashes: vec![hash],
+        }),
+        (_, Tier::Disk) => events.push(KvEvent::BlockRemovedFromDisk {
             block_hashes: vec![hash],
         }),
     }

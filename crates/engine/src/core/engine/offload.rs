@@ -16,7 +16,7 @@ use crate::kv::disk_block::DiskBlock;
 use crate::kv::kv_disk_tier::{
     DiskChange, KvDiskStats, KvDiskTier, KvLayout, KvOffloadConfig, ReadHold,
 };
-use crate::kv::kv_event::KvEvent;
+use crate::kv::kv_event::{record_removed, record_stored, KvEvent, StoredBlock, Tier};
 
 impl Engine {
     /// Writes every block that enters the prefix cache through to `config.dir` and takes
@@ -128,40 +128,20 @@ impl Engine {
         let block_size = self.limits.block_size;
         let mut events: Vec<KvEvent> = Vec::new();
         for change in tier.take_changes() {
-            let block = match change {
-                DiskChange::Written(block) => block,
-                DiskChange::Removed(hash) => {
-                    let hash = hash.external();
-                    match events.last_mut() {
-                        Some(KvEvent::BlockRemovedFromDisk { block_hashes }) => {
-                            block_hashes.push(hash);
-                        }
-                        _ => events.push(KvEvent::BlockRemovedFromDisk {
-                            block_hashes: vec![hash],
-                        }),
-                    }
-                    continue;
+            match change {
+                DiskChange::Written(block) => {
+                    let block = StoredBlock {
+                        hash: block.hash.external(),
+                        parent: block.parent.map(|p| p.external()),
+                        tokens: &block.tokens,
+                        block_size,
+                    };
+                    record_stored(&mut events, Tier::Disk, block);
                 }
-            };
-            let (hash, parent) = (block.hash.external(), block.parent.map(|p| p.external()));
-            if let Some(KvEvent::BlockStoredOnDisk {
-                block_hashes,
-                token_ids,
-                ..
-            }) = events.last_mut()
-            {
-                if parent.is_some() && block_hashes.last() == parent.as_ref() {
-                    block_hashes.push(hash);
-                    token_ids.extend_from_slice(&block.tokens);
-                    continue;
+                DiskChange::Removed(hash) => {
+                    record_removed(&mut events, Tier::Disk, hash.external());
                 }
             }
-            events.push(KvEvent::BlockStoredOnDisk {
-                block_hashes: vec![hash],
-                parent_block_hash: parent,
-                token_ids: block.tokens,
-                block_size,
-            });
         }
         events
     }
