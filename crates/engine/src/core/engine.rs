@@ -8,7 +8,7 @@ use crate::core::completion::{collect_completion, Completion};
 use crate::core::engine_limits::EngineLimits;
 use crate::core::step_times::{StepClock, StepTimes};
 use crate::error::{EngineError, Result};
-use crate::kernels::compute_pool::{self, Priority};
+use crate::kernels::compute_pool::{ComputePool, Priority};
 use crate::kernels::cpu_kernel::CpuKernel;
 use crate::kernels::huge_buf;
 use crate::kv::block_manager::BlockManager;
@@ -344,9 +344,9 @@ impl Engine {
             return Ok(0);
         }
         self.in_flight = out.chunks.iter().map(|c| c.seq_id).collect();
-        // Another model's engine may share the compute threads: this step's loops go first
-        // when it only decodes, after them when it carries prefill.
-        let _priority = compute_pool::prioritize(if out.batch.is_decode_only() {
+        // Another model's engine may share the compute threads: a decode-only step has them
+        // to itself (after a prefill's turn), a step carrying prefill runs in turns beside it.
+        let _step = ComputePool::global().step(if out.batch.is_decode_only() {
             Priority::Latency
         } else {
             Priority::Throughput

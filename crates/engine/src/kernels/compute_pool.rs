@@ -19,6 +19,10 @@
 //! thread is one too many, and the OS would otherwise share a core between it and the
 //! decode's own thread (measured: docs/models.md).
 //!
+//! Engines go further with `step`: a decode-only step then has the whole pool while it runs
+//! (a prefill step's threads block, and helpers take no prefill task), and a prefill step
+//! runs in turns between decode steps (`StepGate`).
+//!
 //! Invariants callers rely on:
 //! - tasks are claimed dynamically, so which thread runs a task never matters: callers must
 //!   make each task's result independent of that (every caller here writes disjoint output);
@@ -38,6 +42,8 @@ use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicU8, AtomicUsize,
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::thread::Thread;
 use std::time::{Duration, Instant};
+
+use super::step_gate::StepGate;
 
 /// How long an idle helper spins before it parks: longer than the gaps between a step's
 /// loops and between steps, short enough not to hold a core through an idle server.
@@ -63,6 +69,8 @@ thread_local! {
     static INSIDE: Cell<bool> = const { Cell::new(false) };
     /// The priority of the loops this thread publishes.
     static PRIORITY: Cell<Priority> = const { Cell::new(Priority::Throughput) };
+    /// Set inside a prefill step (`ComputePool::step`): this thread waits at the step gate.
+    static GATED: Cell<bool> = const { Cell::new(false) };
 }
 
 /// The priority this thread's loops carry until the scope is dropped (then the one before).
@@ -81,6 +89,27 @@ pub fn prioritize(priority: Priority) -> PriorityScope {
 impl Drop for PriorityScope {
     fn drop(&mut self) {
         PRIORITY.set(self.before);
+    }
+}
+
+/// One engine step on the pool, from `ComputePool::step` until dropped.
+#[must_use = "the step lasts as long as the scope"]
+pub struct StepScope<'a> {
+    gate: &'a StepGate,
+    /// When a decode step began; `None` for a prefill step.
+    latency_since: Option<Instant>,
+    _priority: PriorityScope,
+}
+
+impl Drop for StepScope<'_> {
+    fn drop(&mut self) {
+        match self.latency_since {
+            Some(started) => self.gate.leave_latency(started),
+            None => {
+                GATED.set(false);
+                self.gate.leave_throughput();
+            }
+        }
     }
 }
 
@@ -123,6 +152,8 @@ struct Shared {
     /// Open `Priority::Latency` loops: a thread inside a `Throughput` loop looks for one
     /// after each task.
     latency_open: AtomicUsize,
+    /// Decode steps against prefill steps: who may compute now.
+    gate: StepGate,
     /// Bumped after each loop is published, so a helper about to park sees it.
     epoch: AtomicU64,
     helpers: Vec<Helper>,
@@ -172,6 +203,7 @@ impl ComputePool {
         let shared: &'static Shared = Box::leak(Box::new(Shared {
             slots: Default::default(),
             latency_open: AtomicUsize::new(0),
+            gate: StepGate::default(),
             epoch: AtomicU64::new(0),
             helpers,
         }));
@@ -190,6 +222,26 @@ impl ComputePool {
         self.shared.helpers.len() + 1
     }
 
+    /// Begins one engine step whose loops carry `priority`, until the scope is dropped. A
+    /// `Latency` step (decode only) waits out a turn given to prefill steps, then has the
+    /// pool to itself; a `Throughput` step's loops wait while a `Latency` step runs.
+    pub fn step(&self, priority: Priority) -> StepScope<'_> {
+        let gate = &self.shared.gate;
+        let latency_since = match priority {
+            Priority::Latency => Some(gate.enter_latency()),
+            Priority::Throughput => {
+                gate.enter_throughput();
+                GATED.set(true);
+                None
+            }
+        };
+        StepScope {
+            gate,
+            latency_since,
+            _priority: prioritize(priority),
+        }
+    }
+
     /// Calls `f(t)` for every `t` in `0..tasks`, spread over the pool; returns when all
     /// have returned. A panic in a task is re-raised here after the loop ends. The loop
     /// carries this thread's priority (`prioritize`).
@@ -198,7 +250,13 @@ impl ComputePool {
             return;
         }
         let s = self.shared;
-        if tasks == 1 || s.helpers.is_empty() || INSIDE.get() {
+        if INSIDE.get() {
+            return (0..tasks).for_each(f);
+        }
+        if GATED.get() && s.gate.closed() {
+            s.gate.wait_open();
+        }
+        if tasks == 1 || s.helpers.is_empty() {
             return (0..tasks).for_each(f);
         }
         let Some(mine) = s.slots.iter().position(|slot| {
@@ -248,6 +306,10 @@ impl ComputePool {
         // gives its core to the decode while one of its loops is open (see the module's doc).
         let mut spins = 0;
         while slot.done.load(Acquire) < tasks {
+            if GATED.get() && s.gate.closed() {
+                s.gate.wait_open();
+                continue;
+            }
             if priority == Priority::Throughput && s.latency_open.load(Relaxed) > 0 {
                 std::thread::yield_now();
                 continue;
@@ -406,7 +468,7 @@ fn work_in(s: &Shared, slot: &Slot) -> usize {
             }
             slot.done.fetch_add(1, Release);
             ran += 1;
-            if outranked && s.latency_open.load(Relaxed) > 0 {
+            if outranked && (s.latency_open.load(Relaxed) > 0 || s.gate.closed()) {
                 break;
             }
         }
@@ -425,20 +487,35 @@ fn helper(s: &'static Shared, i: usize) {
         // Read before looking: a loop published after this bumps it, so the check before
         // parking sees any loop this look missed.
         let seen = s.epoch.load(SeqCst);
-        if let Some(at) = best(s, Priority::Throughput, last) {
+        // While a decode step runs, its loops only: a prefill's task taken in the gap between
+        // two of them would delay the next.
+        let min = if s.gate.closed() {
+            Priority::Latency
+        } else {
+            Priority::Throughput
+        };
+        if let Some(at) = best(s, min, last) {
             if work_in(s, &s.slots[at]) > 0 {
                 last = Some(at);
                 idle_since = None;
                 continue;
             }
         }
-        std::hint::spin_loop();
-        spins = spins.wrapping_add(1);
-        if !spins.is_multiple_of(1024) {
-            continue;
+        // Between a prefill's turn and the decode's next step, the decode's engine thread is
+        // waking and wants a core: park at once (its first loop unparks us).
+        let make_way = s.gate.awaits_decode();
+        if make_way {
+            s.gate.turn_over();
+        }
+        if !make_way {
+            std::hint::spin_loop();
+            spins = spins.wrapping_add(1);
+            if !spins.is_multiple_of(1024) {
+                continue;
+            }
         }
         let since = *idle_since.get_or_insert_with(Instant::now);
-        if since.elapsed() > SPIN_LIMIT {
+        if make_way || since.elapsed() > SPIN_LIMIT {
             // Either the caller publishing a loop sees `sleeping` and unparks us, or we see
             // its epoch (both SeqCst).
             me.sleeping.store(true, SeqCst);
@@ -548,6 +625,78 @@ mod tests {
                 assert_eq!(message, Some("task 33 fails"));
             }
         });
+    }
+
+    #[test]
+    fn a_prefill_steps_tasks_wait_while_a_decode_step_runs() {
+        let pool = ComputePool::start(2);
+        let decoding = AtomicBool::new(false);
+        let decode_ended = AtomicBool::new(false);
+        let ran_during_decode = AtomicUsize::new(0);
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                let step = pool.step(Priority::Latency);
+                decoding.store(true, SeqCst);
+                std::thread::sleep(Duration::from_millis(60));
+                decode_ended.store(true, SeqCst);
+                drop(step);
+            });
+            while !decoding.load(SeqCst) {
+                std::thread::yield_now();
+            }
+            let _step = pool.step(Priority::Throughput);
+            pool.run(8, &|_| {
+                if !decode_ended.load(SeqCst) {
+                    ran_during_decode.fetch_add(1, SeqCst);
+                }
+            });
+        });
+        assert_eq!(ran_during_decode.load(SeqCst), 0);
+    }
+
+    /// The decode's next step begins only after the prefill's turn: `TURN_SHARE` of its
+    /// step's time, or sooner if the prefill step ends first. Only lower bounds are checked,
+    /// so a slow machine cannot fail it.
+    #[test]
+    fn a_waiting_prefill_gets_a_turn_before_the_next_decode_step() {
+        let pool = ComputePool::start(2);
+        let clock = Instant::now();
+        let decoding = AtomicBool::new(false);
+        let prefill_done = Mutex::new(None::<Duration>);
+        let (mut first_end, mut second_start) = (Duration::ZERO, Duration::ZERO);
+        let mut first_took = Duration::ZERO;
+        std::thread::scope(|scope| {
+            let d = scope.spawn(|| {
+                let step = pool.step(Priority::Latency);
+                let began = clock.elapsed();
+                decoding.store(true, SeqCst);
+                std::thread::sleep(Duration::from_millis(100));
+                let ended = clock.elapsed();
+                drop(step);
+                let _next = pool.step(Priority::Latency);
+                (ended - began, ended, clock.elapsed())
+            });
+            while !decoding.load(SeqCst) {
+                std::thread::yield_now();
+            }
+            {
+                let _step = pool.step(Priority::Throughput);
+                pool.run(4, &|_| std::thread::sleep(Duration::from_millis(1)));
+            }
+            *lock(&prefill_done) = Some(clock.elapsed());
+            (first_took, first_end, second_start) = d.join().unwrap();
+        });
+        let turn = first_took.mul_f64(super::super::step_gate::TURN_SHARE);
+        let prefill_done = lock(&prefill_done).expect("the prefill ran");
+        assert!(
+            second_start >= (first_end + turn).min(prefill_done),
+            "the next decode step began {second_start:?}, before the turn ({first_end:?} + \
+             {turn:?}) and before the prefill ended ({prefill_done:?})"
+        );
+        assert!(
+            prefill_done > first_end,
+            "the prefill ran during the decode step"
+        );
     }
 
     /// The low loop's caller and both helpers are held inside the low loop's first three

@@ -11,3 +11,4 @@ pub mod huge_buf;
 pub mod int8_probe;
 pub mod quant;
 pub mod read_bandwidth;
+pub mod step_gate;

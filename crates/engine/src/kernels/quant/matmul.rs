@@ -26,6 +26,12 @@ const MIN_PARALLEL_MACS: usize = 1 << 18;
 /// Weight bytes per parallel task at most, so a task's weights stay in L2 while every
 /// activation tile streams past them.
 const TASK_WEIGHT_BYTES: usize = 192 * 1024;
+/// Multiply-adds per parallel task at most (about a third of a millisecond on one core),
+/// by splitting a long batch's rows: another model's decode step, taking the pool, waits
+/// for the task each thread is inside (`compute_pool`), and a prefill's task spanning a
+/// whole 2,048-token chunk took milliseconds. The task's weights stay in L2 for its rows,
+/// so its added weight reads from memory stay far below the bandwidth.
+const TASK_MACS: usize = 1 << 24;
 
 thread_local! {
     /// The calling thread's quantized activations, for the convenience entry points
@@ -156,12 +162,17 @@ impl QuantMatrix {
         act.quantize(x, m, self.cols, self.format, kernel);
         let act = &*act;
         let task_cols = self.task_cols(m, out.groups_per_step());
+        let task_rows = task_rows(m, task_cols * self.cols, tile_rows(self.format, kernel, m));
+        let row_blocks = m.div_ceil(task_rows);
         let run = |t: usize| {
-            let cols = t * task_cols..((t + 1) * task_cols).min(n);
-            // SAFETY: task `t` alone writes columns `cols`; tasks partition `0..n`.
-            unsafe { self.task(act, cols, out, kernel) }
+            let (c, r) = (t / row_blocks, t % row_blocks);
+            let cols = c * task_cols..((c + 1) * task_cols).min(n);
+            let rows = r * task_rows..((r + 1) * task_rows).min(m);
+            // SAFETY: task `t` alone writes rows `rows` of columns `cols`; tasks partition
+            // `0..m` x `0..n`.
+            unsafe { self.task(act, cols, rows, out, kernel) }
         };
-        let tasks = n.div_ceil(task_cols);
+        let tasks = n.div_ceil(task_cols) * row_blocks;
         if m * n * self.cols < MIN_PARALLEL_MACS {
             (0..tasks).for_each(run);
         } else {
@@ -195,20 +206,22 @@ impl QuantMatrix {
         want.min(per_cache).max(1).next_multiple_of(unit) * gr
     }
 
-    /// Computes output columns `cols` (starting at a whole group) for every row.
+    /// Computes output columns `cols` (starting at a whole group) for rows `task_rows`
+    /// (starting at a whole row tile).
     ///
     /// # Safety
-    /// No other thread may access columns `cols` of `out` meanwhile.
+    /// No other thread may access rows `task_rows` of columns `cols` of `out` meanwhile.
     unsafe fn task(
         &self,
         act: &QuantizedActivations,
         cols: Range<usize>,
+        task_rows: Range<usize>,
         out: &impl TileSink,
         kernel: CpuKernel,
     ) {
         let rows = tile_rows(self.format, kernel, act.m);
-        for i0 in (0..act.m).step_by(rows) {
-            let mr = (act.m - i0).min(rows);
+        for i0 in task_rows.clone().step_by(rows) {
+            let mr = (task_rows.end - i0).min(rows);
             // Rows past `mr` repeat the last one; the kernels ignore them.
             let x: [XRow; MR] = std::array::from_fn(|i| act.row(i0 + i.min(mr - 1)));
             // SAFETY: these columns belong to this task (caller's contract).
@@ -220,11 +233,19 @@ impl QuantMatrix {
             let rows = Rows {
                 x: &x,
                 mr,
-                first: i0 == 0,
+                first: i0 == task_rows.start,
             };
             tiles(self, kernel, groups, rows, &mut emit);
         }
     }
+}
+
+/// Activation rows per task of a matmul of `m` rows, each task `task_weights` weights wide:
+/// whole row tiles (`tile`) of at most `TASK_MACS` multiply-adds, so a task's tiles are the
+/// ones one task over every row would run, and its results the same bits.
+fn task_rows(m: usize, task_weights: usize, tile: usize) -> usize {
+    let tiles = (TASK_MACS / task_weights.max(1) / tile).max(1);
+    (tiles * tile).min(m.next_multiple_of(tile))
 }
 
 /// Activation rows per tile of `format` on `kernel`, for a matmul of `m` rows: AMX tiles
