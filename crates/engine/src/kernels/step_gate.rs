@@ -6,19 +6,20 @@
 //! `Priority`), a prefill's engine thread stayed runnable between the decode's ~150 loops a
 //! step, doing its own serial work or its tasks; on a machine with as many compute threads
 //! as cores it was one thread too many, and the OS shared a core between it and the decode's
-//! own thread (a decode beside a prefill took 1.6–1.8× its time alone on an idle 2-core VM,
+//! own thread (a decode beside a prefill took 1.6–1.9× its time alone on an idle 2-core VM,
 //! docs/models.md). Here a prefill step's threads block while a decode step runs, so the
 //! decode keeps every core, and the prefill runs in turns between decode steps.
 //!
 //! The decode's engine thread spends the turn blocked too (its own work before the next step
 //! would otherwise wait for a core beside the prefill's threads), and the turn ends on the
-//! prefill's side: from `turn_end` its threads stop at their next task and block, which frees
-//! the cores for the decode's thread to wake onto. Waiting for the OS to preempt a running
-//! prefill thread instead cost the decode about a scheduler slice (~3 ms) a step.
+//! prefill's side: from `turn_end` its threads stop at their next task and block, and the
+//! first to stop wakes the decode's thread (`turn_over`). Left to its own timed wait, that
+//! thread woke 3–7 ms late on the development VM even with both cores idle, and before the
+//! prefill's threads stopped by themselves it waited for the OS to preempt one.
 //!
 //! What a turn costs the decode: at most `TURN_SHARE` of its step, plus the task each
 //! prefill thread is inside when the turn ends (`quant::matmul`'s `TASK_MACS` keeps those
-//! short). What the prefill gets while a decode runs back to back: about
+//! short); turns of at least `MIN_TURN` pay the switch every few tokens, not every token. What the prefill gets while a decode runs back to back: about
 //! `TURN_SHARE / (1 + TURN_SHARE)` of the machine; all of it otherwise.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::*};
